@@ -1,0 +1,149 @@
+"""Engine throughput on the RAM store (issue: engine core). Prints figures; asserts nothing.
+
+    python bench/engine_bench.py            # full run (about a minute)
+    python bench/engine_bench.py --quick    # smaller counts, for a smoke run
+
+(a) wolfpack, 2 workers, credit 10: publish -> deliver -> confirm, messages/s
+(b) parrot, one router, 10 subscribers: deliveries/s (publish, deliver, confirm)
+(c) topic routing: publishes/s through a router holding N topic patterns, for several N
+(d) a network of 1,000 queues x 10 selectors: publish -> deliver -> confirm, messages/s
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import sys
+import time
+from collections import deque
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from engine import Engine, Message  # noqa: E402
+from engine.patterns import parrot, wolfpack  # noqa: E402
+
+
+def timed(run) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def bench_wolfpack(count: int) -> float:
+    eng = Engine()
+    for worker in ("w1", "w2"):
+        wolfpack(eng, "jobs", worker, credit=10)
+    message = Message(address="job", body=b"x" * 100)
+    publish, confirm = eng.publish, eng.confirm
+
+    def run() -> None:
+        waiting: deque = deque()
+        for _ in range(count):
+            waiting.extend(publish("jobs", message))
+            while len(waiting) > 10:
+                waiting.extend(confirm(waiting.popleft()))
+        while waiting:
+            waiting.extend(confirm(waiting.popleft()))
+
+    seconds = timed(run)
+    assert eng.stats("jobs")["routed"] == count
+    return count / seconds
+
+
+def bench_parrot(count: int, subscribers: int = 10) -> float:
+    eng = Engine()
+    for n in range(subscribers):
+        parrot(eng, f"sub{n}", "stock.#")
+    message = Message(address="stock.ibm.price", body=b"x" * 100)
+    publish, confirm = eng.publish, eng.confirm
+    delivered = 0
+
+    def run() -> None:
+        nonlocal delivered
+        for _ in range(count):
+            for delivery in publish("parrot", message):
+                confirm(delivery)
+                delivered += 1
+
+    seconds = timed(run)
+    return delivered / seconds
+
+
+def bench_topic(count: int, patterns: int) -> float:
+    """A router with `patterns` topic selectors, each copying into its own queue that
+    deletes what arrives; keys match one pattern each."""
+    eng = Engine()
+    eng.queue_create("router")
+    for n in range(patterns):
+        sink = f"sink{n}"
+        eng.queue_create(sink)
+        eng.selector_create(sink).when_always().do_delete().enable()
+        pattern = f"stock.s{n}.*" if n % 2 else f"stock.s{n}.#"
+        eng.selector_create("router").when_match("topic", pattern).do_copy(sink).enable()
+    rng = random.Random(7)
+    messages = [Message(address=f"stock.s{rng.randrange(patterns)}.price") for _ in range(1000)]
+    publish = eng.publish
+
+    def run() -> None:
+        for n in range(count):
+            publish("router", messages[n % 1000])
+
+    seconds = timed(run)
+    return count / seconds
+
+
+def bench_network(count: int, queues: int = 1000, per_queue: int = 10) -> float:
+    eng = Engine()
+    names = [f"q{n}" for n in range(queues)]
+    for name in names:
+        eng.queue_create(name)
+    for n, name in enumerate(names):
+        for kind in range(per_queue - 1):
+            sel = eng.selector_create(name).when_match("eq", f"kind{kind}")
+            sel.do_deliver(f"app{(n + kind) % 10}").enable()
+        eng.selector_create(name).when_default().do_delete().enable()
+    rng = random.Random(11)
+    work = [(rng.choice(names), Message(address=f"kind{rng.randrange(per_queue)}"))
+            for _ in range(1000)]
+    publish, confirm = eng.publish, eng.confirm
+
+    def run() -> None:
+        for n in range(count):
+            queue, message = work[n % 1000]
+            for delivery in publish(queue, message):
+                confirm(delivery)
+
+    seconds = timed(run)
+    return count / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts for a smoke run")
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+    print(f"Xump engine benchmark (RAM store), Python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs")
+    rate = bench_wolfpack(300_000 // scale)
+    print(f"(a) wolfpack 2 workers, publish->deliver->confirm: {rate:>12,.0f} msg/s")
+    rate = bench_parrot(50_000 // scale)
+    print(f"(b) parrot 10 subscribers, deliveries:            {rate:>12,.0f} deliveries/s")
+    sizes = (100, 1_000, 10_000) if args.quick else (100, 1_000, 10_000, 100_000)
+    per_message = {}
+    for patterns in sizes:
+        count = 1_000_000 // scale if patterns == 10_000 else 200_000 // scale
+        rate = bench_topic(count, patterns)
+        per_message[patterns] = 1e6 / rate
+        print(f"(c) topic routing, {patterns:>7,} patterns, {count:>9,} publishes: "
+              f"{rate:>10,.0f} msg/s ({1e6 / rate:.2f} us/msg)")
+    growth = per_message[sizes[-1]] / per_message[100]
+    print(f"    time per message grows {growth:.2f}x from 100 to {sizes[-1]:,} patterns")
+    rate = bench_network(200_000 // scale)
+    print(f"(d) 1,000 queues x 10 selectors, publish->deliver->confirm: {rate:>10,.0f} msg/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The catalog: the engine's wiring (stores, queues, selectors and their settings).
+
+Theory of operation: the engine keeps its runtime (routers, store handles) in memory and
+writes every wiring change through a catalog, so that another process can rebuild the same
+network. `MemoryCatalog` is the embedded default; the web service swaps in one backed by its
+Django models. Per-message state (unprocessed, history, credit, outstanding) is never here:
+it lives in the stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class StoreSpec:
+    kind: str
+    name: str
+    url: str | None = None
+
+
+@dataclass(slots=True)
+class QueueSpec:
+    name: str
+    store: str = "ram"
+    limit: int | None = None
+    history: int = 0
+    dead_letter: str | None = None
+    self_destruct: bool = False
+
+
+@dataclass(slots=True)
+class SelectorSpec:
+    """A selector's WHEN + DO. `when` is None until configured, else one of "match"
+    (match and/or filter), "always", "default", "overflow"."""
+
+    queue: str
+    id: int
+    when: str | None = None
+    match: tuple[str, str, str] | None = None  # (operator, pattern, field)
+    filter: str | None = None
+    action: str | None = None
+    target: str | None = None
+    enabled: bool = False
+    start: str | int = "current"
+    credit: int = -1  # the credit set by set_credit; runtime credit lives in the store
+
+
+@dataclass
+class MemoryCatalog:
+    """Wiring held in dicts; what an embedded engine uses."""
+
+    stores: dict[str, StoreSpec] = field(default_factory=dict)
+    queues: dict[str, QueueSpec] = field(default_factory=dict)
+    selectors: dict[str, dict[int, SelectorSpec]] = field(default_factory=dict)
+    last_selector_id: dict[str, int] = field(default_factory=dict)
+
+    def save_store(self, spec: StoreSpec) -> None:
+        self.stores[spec.name] = spec
+
+    def delete_store(self, name: str) -> None:
+        self.stores.pop(name, None)
+
+    def save_queue(self, spec: QueueSpec) -> None:
+        self.queues[spec.name] = spec
+        self.selectors.setdefault(spec.name, {})
+
+    def delete_queue(self, name: str) -> None:
+        self.queues.pop(name, None)
+        self.selectors.pop(name, None)
+        self.last_selector_id.pop(name, None)
+
+    def next_selector_id(self, queue: str) -> int:
+        """Ids start at 1 per queue and are never reused while the queue exists."""
+        number = self.last_selector_id.get(queue, 0) + 1
+        self.last_selector_id[queue] = number
+        return number
+
+    def save_selector(self, spec: SelectorSpec) -> None:
+        self.selectors.setdefault(spec.queue, {})[spec.id] = spec
+
+    def delete_selector(self, queue: str, selector_id: int) -> None:
+        self.selectors.get(queue, {}).pop(selector_id, None)

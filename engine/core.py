@@ -1,0 +1,951 @@
+"""The Engine: the routing layer of SPEC §2.
+
+Theory of operation (a protocol core in the manner of h11: no I/O of its own):
+
+* Every public call takes the engine lock, changes state, routes whatever became routable and
+  returns the Deliveries that caused. Nothing happens between calls; output only follows
+  input.
+* A message arriving at a queue becomes an `Entry` at the tail of its unprocessed section
+  and the queue is scheduled. `_drain` routes scheduled queues until none is left: each one
+  from its head, strictly FIFO, stopping at a head that must wait (takers matched, none with
+  credit; or no routing selectors at all). A worklist, not recursion, so long chains of
+  queues cannot exhaust the stack.
+* Routing a head: the router answers (copies, takers). The taker with credit and the lowest
+  turn takes the message and gets a new turn (round-robin). COPYs run first; a message is
+  never copied twice into the same queue within one public call (`_visited`).
+* A taken entry stays *outstanding* at its selector. When it is settled (confirmed, deleted,
+  or its moved copy settled downstream) the selector gets its credit back and the entry is
+  processed, which settles the entry it came from: credit flows up a chain of MOVEs as
+  messages flow down (`_settle`).
+* Dead letters and drops also settle the entry's origin: a MOVE's message is settled when it
+  leaves the target queue's accounting in any way.
+
+Wiring changes go through the catalog; runtime state lives in the stores (stores/base.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from engine.catalog import MemoryCatalog, QueueSpec, SelectorSpec, StoreSpec
+from engine.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    InvalidSelector,
+    NotFound,
+    QueueFull,
+    StoreError,
+)
+from engine.filters import compile_filter
+from engine.matching import check_pattern
+from engine.message import Delivery, Message
+from engine.router import QUEUE_ACTIONS, Router, SelectorRuntime
+from engine.selectors import Selector
+from engine.stores.base import Entry, QueueState, Store
+from engine.stores.ram import RamStore
+from engine.validation import (
+    DEFAULT_MAX_BODY,
+    check_body,
+    check_count,
+    check_header_name,
+    check_headers,
+    check_name,
+    check_optional_count,
+)
+
+STORE_KINDS = ("ram", "redis", "sql")
+# Fast-path routing recurses along a chain of queues; past this depth arrivals queue up
+# and the worklist takes over, so long chains never exhaust the stack.
+_MAX_NESTING = 40
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    store: str
+    depth: int
+    history_size: int
+    limit: int | None
+    history: int
+    dead_letter: str | None
+    self_destruct: bool
+    outstanding: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    kind: str
+    name: str
+    url: str | None
+
+
+class _QueueRuntime:
+    """One queue's settings (copied out of its spec for speed), state and router."""
+
+    __slots__ = (
+        "busy",
+        "dead_letter",
+        "deleted",
+        "history",
+        "limit",
+        "name",
+        "router",
+        "scheduled",
+        "selectors",
+        "spec",
+        "state",
+    )
+
+    def __init__(self, spec: QueueSpec, state: QueueState) -> None:
+        self.name = spec.name
+        self.spec = spec
+        self.state = state
+        self.selectors: dict[int, SelectorRuntime] = {}
+        self.router: Router | None = None
+        self.scheduled = False
+        self.busy = False  # being routed right now (further up the stack)
+        self.deleted = False
+        self.apply(spec)
+
+    def apply(self, spec: QueueSpec) -> None:
+        self.spec = spec
+        self.limit = spec.limit
+        self.history = spec.history
+        self.dead_letter = spec.dead_letter
+
+
+def _parse_tag(tag: object) -> tuple[str, int]:
+    """Delivery tags read `<queue>:<selector id>:<serial>` so any process can settle them."""
+    if isinstance(tag, Delivery):
+        tag = tag.tag
+    if not isinstance(tag, str):
+        raise NotFound(f"delivery tag must be a string or a Delivery, not {type(tag).__name__}")
+    parts = tag.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        raise NotFound(f"delivery {tag!r} is not outstanding (not a delivery tag)")
+    return parts[0], int(parts[1])
+
+
+class Engine:
+    """Queues joined by selectors. See SPEC §3 for the API and §2 for the rules."""
+
+    def __init__(
+        self,
+        dead_letter: str | None = None,
+        *,
+        max_body: int = DEFAULT_MAX_BODY,
+        catalog: MemoryCatalog | None = None,
+    ) -> None:
+        if dead_letter is not None:
+            check_name("dead-letter queue", dead_letter, allow_reserved=True)
+        self.max_body = check_count("max_body", max_body, minimum=0)
+        self.dead_letter = dead_letter
+        self._lock = threading.RLock()
+        self._catalog = catalog if catalog is not None else MemoryCatalog()
+        self._stores: dict[str, Store] = {}
+        self._queues: dict[str, _QueueRuntime] = {}
+        self._default_store = "ram"
+        self._wiring_version = 0
+        self._pending: deque[_QueueRuntime] = deque()
+        self._out: list[Delivery] = []
+        self._visited: set[tuple[str | None, str]] = set()
+        self._nesting = 0  # depth of fast-path routing on the stack
+        self._turns = itertools.count(1)
+        self._serials = itertools.count(1)
+        self._prefix = secrets.token_hex(4)
+        self.store_create("ram", "ram")
+
+    # == stores ==============================================================================
+    def store_create(self, kind: str, name: str, url: str | None = None) -> StoreInfo:
+        """Create a named store; idempotent for the same kind and URL."""
+        check_name("store", name)
+        if kind not in STORE_KINDS:
+            raise InvalidArgument(f"unknown store kind {kind!r}; use one of {', '.join(STORE_KINDS)}")
+        with self._lock:
+            existing = self._stores.get(name)
+            if existing is not None:
+                if existing.kind == kind and existing.url == url:
+                    return StoreInfo(kind, name, url)
+                raise AlreadyExists(
+                    f"store {name!r} already exists as a {existing.kind} store"
+                    + (f" at {existing.url}" if existing.url else "")
+                )
+            store = self._open_store(kind, name, url)
+            self._stores[name] = store
+            self._catalog.save_store(StoreSpec(kind, name, url))
+            return StoreInfo(kind, name, url)
+
+    def _open_store(self, kind: str, name: str, url: str | None) -> Store:
+        if kind == "ram":
+            return RamStore(name, url)
+        raise StoreError(f"the {kind} store is not available yet; use a 'ram' store")
+
+    def store_delete(self, name: str) -> None:
+        with self._lock:
+            store = self._stores.get(name)
+            if store is None:
+                raise NotFound(f"store {name!r} does not exist")
+            if name == self._default_store:
+                raise InvalidArgument(f"store {name!r} is the default store and cannot be deleted")
+            used = sorted(q.name for q in self._queues.values() if q.spec.store == name)
+            if used:
+                raise InvalidArgument(
+                    f"store {name!r} still holds queues {', '.join(used[:5])}"
+                    + (" ..." if len(used) > 5 else "") + "; delete them first"
+                )
+            del self._stores[name]
+            self._catalog.delete_store(name)
+            store.close()
+
+    def stores(self) -> list[StoreInfo]:
+        with self._lock:
+            return [StoreInfo(s.kind, s.name, s.url) for s in self._stores.values()]
+
+    @property
+    def default_store(self) -> str:
+        return self._default_store
+
+    def set_default_store(self, name: str) -> None:
+        """The store `queue_create` uses when none is named."""
+        with self._lock:
+            if name not in self._stores:
+                raise NotFound(f"store {name!r} does not exist")
+            self._default_store = name
+
+    # == queues ==============================================================================
+    def queue_create(
+        self,
+        name: str,
+        store: str | None = None,
+        limit: int | None = None,
+        history: int = 0,
+        dead_letter: str | None = None,
+        self_destruct: bool = False,
+    ) -> QueueInfo:
+        """Create a queue; idempotent when it exists with the same settings."""
+        check_name("queue", name)
+        return self._queue_create(name, store, limit, history, dead_letter, self_destruct)
+
+    def _queue_create(self, name: str, store: str | None, limit: int | None, history: int,
+                      dead_letter: str | None, self_destruct: bool) -> QueueInfo:
+        spec = self._queue_spec(name, store, limit, history, dead_letter, self_destruct)
+        with self._lock:
+            if spec.store not in self._stores:
+                raise NotFound(f"store {spec.store!r} does not exist; create it with store_create")
+            if dead_letter is not None and dead_letter != name and dead_letter not in self._queues:
+                raise NotFound(f"dead-letter queue {dead_letter!r} does not exist; create it first")
+            existing = self._queues.get(name)
+            if existing is not None:
+                if existing.spec == spec:
+                    return self._info(existing)
+                raise AlreadyExists(f"queue {name!r} already exists with other settings "
+                                    f"({_describe_spec(existing.spec)})")
+            qrt = _QueueRuntime(spec, self._stores[spec.store].open_queue(name))
+            self._queues[name] = qrt
+            self._wiring_version += 1
+            self._catalog.save_queue(spec)
+            return self._info(qrt)
+
+    def _queue_spec(self, name: str, store: str | None, limit: object, history: object,
+                    dead_letter: object, self_destruct: object) -> QueueSpec:
+        store = self._default_store if store is None else store
+        check_name("store", store)
+        limit = check_optional_count("limit", limit, minimum=0)
+        history = check_count("history", history, minimum=0)
+        if dead_letter is not None:
+            check_name("dead-letter queue", dead_letter, allow_reserved=True)
+        if not isinstance(self_destruct, bool):
+            raise InvalidArgument(f"self_destruct must be True or False, not {self_destruct!r}")
+        return QueueSpec(name, store, limit, history, dead_letter, self_destruct)
+
+    def queue_update(self, name: str, **changes: object) -> QueueInfo:
+        """Change a queue's limit, history, dead_letter or self_destruct."""
+        unknown = set(changes) - {"limit", "history", "dead_letter", "self_destruct"}
+        if unknown:
+            raise InvalidArgument(f"queue setting(s) {', '.join(sorted(unknown))} cannot be changed")
+        with self._lock:
+            qrt = self._queue(name)
+            current = qrt.spec
+            values = {
+                "limit": current.limit,
+                "history": current.history,
+                "dead_letter": current.dead_letter,
+                "self_destruct": current.self_destruct,
+            }
+            values.update(changes)
+            spec = self._queue_spec(name, current.store, **values)  # type: ignore[arg-type]
+            if spec.dead_letter not in (None, name) and spec.dead_letter not in self._queues:
+                raise NotFound(f"dead-letter queue {spec.dead_letter!r} does not exist")
+            qrt.apply(spec)
+            qrt.state.trim_history(spec.history)
+            self._catalog.save_queue(spec)
+            return self._info(qrt)
+
+    def queue_fetch(self, name: str) -> QueueInfo:
+        with self._lock:
+            return self._info(self._queue(name))
+
+    def queues(self) -> list[QueueInfo]:
+        with self._lock:
+            return [self._info(self._queues[name]) for name in sorted(self._queues)]
+
+    def queue_delete(self, name: str) -> list[Delivery]:
+        """Delete a queue with its selectors and messages. Messages it held that were moved
+        here are settled upstream (as dropped), which may route and deliver there."""
+        with self._lock:
+            qrt = self._queue(name)
+            return self._run(self._delete_queue, qrt)
+
+    def _delete_queue(self, qrt: _QueueRuntime) -> None:
+        qrt.deleted = True
+        del self._queues[qrt.name]
+        self._wiring_version += 1
+        state = qrt.state
+        held = state.unprocessed(state.depth())
+        for sel in qrt.selectors.values():
+            held.extend(e for e in sel.state.outstanding.values() if not e.replay)
+        self._stores[qrt.spec.store].drop_queue(qrt.name)
+        self._catalog.delete_queue(qrt.name)
+        for entry in held:
+            self._settle(entry.origin)
+
+    def _queue(self, name: object) -> _QueueRuntime:
+        qrt = self._queues.get(name)  # type: ignore[arg-type]
+        if qrt is None:
+            raise NotFound(f"queue {name!r} does not exist")
+        return qrt
+
+    def _info(self, qrt: _QueueRuntime) -> QueueInfo:
+        spec = qrt.spec
+        return QueueInfo(
+            name=spec.name,
+            store=spec.store,
+            depth=qrt.state.depth(),
+            history_size=qrt.state.history_size(),
+            limit=spec.limit,
+            history=spec.history,
+            dead_letter=spec.dead_letter,
+            self_destruct=spec.self_destruct,
+            outstanding=sum(len(s.state.outstanding) for s in qrt.selectors.values()),
+        )
+
+    # == selectors ===========================================================================
+    def selector_create(self, queue: str) -> Selector:
+        """A new selector on `queue`: no WHEN, no DO, disabled, unlimited credit."""
+        with self._lock:
+            qrt = self._queue(queue)
+            spec = SelectorSpec(queue=queue, id=self._catalog.next_selector_id(queue))
+            state = qrt.state.selector(spec.id)
+            state.credit = -1
+            qrt.selectors[spec.id] = SelectorRuntime(spec, state, next(self._turns))
+            self._catalog.save_selector(spec)
+            return Selector(self, queue, spec.id)
+
+    def selector_fetch(self, queue: str, selector_id: int) -> Selector:
+        with self._lock:
+            self._selector(queue, selector_id)
+            return Selector(self, queue, selector_id)
+
+    def selectors(self, queue: str) -> list[Selector]:
+        with self._lock:
+            return [Selector(self, queue, sid) for sid in self._queue(queue).selectors]
+
+    def selector_delete(self, queue: str, selector_id: int) -> list[Delivery]:
+        """Delete a selector. Its outstanding messages go back to the front of the queue, in
+        order, and are routed again; a self-destructive queue left without selectors goes."""
+        with self._lock:
+            qrt, sel = self._selector(queue, selector_id)
+            return self._run(self._delete_selector, qrt, sel)
+
+    def _delete_selector(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+        del qrt.selectors[sel.id]
+        qrt.router = None
+        qrt.state.drop_selector(sel.id)
+        self._catalog.delete_selector(qrt.name, sel.id)
+        returned = []
+        for entry in sel.state.outstanding.values():
+            if entry.replay:
+                continue
+            if entry.downstream is None:
+                returned.append(entry)
+                continue
+            target, moved = entry.downstream
+            if not target.deleted and target.state.remove(moved):
+                target.state.counters["published"] -= 1
+                returned.append(entry)
+            else:
+                # already taken further downstream: it is theirs now; done here
+                self._processed(qrt, entry)
+        sel.state.outstanding.clear()
+        if returned:
+            returned.sort(key=_by_seq)
+            qrt.state.push_front(returned)
+            self._schedule(qrt)
+        if qrt.spec.self_destruct and not qrt.selectors:
+            self._delete_queue(qrt)
+
+    def _selector(self, queue: str, selector_id: object) -> tuple[_QueueRuntime, SelectorRuntime]:
+        qrt = self._queue(queue)
+        sel = qrt.selectors.get(selector_id)  # type: ignore[arg-type]
+        if sel is None:
+            raise NotFound(f"selector {selector_id!r} does not exist on queue {queue!r}")
+        return qrt, sel
+
+    # Called by Selector; each validates first and changes nothing on error.
+    def _selector_spec(self, queue: str, selector_id: int) -> SelectorSpec:
+        with self._lock:
+            return self._selector(queue, selector_id)[1].spec
+
+    def _selector_state(self, queue: str, selector_id: int) -> tuple[int, int]:
+        with self._lock:
+            sel = self._selector(queue, selector_id)[1]
+            return sel.state.credit, len(sel.state.outstanding)
+
+    def _set_when(self, queue: str, selector_id: int, kind: str,
+                  match: tuple[str, str, str] | None = None, expression: str | None = None) -> None:
+        if kind == "match":
+            operator, pattern, field = match  # type: ignore[misc]
+            check_pattern(operator, pattern)
+            if field != "address":
+                check_header_name(field)
+        compiled = compile_filter(expression) if expression is not None else None
+        with self._lock:
+            qrt, sel = self._selector(queue, selector_id)
+            spec = sel.spec
+            if kind == "match":
+                spec.filter = spec.filter if spec.when == "match" else None
+                spec.match = match
+                compiled = sel.matches if spec.filter is not None else None
+            elif kind == "filter":
+                spec.match = spec.match if spec.when == "match" else None
+                spec.filter = expression
+                kind = "match"
+            else:
+                spec.match = None
+                spec.filter = None
+                compiled = None
+            spec.when = kind
+            sel.refresh(compiled)
+            self._wiring_changed(qrt, sel)
+
+    def _set_action(self, queue: str, selector_id: int, action: str, target: str | None) -> None:
+        with self._lock:
+            qrt, sel = self._selector(queue, selector_id)
+            if action in QUEUE_ACTIONS:
+                check_name("target queue", target, allow_reserved=True)
+                if target == queue:
+                    raise InvalidSelector(f"a selector cannot {action} messages into its own "
+                                          f"queue {queue!r}")
+                if target not in self._queues:
+                    raise NotFound(f"target queue {target!r} does not exist; create it first")
+            elif action == "deliver":
+                check_name("destination", target)
+            sel.spec.action = action
+            sel.spec.target = target
+            sel.refresh(sel.matches)
+            self._wiring_changed(qrt, sel)
+
+    def _set_start(self, queue: str, selector_id: int, start: object) -> None:
+        if start not in ("head", "current") and (
+            not isinstance(start, int) or isinstance(start, bool) or start < 1
+        ):
+            raise InvalidArgument(f"start must be 'head', 'current' or a seq >= 1, not {start!r}")
+        with self._lock:
+            qrt, sel = self._selector(queue, selector_id)
+            sel.spec.start = start  # type: ignore[assignment]
+            self._catalog.save_selector(sel.spec)
+
+    def _set_credit(self, queue: str, selector_id: int, credit: object) -> None:
+        check_count("credit", credit, minimum=-1)
+        with self._lock:
+            qrt, sel = self._selector(queue, selector_id)
+            sel.spec.credit = credit  # type: ignore[assignment]
+            sel.state.credit = credit  # type: ignore[assignment]
+            self._catalog.save_selector(sel.spec)
+
+    def _add_credit(self, queue: str, selector_id: int, credit: object) -> list[Delivery]:
+        check_count("credit", credit, minimum=1)
+        with self._lock:
+            qrt, sel = self._selector(queue, selector_id)
+            if sel.state.credit < 0:
+                return []
+            sel.state.credit += credit  # type: ignore[operator]
+            return self._run(self._credit_arrived, qrt, sel)
+
+    def _enable(self, queue: str, selector_id: int, enabled: object) -> list[Delivery]:
+        if not isinstance(enabled, bool):
+            raise InvalidArgument(f"enable takes True or False, not {enabled!r}")
+        with self._lock:
+            qrt, sel = self._selector(queue, selector_id)
+            spec = sel.spec
+            if enabled and spec.when is None:
+                raise InvalidSelector(f"selector {spec.id} on queue {queue!r} has no WHEN; "
+                                      "set one with when_match, when_filter, when_always, ...")
+            if enabled and spec.action is None:
+                raise InvalidSelector(f"selector {spec.id} on queue {queue!r} has no DO; "
+                                      "set one with do_copy, do_move, do_deliver, ...")
+            if spec.enabled == enabled:
+                return []
+            spec.enabled = enabled
+            self._wiring_changed(qrt, sel)
+            if not enabled:
+                sel.replay_next = None
+                return []
+            return self._run(self._enabled, qrt, sel)
+
+    def _enabled(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+        start = sel.spec.start
+        if start != "current" and sel.spec.when not in ("default", "overflow"):
+            sel.replay_next = 1 if start == "head" else start  # type: ignore[assignment]
+            sel.replay_end = qrt.state.last_seq()
+            self._replay(qrt, sel)
+        self._schedule(qrt)
+
+    def _wiring_changed(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+        qrt.router = None
+        self._catalog.save_selector(sel.spec)
+
+    # == messages ============================================================================
+    def publish(self, queue: str, message: Message) -> list[Delivery]:
+        """Publish `message` to `queue`; returns the Deliveries it caused.
+
+        Raises NotFound for an unknown queue (unless the engine has a dead-letter queue) and
+        QueueFull when the queue is full with no overflow selector and no dead-letter queue.
+        """
+        message = self._checked(message)
+        with self._lock:
+            qrt = self._queues.get(queue)
+            if qrt is None:
+                if self.dead_letter is None or not isinstance(queue, str):
+                    raise NotFound(f"queue {queue!r} does not exist")
+                message = _dead_lettered(message, "no-such-queue", queue)
+                qrt = self._engine_dead_letter_queue()
+            return self._run(self._publish, qrt, message)
+
+    def _publish(self, qrt: _QueueRuntime, message: Message) -> None:
+        self._visited.add((message.mid, qrt.name))
+        self._arrive(qrt, message, None, direct=True)
+
+    def _checked(self, message: object) -> Message:
+        if not isinstance(message, Message):
+            raise InvalidArgument(f"publish takes a Message, not {type(message).__name__}")
+        if not isinstance(message.address, str):
+            raise InvalidArgument(f"address must be a string, not {message.address!r}")
+        if message.return_address is not None and not isinstance(message.return_address, str):
+            raise InvalidArgument(f"return_address must be a string or None, "
+                                  f"not {message.return_address!r}")
+        headers = check_headers(message.headers)
+        body = check_body(message.body, self.max_body)
+        mid = f"{self._prefix}-{next(self._serials)}"
+        return Message(message.address, headers, body, message.return_address, mid, None,
+                       time.time())
+
+    def _engine_dead_letter_queue(self) -> _QueueRuntime:
+        name = self.dead_letter
+        qrt = self._queues.get(name)  # type: ignore[arg-type]
+        if qrt is None:
+            self._queue_create(name, None, None, 0, None, False)  # type: ignore[arg-type]
+            qrt = self._queues[name]  # type: ignore[index]
+        return qrt
+
+    def confirm(self, delivery: Delivery | str) -> list[Delivery]:
+        """Settle a delivery: the message is processed and the selector's credit returns."""
+        with self._lock:
+            qrt, sel, tag = self._outstanding(delivery)
+            return self._run(self._confirm, qrt, sel, tag)
+
+    def _confirm(self, qrt: _QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
+        entry = sel.state.outstanding.pop(tag)
+        qrt.state.counters["confirmed"] += 1
+        self._credit_back(qrt, sel)
+        self._processed(qrt, entry)
+
+    def reject(self, delivery: Delivery | str, requeue: bool = True) -> list[Delivery]:
+        """Give a delivery back: to the head of its queue (requeue) or to the dead letters."""
+        if not isinstance(requeue, bool):
+            raise InvalidArgument(f"requeue must be True or False, not {requeue!r}")
+        with self._lock:
+            qrt, sel, tag = self._outstanding(delivery)
+            return self._run(self._reject, qrt, sel, tag, requeue)
+
+    def _reject(self, qrt: _QueueRuntime, sel: SelectorRuntime, tag: str, requeue: bool) -> None:
+        entry = sel.state.outstanding.pop(tag)
+        qrt.state.counters["rejected"] += 1
+        if entry.replay:
+            if requeue and sel.replay_next is not None:
+                sel.replay_next = min(sel.replay_next, entry.seq)
+            elif requeue:
+                sel.replay_next, sel.replay_end = entry.seq, entry.seq
+        elif requeue:
+            qrt.state.push_front([entry])
+            self._schedule(qrt)
+        else:
+            self._dead_letter(qrt, entry, "rejected")
+        self._credit_back(qrt, sel)
+
+    def _outstanding(self, delivery: Delivery | str) -> tuple[_QueueRuntime, SelectorRuntime, str]:
+        queue, selector_id = _parse_tag(delivery)
+        tag = delivery.tag if isinstance(delivery, Delivery) else delivery
+        qrt = self._queues.get(queue)
+        sel = qrt.selectors.get(selector_id) if qrt is not None else None
+        if sel is None or sel.action != "deliver" or tag not in sel.state.outstanding:
+            raise NotFound(f"delivery {tag!r} is not outstanding (already settled, or its "
+                           "selector or queue was deleted)")
+        return qrt, sel, tag  # type: ignore[return-value]
+
+    # == history =============================================================================
+    def browse(
+        self,
+        queue: str,
+        start: str | None = None,
+        count: int = 50,
+        *,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> list[Message]:
+        """A page of `queue`'s history: `start="latest"` (default) or `before=seq` newest
+        first, `start="oldest"` or `after=seq` oldest first; before/after are exclusive."""
+        check_count("count", count, minimum=0)
+        given = sum(x is not None for x in (start, before, after))
+        if given > 1:
+            raise InvalidArgument("give only one of start, before and after")
+        if start not in (None, "latest", "oldest"):
+            raise InvalidArgument(f"start must be 'latest' or 'oldest', not {start!r}")
+        for name, seq in (("before", before), ("after", after)):
+            if seq is not None:
+                check_count(name, seq, minimum=0)
+        with self._lock:
+            state = self._queue(queue).state
+            if before is not None:
+                entries = state.history_before(before, count)
+            elif after is not None:
+                entries = state.history_after(after, count)
+            elif start == "oldest":
+                entries = state.history_oldest(count)
+            else:
+                entries = state.history_latest(count)
+            return [entry.message.with_seq(entry.seq) for entry in entries]
+
+    def since(self, queue: str, timestamp: float) -> Iterator[Message]:
+        """History messages published at or after `timestamp`, oldest first."""
+        if not isinstance(timestamp, int | float) or isinstance(timestamp, bool):
+            raise InvalidArgument(f"timestamp must be a number of seconds, not {timestamp!r}")
+        with self._lock:
+            state = self._queue(queue).state
+            found = [entry.message.with_seq(entry.seq) for entry in state.history_since(timestamp)]
+        return iter(found)
+
+    def peek(self, queue: str, count: int = 50) -> list[Message]:
+        """The oldest `count` unprocessed messages (waiting to be routed), oldest first."""
+        check_count("count", count, minimum=0)
+        with self._lock:
+            state = self._queue(queue).state
+            return [entry.message.with_seq(entry.seq) for entry in state.unprocessed(count)]
+
+    def stats(self, queue: str) -> dict[str, int]:
+        with self._lock:
+            qrt = self._queue(queue)
+            counters = dict(qrt.state.counters)
+            counters["depth"] = qrt.state.depth()
+            counters["history_size"] = qrt.state.history_size()
+            counters["outstanding"] = sum(len(s.state.outstanding) for s in qrt.selectors.values())
+            return counters
+
+    # == routing =============================================================================
+    def _run(self, operation, *args) -> list[Delivery]:  # type: ignore[no-untyped-def]
+        """Run one state change, route what it made routable, return the Deliveries."""
+        try:
+            operation(*args)
+            self._drain()
+            return self._out
+        finally:
+            self._out = []
+            self._visited.clear()
+            if self._pending:
+                for qrt in self._pending:
+                    qrt.scheduled = False
+                self._pending.clear()
+
+    def _schedule(self, qrt: _QueueRuntime) -> None:
+        if not qrt.scheduled:
+            qrt.scheduled = True
+            self._pending.append(qrt)
+
+    def _drain(self) -> None:
+        pending = self._pending
+        while pending:
+            qrt = pending.popleft()
+            qrt.scheduled = False
+            if not qrt.deleted:
+                self._route_queue(qrt)
+
+    def _router(self, qrt: _QueueRuntime) -> Router:
+        router = qrt.router
+        if router is None or router.version != self._wiring_version:
+            router = qrt.router = Router(
+                list(qrt.selectors.values()), self._queues.__contains__, self._wiring_version
+            )
+        return router
+
+    def _route_queue(self, qrt: _QueueRuntime) -> None:
+        """Route `qrt` from its head until it is empty or its head must wait."""
+        router = self._router(qrt)
+        head = qrt.state.head
+        route = self._route_entry
+        qrt.busy = True
+        try:
+            while (entry := head()) is not None and route(qrt, router, entry, True):
+                pass
+        finally:
+            qrt.busy = False
+
+    def _route_entry(self, qrt: _QueueRuntime, router: Router, entry: Entry, queued: bool) -> bool:
+        """Route one entry (the queue's head when `queued`); False when it must wait."""
+        message = entry.message
+        copies, takers = router.match(message)
+        if not copies and not takers:
+            if router.defaults:
+                copies, takers = router.fallback()
+            elif not router.routing:
+                return False  # rule 6: nothing to route with; hold
+            else:
+                if queued:
+                    qrt.state.pop_head()
+                qrt.state.counters["routed"] += 1
+                self._dead_letter(qrt, entry, "unroutable")
+                return True
+        taker = None
+        if takers:
+            taker = _choose_taker(takers)
+            if taker is None:
+                return False  # rule 4: wait for credit, in order
+        if queued:
+            qrt.state.pop_head()
+        qrt.state.counters["routed"] += 1
+        if copies:
+            visited = self._visited
+            mid = message.mid
+            for sel in copies:
+                if (mid, sel.target) not in visited:
+                    self._copy(sel, message)
+        if taker is None:
+            self._processed(qrt, entry)
+        else:
+            self._take(qrt, taker, entry)
+        return True
+
+    def _copy(self, sel: SelectorRuntime, message: Message) -> None:
+        target = self._queues.get(sel.target)  # type: ignore[arg-type]
+        if target is not None:
+            self._visited.add((message.mid, target.name))
+            self._arrive(target, message, None)
+
+    def _take(self, qrt: _QueueRuntime, sel: SelectorRuntime, entry: Entry) -> None:
+        state = sel.state
+        action = sel.action
+        sel.turn = next(self._turns)
+        if action == "delete":
+            self._processed(qrt, entry)
+            return
+        message = entry.message
+        if action != "deliver":
+            target = self._queues[sel.target]  # type: ignore[index]
+            if (message.mid, target.name) in self._visited:
+                # a cycle of MOVEs brought it back within one step: stop it here
+                self._dead_letter(qrt, entry, "unroutable")
+                return
+        if state.credit > 0:
+            state.credit -= 1
+        tag = f"{qrt.name}:{sel.id}:{self._prefix}.{next(self._serials)}"
+        state.outstanding[tag] = entry
+        if action == "deliver":
+            entry.delivery_count += 1
+            count = entry.delivery_count
+            destination = sel.target
+            qrt.state.counters["delivered"] += 1
+            self._out.append(
+                Delivery(
+                    tag,
+                    destination,  # type: ignore[arg-type]
+                    qrt.name,
+                    sel.id,
+                    Message(message.address, message.headers, message.body,
+                            message.return_address, message.mid, entry.seq, message.timestamp,
+                            destination),
+                    count > 1,
+                    count,
+                )
+            )
+            return
+        if action == "bounce":
+            message = _bounced(message)
+        self._visited.add((message.mid, target.name))
+        moved = self._arrive(target, message, (qrt, sel.id, tag))
+        if moved is not None:
+            entry.downstream = (target, moved)
+
+    def _arrive(self, qrt: _QueueRuntime, message: Message,
+                origin: tuple[_QueueRuntime, int, str] | None, direct: bool = False) -> Entry | None:
+        """A message arrives at `qrt` (rule 7 when full). Returns its entry, or None when it
+        was not kept there (overflow: dropped, dead-lettered or taken at once)."""
+        state = qrt.state
+        limit = qrt.limit
+        if limit is not None and state.depth() >= limit:
+            return self._overflow(qrt, message, origin, direct)
+        entry = Entry(state.next_seq(), message, origin)
+        state.counters["published"] += 1
+        if not (qrt.busy or qrt.scheduled or state.depth()) and self._nesting < _MAX_NESTING:
+            # Fast path: an idle, empty queue routes the message at once, with no trip
+            # through the unprocessed section and the worklist.
+            router = qrt.router
+            if router is None or router.version != self._wiring_version:
+                router = self._router(qrt)
+            qrt.busy = True
+            self._nesting += 1
+            try:
+                if self._route_entry(qrt, router, entry, False):
+                    return entry
+            finally:
+                qrt.busy = False
+                self._nesting -= 1
+        state.append(entry)
+        if not qrt.scheduled:
+            qrt.scheduled = True
+            self._pending.append(qrt)
+        return entry
+
+    def _overflow(self, qrt: _QueueRuntime, message: Message,
+                  origin: tuple[_QueueRuntime, int, str] | None, direct: bool) -> Entry | None:
+        router = self._router(qrt)
+        if router.overflows:
+            copies, takers = router.overflow()
+            taker = _choose_taker(takers) if takers else None
+            if taker is not None or not takers:
+                entry = Entry(qrt.state.next_seq(), message, origin)
+                qrt.state.counters["published"] += 1
+                qrt.state.counters["routed"] += 1
+                for sel in copies:
+                    if (message.mid, sel.target) not in self._visited:
+                        self._copy(sel, message)
+                if taker is None:
+                    self._processed(qrt, entry)
+                    return None
+                self._take(qrt, taker, entry)
+                return entry if taker.action != "delete" else None
+        if qrt.dead_letter is None and direct:
+            raise QueueFull(f"queue {qrt.name!r} is full (limit {qrt.limit}) and has no "
+                            "overflow selector or dead-letter queue")
+        self._dead_letter(qrt, Entry(0, message, origin), "overflow")
+        return None
+
+    def _dead_letter(self, qrt: _QueueRuntime, entry: Entry, reason: str) -> None:
+        """Send `entry` to `qrt`'s dead-letter queue, or drop it; either way it leaves."""
+        target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
+        if target is None or target is qrt or (entry.message.mid, target.name) in self._visited:
+            qrt.state.counters["dropped"] += 1
+        else:
+            self._visited.add((entry.message.mid, target.name))
+            qrt.state.counters["dead_lettered"] += 1
+            self._arrive(target, _dead_lettered(entry.message, reason, qrt.name), None)
+        self._settle(entry.origin)
+
+    def _processed(self, qrt: _QueueRuntime, entry: Entry) -> None:
+        if qrt.history and not entry.replay:
+            qrt.state.add_history(entry, qrt.history)
+        if entry.origin is not None:
+            self._settle(entry.origin)
+
+    def _settle(self, origin: tuple[_QueueRuntime, int, str] | None) -> None:
+        """The message that came from `origin` left its queue: settle it up the chain."""
+        while origin is not None:
+            qrt, selector_id, tag = origin
+            if qrt.deleted:
+                return
+            sel = qrt.selectors.get(selector_id)
+            entry = sel.state.outstanding.pop(tag, None) if sel is not None else None
+            if entry is None:
+                return  # let go when its selector was deleted
+            entry.downstream = None
+            self._credit_back(qrt, sel)  # type: ignore[arg-type]
+            if qrt.history and not entry.replay:
+                qrt.state.add_history(entry, qrt.history)
+            origin = entry.origin
+
+    def _credit_back(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+        state = sel.state
+        if state.credit >= 0 and sel.action != "delete":
+            state.credit += 1
+            self._credit_arrived(qrt, sel)
+
+    def _credit_arrived(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+        if sel.replay_next is not None:
+            self._replay(qrt, sel)
+        if qrt.state.depth() and not qrt.scheduled:
+            qrt.scheduled = True
+            self._pending.append(qrt)
+
+    def _replay(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+        """Rule 13: feed history from `replay_next` to `sel` alone, as far as credit allows."""
+        state = qrt.state
+        while sel.replay_next is not None:
+            if not sel.is_copy and sel.action != "delete" and sel.state.credit == 0:
+                return
+            found = state.history_after(sel.replay_next - 1, 1)
+            if not found or found[0].seq > sel.replay_end:
+                sel.replay_next = None
+                self._schedule(qrt)
+                return
+            kept = found[0]
+            sel.replay_next = kept.seq + 1
+            if sel.is_copy:
+                self._copy(sel, kept.message)
+            else:
+                entry = Entry(kept.seq, kept.message, None)
+                entry.replay = True
+                self._take(qrt, sel, entry)
+
+
+def _choose_taker(takers: list[SelectorRuntime]) -> SelectorRuntime | None:
+    """The taker with credit whose turn is lowest (rule 3); None if none can take."""
+    best = None
+    for sel in takers:
+        if sel.replay_next is not None:
+            continue  # still catching up on history: live messages wait
+        if sel.state.credit == 0 and sel.action != "delete":
+            continue
+        if best is None or sel.turn < best.turn:
+            best = sel
+    return best
+
+
+def _by_seq(entry: Entry) -> int:
+    return entry.seq
+
+
+def _bounced(message: Message) -> Message:
+    """Rule 9: the new address is the return address; the old one is kept in a header."""
+    headers = dict(message.headers)
+    headers["x-original-address"] = message.address
+    address = message.return_address if message.return_address is not None else message.address
+    return Message(address, MappingProxyType(headers), message.body, message.return_address,
+                   message.mid, None, message.timestamp)
+
+
+def _dead_lettered(message: Message, reason: str, queue: str) -> Message:
+    headers = dict(message.headers)
+    headers["x-reason"] = reason
+    headers["x-original-queue"] = queue
+    return Message(message.address, MappingProxyType(headers), message.body,
+                   message.return_address, message.mid, None, message.timestamp)
+
+
+def _describe_spec(spec: QueueSpec) -> str:
+    return (f"store={spec.store}, limit={spec.limit}, history={spec.history}, "
+            f"dead_letter={spec.dead_letter}, self_destruct={spec.self_destruct}")

@@ -1,0 +1,223 @@
+"""Indexes that find the selectors whose MATCH condition holds for a value.
+
+Theory of operation: a queue's router keeps one index per (field, operator). Matching a
+message asks each index for its hits, so the cost grows with the number of hits and the
+length of the key, not with the number of selectors:
+
+* `ExactIndex`  — a dict from value to items.
+* `PrefixIndex` — a dict per prefix length; a lookup probes each distinct length once.
+* `TopicTrie`   — a trie over `.`-separated words with AMQP wildcards as RabbitMQ implements
+  them: `*` is exactly one word, `#` is zero or more words, the empty key has zero words and
+  `a..b` has an empty middle word.
+* `RegexIndex`  — full-match regular expressions; these cannot be indexed, so they are tested
+  one by one (operators choose regex knowing that).
+
+Items are opaque to the indexes (the router stores selectors in them). Each index returns a
+set, so an item registered twice under different patterns is reported once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+
+from engine.errors import InvalidSelector
+
+MATCH_OPERATORS = ("eq", "topic", "prefix", "regex")
+
+
+def topic_words(key: str) -> list[str]:
+    """The words of a topic key; the empty key has none (AMQP)."""
+    return key.split(".") if key else []
+
+
+class ExactIndex:
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: dict[str, set[Hashable]] = {}
+
+    def add(self, value: str, item: Hashable) -> None:
+        self._items.setdefault(value, set()).add(item)
+
+    def discard(self, value: str, item: Hashable) -> None:
+        items = self._items.get(value)
+        if items is not None:
+            items.discard(item)
+            if not items:
+                del self._items[value]
+
+    def match(self, key: str) -> set[Hashable]:
+        return self._items.get(key, _NOTHING)
+
+    def __len__(self) -> int:
+        return sum(len(items) for items in self._items.values())
+
+
+class PrefixIndex:
+    __slots__ = ("_by_length",)
+
+    def __init__(self) -> None:
+        self._by_length: dict[int, dict[str, set[Hashable]]] = {}
+
+    def add(self, prefix: str, item: Hashable) -> None:
+        self._by_length.setdefault(len(prefix), {}).setdefault(prefix, set()).add(item)
+
+    def discard(self, prefix: str, item: Hashable) -> None:
+        table = self._by_length.get(len(prefix))
+        if table is None or prefix not in table:
+            return
+        table[prefix].discard(item)
+        if not table[prefix]:
+            del table[prefix]
+            if not table:
+                del self._by_length[len(prefix)]
+
+    def match(self, key: str) -> set[Hashable]:
+        hits: set[Hashable] = set()
+        size = len(key)
+        for length, table in self._by_length.items():
+            if length <= size:
+                found = table.get(key[:length])
+                if found:
+                    hits |= found
+        return hits
+
+
+class _TopicNode:
+    __slots__ = ("children", "items")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _TopicNode] = {}
+        self.items: set[Hashable] = set()
+
+
+class TopicTrie:
+    """Topic patterns in a trie; `*` and `#` are children like any word."""
+
+    __slots__ = ("_root",)
+
+    def __init__(self) -> None:
+        self._root = _TopicNode()
+
+    def add(self, pattern: str, item: Hashable) -> None:
+        node = self._root
+        for word in topic_words(pattern):
+            nxt = node.children.get(word)
+            if nxt is None:
+                nxt = node.children[word] = _TopicNode()
+            node = nxt
+        node.items.add(item)
+
+    def discard(self, pattern: str, item: Hashable) -> None:
+        path = [self._root]
+        words = topic_words(pattern)
+        for word in words:
+            nxt = path[-1].children.get(word)
+            if nxt is None:
+                return
+            path.append(nxt)
+        path[-1].items.discard(item)
+        # prune empty branches so the trie does not grow with churn
+        for depth in range(len(words), 0, -1):
+            node = path[depth]
+            if node.items or node.children:
+                break
+            del path[depth - 1].children[words[depth - 1]]
+
+    def match(self, key: str) -> set[Hashable]:
+        words = topic_words(key)
+        count = len(words)
+        hits: set[Hashable] = set()
+        # Depth-first over (node, position) states; `seen` stops `#.#` chains from
+        # exploring the same state twice, which keeps the walk linear in practice.
+        stack = [(self._root, 0)]
+        seen: set[tuple[int, int]] = set()
+        while stack:
+            node, pos = stack.pop()
+            state = (id(node), pos)
+            if state in seen:
+                continue
+            seen.add(state)
+            children = node.children
+            hash_node = children.get("#")
+            if hash_node is not None:
+                # `#` swallows zero words (stay at pos) or one more word at a time
+                for skip in range(pos, count + 1):
+                    stack.append((hash_node, skip))
+            if pos == count:
+                if node.items:
+                    hits |= node.items
+                continue
+            word = words[pos]
+            nxt = children.get(word)
+            if nxt is not None:
+                stack.append((nxt, pos + 1))
+            if word != "*":
+                star = children.get("*")
+                if star is not None:
+                    stack.append((star, pos + 1))
+        return hits
+
+
+class RegexIndex:
+    __slots__ = ("_patterns",)
+
+    def __init__(self) -> None:
+        self._patterns: dict[str, tuple[re.Pattern[str], set[Hashable]]] = {}
+
+    def add(self, pattern: str, item: Hashable) -> None:
+        entry = self._patterns.get(pattern)
+        if entry is None:
+            entry = self._patterns[pattern] = (compile_regex(pattern), set())
+        entry[1].add(item)
+
+    def discard(self, pattern: str, item: Hashable) -> None:
+        entry = self._patterns.get(pattern)
+        if entry is not None:
+            entry[1].discard(item)
+            if not entry[1]:
+                del self._patterns[pattern]
+
+    def match(self, key: str) -> set[Hashable]:
+        hits: set[Hashable] = set()
+        for regex, items in self._patterns.values():
+            if regex.fullmatch(key) is not None:
+                hits |= items
+        return hits
+
+
+def compile_regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        column = (exc.pos + 1) if exc.pos is not None else None
+        where = f" at column {column}" if column else ""
+        raise InvalidSelector(f"invalid regular expression: {exc.msg}{where}", column) from None
+
+
+def check_pattern(operator: str, pattern: str) -> None:
+    """Raise InvalidSelector if `pattern` is not valid for `operator`."""
+    if operator not in MATCH_OPERATORS:
+        raise InvalidSelector(
+            f"unknown match operator {operator!r}; use one of {', '.join(MATCH_OPERATORS)}"
+        )
+    if not isinstance(pattern, str):
+        raise InvalidSelector(f"match pattern must be a string, not {type(pattern).__name__}")
+    if operator == "regex":
+        compile_regex(pattern)
+
+
+def new_index(operator: str) -> ExactIndex | PrefixIndex | TopicTrie | RegexIndex:
+    return _INDEX_BY_OPERATOR[operator]()
+
+
+_INDEX_BY_OPERATOR = {
+    "eq": ExactIndex,
+    "prefix": PrefixIndex,
+    "topic": TopicTrie,
+    "regex": RegexIndex,
+}
+
+_NOTHING: set[Hashable] = frozenset()  # type: ignore[assignment]
+

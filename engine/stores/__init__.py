@@ -1,0 +1,1 @@
+"""Storage back-ends for per-message runtime state (SPEC §4)."""

@@ -1,0 +1,163 @@
+"""The store interface: where a queue's runtime state lives.
+
+Theory of operation: the engine (core.py) decides *what* happens to a message; a store keeps
+the state those decisions change. Per queue that is
+
+* the **unprocessed** section: entries waiting to be routed, FIFO;
+* the **history** section: processed entries kept for browsing, ordered by seq and trimmed
+  to the queue's `history` setting (newest seqs kept);
+* the seq counter and the statistics counters;
+* per selector of the queue: its remaining **credit** and its **outstanding** entries (taken,
+  not yet settled), in the order they were taken.
+
+An `Entry` is one message's presence in one queue: the shared immutable `Message`, the seq it
+got in this queue, and `origin`, the upstream outstanding slot to settle when this entry
+leaves the queue's accounting (None when published or copied in). Bodies are never copied:
+entries in many queues refer to one Message.
+
+The RAM store (ram.py) is the reference implementation: read it to learn the contract.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+from engine.message import Message
+
+COUNTERS = (
+    "published",
+    "routed",
+    "delivered",
+    "confirmed",
+    "rejected",
+    "dropped",
+    "dead_lettered",
+)
+
+
+class Entry:
+    """A message's place in one queue. Mutable only in its delivery bookkeeping."""
+
+    __slots__ = ("delivery_count", "downstream", "message", "origin", "replay", "seq")
+
+    def __init__(self, seq: int, message: Message, origin: tuple[Any, int, str] | None) -> None:
+        self.seq = seq
+        self.message = message
+        self.origin = origin
+        self.delivery_count = 0
+        # (queue runtime, entry) this entry was moved to while outstanding at a MOVE
+        self.downstream: tuple[Any, Entry] | None = None
+        # True for history entries a start_at selector is replaying: settling them must
+        # not add them to history a second time
+        self.replay = False
+
+    def __repr__(self) -> str:
+        return f"Entry(seq={self.seq}, mid={self.message.mid!r})"
+
+
+class SelectorState:
+    """Runtime state of one selector: remaining credit (-1 = unlimited) and the entries it
+    has taken and not yet settled, keyed by delivery tag, in the order taken."""
+
+    __slots__ = ("credit", "outstanding")
+
+    def __init__(self, credit: int = -1) -> None:
+        self.credit = credit
+        self.outstanding: dict[str, Entry] = {}
+
+
+class QueueState(ABC):
+    """One queue's unprocessed section, history, counters and selector states."""
+
+    name: str
+    counters: dict[str, int]
+
+    # -- unprocessed section -------------------------------------------------------------
+    @abstractmethod
+    def next_seq(self) -> int: ...
+
+    @abstractmethod
+    def last_seq(self) -> int:
+        """The seq most recently given out (0 before the first message)."""
+
+    @abstractmethod
+    def depth(self) -> int: ...
+
+    @abstractmethod
+    def append(self, entry: Entry) -> None: ...
+
+    @abstractmethod
+    def head(self) -> Entry | None: ...
+
+    @abstractmethod
+    def pop_head(self) -> Entry: ...
+
+    @abstractmethod
+    def push_front(self, entries: list[Entry]) -> None:
+        """Put entries back at the head, keeping their order (first one becomes the head)."""
+
+    @abstractmethod
+    def remove(self, entry: Entry) -> bool:
+        """Withdraw an unprocessed entry; False if it is no longer unprocessed."""
+
+    @abstractmethod
+    def unprocessed(self, count: int) -> list[Entry]:
+        """The oldest `count` unprocessed entries, oldest first."""
+
+    # -- history ---------------------------------------------------------------------------
+    @abstractmethod
+    def add_history(self, entry: Entry, keep: int) -> None:
+        """Record a processed entry, keeping only the `keep` newest seqs."""
+
+    @abstractmethod
+    def trim_history(self, keep: int) -> None: ...
+
+    @abstractmethod
+    def history_size(self) -> int: ...
+
+    @abstractmethod
+    def history_oldest(self, count: int) -> list[Entry]: ...
+
+    @abstractmethod
+    def history_latest(self, count: int) -> list[Entry]: ...
+
+    @abstractmethod
+    def history_before(self, seq: int, count: int) -> list[Entry]:
+        """Newest first, seqs strictly below `seq`."""
+
+    @abstractmethod
+    def history_after(self, seq: int, count: int) -> list[Entry]:
+        """Oldest first, seqs strictly above `seq`."""
+
+    @abstractmethod
+    def history_since(self, timestamp: float) -> Iterator[Entry]: ...
+
+    # -- selectors -------------------------------------------------------------------------
+    @abstractmethod
+    def selector(self, selector_id: int) -> SelectorState:
+        """The state of a selector, created (unlimited credit, nothing outstanding) on first
+        use."""
+
+    @abstractmethod
+    def drop_selector(self, selector_id: int) -> None: ...
+
+
+class Store(ABC):
+    """A named storage back-end instance holding the state of many queues."""
+
+    kind: str
+    name: str
+    url: str | None
+
+    @abstractmethod
+    def open_queue(self, name: str) -> QueueState:
+        """The state of queue `name`, created empty if it does not exist."""
+
+    @abstractmethod
+    def drop_queue(self, name: str) -> None:
+        """Forget everything about queue `name`."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the RAM store has none."""
