@@ -108,7 +108,7 @@ class _QueueRuntime:
         self.spec = spec
         self.state = state
         self.selectors: dict[int, SelectorRuntime] = {}
-        self.router: Router | None = None
+        self.router = Router()
         self.scheduled = False
         self.busy = False  # being routed right now (further up the stack)
         self.deleted = False
@@ -152,7 +152,9 @@ class Engine:
         self._stores: dict[str, Store] = {}
         self._queues: dict[str, _QueueRuntime] = {}
         self._default_store = "ram"
-        self._wiring_version = 0
+        # selectors that COPY/MOVE/BOUNCE into a queue name, to re-point them when a queue
+        # of that name is created or deleted
+        self._targeted_by: dict[str, set[SelectorRuntime]] = {}
         self._pending: deque[_QueueRuntime] = deque()
         self._out: list[Delivery] = []
         self._visited: set[tuple[str | None, str]] = set()
@@ -249,7 +251,8 @@ class Engine:
                                     f"({_describe_spec(existing.spec)})")
             qrt = _QueueRuntime(spec, self._stores[spec.store].open_queue(name))
             self._queues[name] = qrt
-            self._wiring_version += 1
+            for sel in self._targeted_by.get(name, ()):
+                sel.resolve(qrt)
             self._catalog.save_queue(spec)
             return self._info(qrt)
 
@@ -306,7 +309,10 @@ class Engine:
     def _delete_queue(self, qrt: _QueueRuntime) -> None:
         qrt.deleted = True
         del self._queues[qrt.name]
-        self._wiring_version += 1
+        for sel in self._targeted_by.get(qrt.name, ()):
+            sel.resolve(None)
+        for sel in qrt.selectors.values():
+            self._untarget(sel)
         state = qrt.state
         held = state.unprocessed(state.depth())
         for sel in qrt.selectors.values():
@@ -366,7 +372,8 @@ class Engine:
 
     def _delete_selector(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
         del qrt.selectors[sel.id]
-        qrt.router = None
+        qrt.router.remove(sel)
+        self._untarget(sel)
         qrt.state.drop_selector(sel.id)
         self._catalog.delete_selector(qrt.name, sel.id)
         returned = []
@@ -447,9 +454,15 @@ class Engine:
                     raise NotFound(f"target queue {target!r} does not exist; create it first")
             elif action == "deliver":
                 check_name("destination", target)
+            self._untarget(sel)
             sel.spec.action = action
             sel.spec.target = target
             sel.refresh(sel.matches)
+            if action in QUEUE_ACTIONS:
+                self._targeted_by.setdefault(target, set()).add(sel)  # type: ignore[arg-type]
+                sel.resolve(self._queues[target])  # type: ignore[index]
+            else:
+                sel.resolve(None)
             self._wiring_changed(qrt, sel)
 
     def _set_start(self, queue: str, selector_id: int, start: object) -> None:
@@ -509,8 +522,18 @@ class Engine:
         self._schedule(qrt)
 
     def _wiring_changed(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
-        qrt.router = None
+        qrt.router.remove(sel)
+        if sel.spec.enabled:
+            qrt.router.add(sel)
         self._catalog.save_selector(sel.spec)
+
+    def _untarget(self, sel: SelectorRuntime) -> None:
+        if sel.target is not None and sel.action in QUEUE_ACTIONS:
+            targeting = self._targeted_by.get(sel.target)
+            if targeting is not None:
+                targeting.discard(sel)
+                if not targeting:
+                    del self._targeted_by[sel.target]
 
     # == messages ============================================================================
     def publish(self, queue: str, message: Message) -> list[Delivery]:
@@ -686,17 +709,9 @@ class Engine:
             if not qrt.deleted:
                 self._route_queue(qrt)
 
-    def _router(self, qrt: _QueueRuntime) -> Router:
-        router = qrt.router
-        if router is None or router.version != self._wiring_version:
-            router = qrt.router = Router(
-                list(qrt.selectors.values()), self._queues.__contains__, self._wiring_version
-            )
-        return router
-
     def _route_queue(self, qrt: _QueueRuntime) -> None:
         """Route `qrt` from its head until it is empty or its head must wait."""
-        router = self._router(qrt)
+        router = qrt.router
         head = qrt.state.head
         route = self._route_entry
         qrt.busy = True
@@ -742,7 +757,7 @@ class Engine:
         return True
 
     def _copy(self, sel: SelectorRuntime, message: Message) -> None:
-        target = self._queues.get(sel.target)  # type: ignore[arg-type]
+        target = sel.target_queue
         if target is not None:
             self._visited.add((message.mid, target.name))
             self._arrive(target, message, None)
@@ -756,7 +771,7 @@ class Engine:
             return
         message = entry.message
         if action != "deliver":
-            target = self._queues[sel.target]  # type: ignore[index]
+            target = sel.target_queue
             if (message.mid, target.name) in self._visited:
                 # a cycle of MOVEs brought it back within one step: stop it here
                 self._dead_letter(qrt, entry, "unroutable")
@@ -804,13 +819,10 @@ class Engine:
         if not (qrt.busy or qrt.scheduled or state.depth()) and self._nesting < _MAX_NESTING:
             # Fast path: an idle, empty queue routes the message at once, with no trip
             # through the unprocessed section and the worklist.
-            router = qrt.router
-            if router is None or router.version != self._wiring_version:
-                router = self._router(qrt)
             qrt.busy = True
             self._nesting += 1
             try:
-                if self._route_entry(qrt, router, entry, False):
+                if self._route_entry(qrt, qrt.router, entry, False):
                     return entry
             finally:
                 qrt.busy = False
@@ -823,7 +835,7 @@ class Engine:
 
     def _overflow(self, qrt: _QueueRuntime, message: Message,
                   origin: tuple[_QueueRuntime, int, str] | None, direct: bool) -> Entry | None:
-        router = self._router(qrt)
+        router = qrt.router
         if router.overflows:
             copies, takers = router.overflow()
             taker = _choose_taker(takers) if takers else None
@@ -918,7 +930,7 @@ def _choose_taker(takers: list[SelectorRuntime]) -> SelectorRuntime | None:
     for sel in takers:
         if sel.replay_next is not None:
             continue  # still catching up on history: live messages wait
-        if sel.state.credit == 0 and sel.action != "delete":
+        if (sel.state.credit == 0 and sel.action != "delete") or not sel.ready:
             continue
         if best is None or sel.turn < best.turn:
             best = sel

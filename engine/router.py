@@ -1,17 +1,18 @@
-"""A queue's routing table, compiled from its enabled selectors (SPEC §2 rule 1).
+"""A queue's routing table, kept up to date as its selectors change (SPEC §2 rule 1).
 
-Theory of operation: when a queue's wiring changes, its router is rebuilt once; routing a
-message then asks the router which selectors want it. MATCH conditions are answered by the
-indexes of matching.py (one per field and operator), filters run only on the hits and on
-filter-only selectors, and the answer is split into COPYs (in selector order) and takers
-(chosen later by credit and round-robin turn). Selectors whose target queue does not exist
-are left out, so they never take a message they could not pass on.
+Theory of operation: each enabled selector is registered in exactly one place of its
+queue's router: an index of matching.py for MATCH conditions (one per field and operator),
+the unconditional list (ALWAYS and filter-only selectors), or the DEFAULT or OVERFLOW lists.
+Changing a selector unregisters and re-registers just that selector, so wiring changes cost
+O(1) per selector, not a rebuild. Routing a message asks the indexes for hits, runs filters
+only on the hits and on filter-only selectors, and splits the answer into COPYs (in selector
+order) and takers (chosen by the engine by credit and round-robin turn).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.catalog import SelectorSpec
 from engine.matching import new_index
@@ -24,18 +25,21 @@ QUEUE_ACTIONS = frozenset({"copy", "move", "bounce"})
 
 
 class SelectorRuntime:
-    """What routing needs of one selector, resolved once per wiring change."""
+    """What routing needs of one selector."""
 
     __slots__ = (
         "action",
         "id",
         "is_copy",
         "matches",
+        "ready",
+        "registered",
         "replay_end",
         "replay_next",
         "spec",
         "state",
         "target",
+        "target_queue",
         "turn",
     )
 
@@ -48,6 +52,10 @@ class SelectorRuntime:
         self.target: str | None = None
         self.is_copy = False
         self.matches: Callable[[Message], bool] | None = None  # compiled filter, if any
+        # the runtime of the target queue for COPY/MOVE/BOUNCE; None while it does not exist
+        self.target_queue: Any = None
+        self.ready = True  # False for a COPY/MOVE/BOUNCE whose target queue is missing
+        self.registered: tuple | None = None  # where the router holds it
         self.replay_next: int | None = None  # next history seq to replay (start_at)
         self.replay_end = 0
         self.refresh(None)
@@ -57,6 +65,11 @@ class SelectorRuntime:
         self.target = self.spec.target
         self.is_copy = self.action == "copy"
         self.matches = matches
+
+    def resolve(self, target_queue: Any) -> None:
+        """Point at the target queue's runtime (None when it does not exist)."""
+        self.target_queue = target_queue
+        self.ready = target_queue is not None or self.action not in QUEUE_ACTIONS
 
 
 def header_text(value: object) -> str | None:
@@ -69,56 +82,93 @@ def header_text(value: object) -> str | None:
 
 
 class Router:
-    __slots__ = ("defaults", "fixed", "indexes", "overflows", "routing", "unconditional", "version")
+    __slots__ = (
+        "_filtered",
+        "_indexed",
+        "defaults",
+        "fixed",
+        "indexes",
+        "overflows",
+        "routing",
+        "unconditional",
+    )
 
-    def __init__(self, selectors: list[SelectorRuntime], queue_exists: Callable[[str], bool],
-                 version: int) -> None:
-        self.version = version
+    def __init__(self) -> None:
         self.unconditional: list[SelectorRuntime] = []
-        self.indexes: list[tuple[str, object]] = []
+        self.indexes: dict[tuple[str, str], Any] = {}  # (field, operator) -> index
         self.defaults: list[SelectorRuntime] = []
         self.overflows: list[SelectorRuntime] = []
         # Rule 6: a queue with no enabled selectors besides OVERFLOW ones holds its messages.
-        self.routing = False
-        by_field: dict[tuple[str, str], object] = {}
-        for sel in selectors:
-            spec = sel.spec
-            if not spec.enabled:
-                continue
-            if spec.when != "overflow":
-                self.routing = True
-            if sel.action in QUEUE_ACTIONS and not queue_exists(sel.target):
-                continue
-            if spec.when == "default":
-                self.defaults.append(sel)
-            elif spec.when == "overflow":
-                self.overflows.append(sel)
-            elif spec.when == "always" or spec.match is None:
-                self.unconditional.append(sel)
-            else:
-                operator, pattern, field = spec.match
-                index = by_field.get((field, operator))
-                if index is None:
-                    index = by_field[(field, operator)] = new_index(operator)
-                    self.indexes.append((field, index))
-                index.add(pattern, sel)
+        self.routing = 0  # number of enabled selectors other than OVERFLOW ones
+        self._indexed = 0
+        self._filtered = 0
+        self.fixed: tuple[list[SelectorRuntime], list[SelectorRuntime]] | None = _NO_HITS
+
+    def add(self, sel: SelectorRuntime) -> None:
+        spec = sel.spec
+        if spec.when == "overflow":
+            self.overflows.append(sel)
+            sel.registered = ("overflow",)
+        elif spec.when == "default":
+            self.defaults.append(sel)
+            sel.registered = ("default",)
+        elif spec.when == "always" or spec.match is None:
+            self.unconditional.append(sel)
+            self._filtered += sel.matches is not None
+            sel.registered = ("unconditional", sel.matches is not None)
+        else:
+            operator, pattern, field = spec.match
+            index = self.indexes.get((field, operator))
+            if index is None:
+                index = self.indexes[(field, operator)] = new_index(operator)
+            index.add(pattern, sel)
+            self._indexed += 1
+            sel.registered = ("index", field, operator, pattern)
+        if spec.when != "overflow":
+            self.routing += 1
+        self._refresh()
+
+    def remove(self, sel: SelectorRuntime) -> None:
+        where = sel.registered
+        if where is None:
+            return
+        sel.registered = None
+        kind = where[0]
+        if kind == "overflow":
+            self.overflows.remove(sel)
+        elif kind == "default":
+            self.defaults.remove(sel)
+        elif kind == "unconditional":
+            self.unconditional.remove(sel)
+            self._filtered -= where[1]
+        else:
+            _, field, operator, pattern = where
+            index = self.indexes[(field, operator)]
+            index.discard(pattern, sel)
+            self._indexed -= 1
+        if kind != "overflow":
+            self.routing -= 1
+        self._refresh()
+
+    def _refresh(self) -> None:
         # The common case (only ALWAYS selectors without filters) needs no work per message.
-        self.fixed: tuple[list[SelectorRuntime], list[SelectorRuntime]] | None = None
-        if not self.indexes and all(sel.matches is None for sel in self.unconditional):
+        if not self._indexed and not self._filtered:
             self.fixed = split(self.unconditional)
+        else:
+            self.fixed = None
 
     def match(self, message: Message) -> tuple[list[SelectorRuntime], list[SelectorRuntime]]:
         """(copies in selector order, takers) whose WHEN holds for `message`."""
         if self.fixed is not None:
             return self.fixed
         hits = [sel for sel in self.unconditional if sel.matches is None or sel.matches(message)]
-        for field, index in self.indexes:
+        for (field, _), index in self.indexes.items():
             key = message.address if field == "address" else header_text(
                 message.headers.get(field)
             )
             if key is None:
                 continue
-            for sel in index.match(key):  # type: ignore[attr-defined]
+            for sel in index.match(key):
                 if sel.matches is None or sel.matches(message):
                     hits.append(sel)
         if not hits:
