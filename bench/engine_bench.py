@@ -53,6 +53,24 @@ def bench_wolfpack(count: int) -> float:
     return count / seconds
 
 
+def bench_wolfpack_batched(count: int, batch: int = 100) -> float:
+    eng = Engine()
+    for worker in ("w1", "w2"):
+        wolfpack(eng, "jobs", worker, credit=batch)
+    messages = [Message(address="job", body=b"x" * 100)] * batch
+    publish_many, confirm_many = eng.publish_many, eng.confirm_many
+
+    def run() -> None:
+        for _ in range(count // batch):
+            waiting = publish_many("jobs", messages)
+            while waiting:
+                waiting = confirm_many(waiting)
+
+    seconds = timed(run)
+    assert eng.stats("jobs")["routed"] == count // batch * batch
+    return count / seconds
+
+
 def bench_parrot(count: int, subscribers: int = 10) -> float:
     eng = Engine()
     for n in range(subscribers):
@@ -129,6 +147,8 @@ def main() -> None:
           f"{os.cpu_count()} CPUs")
     rate = bench_wolfpack(300_000 // scale)
     print(f"(a) wolfpack 2 workers, publish->deliver->confirm: {rate:>12,.0f} msg/s")
+    rate = bench_wolfpack_batched(300_000 // scale)
+    print(f"    the same in batches of 100 (publish_many, confirm_many): {rate:>10,.0f} msg/s")
     rate = bench_parrot(50_000 // scale)
     print(f"(b) parrot 10 subscribers, deliveries:            {rate:>12,.0f} deliveries/s")
     sizes = (100, 1_000, 10_000) if args.quick else (100, 1_000, 10_000, 100_000)

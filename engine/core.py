@@ -350,7 +350,9 @@ class Engine:
             spec = SelectorSpec(queue=queue, id=self._catalog.next_selector_id(queue))
             state = qrt.state.selector(spec.id)
             state.credit = -1
-            qrt.selectors[spec.id] = SelectorRuntime(spec, state, next(self._turns))
+            sel = SelectorRuntime(spec, state, next(self._turns))
+            sel.tag_prefix = f"{queue}:{spec.id}:{self._prefix}."
+            qrt.selectors[spec.id] = sel
             self._catalog.save_selector(spec)
             return Selector(self, queue, spec.id)
 
@@ -556,6 +558,35 @@ class Engine:
         self._visited.add((message.mid, qrt.name))
         self._arrive(qrt, message, None, direct=True)
 
+    def publish_many(self, queue: str, messages: list[Message]) -> list[Delivery]:
+        """Publish messages to one queue in order, under one lock: faster than one call
+        each. All or nothing: a bad message, or a full queue (no overflow selector, no
+        dead-letter queue) without room for the whole batch, raises and publishes none."""
+        checked = [self._checked(message) for message in messages]
+        with self._lock:
+            qrt = self._queues.get(queue)
+            if qrt is None:
+                if self.dead_letter is None or not isinstance(queue, str):
+                    raise NotFound(f"queue {queue!r} does not exist")
+                checked = [_dead_lettered(m, "no-such-queue", queue) for m in checked]
+                qrt = self._engine_dead_letter_queue()
+            limit = qrt.limit
+            if (
+                limit is not None
+                and not qrt.router.overflows
+                and qrt.dead_letter is None
+                and qrt.state.depth() + len(checked) > limit
+            ):
+                raise QueueFull(f"queue {qrt.name!r} has room for {limit - qrt.state.depth()} "
+                                f"of the {len(checked)} messages (limit {limit}); none published")
+            return self._run(self._publish_many, qrt, checked)
+
+    def _publish_many(self, qrt: _QueueRuntime, messages: list[Message]) -> None:
+        visited, arrive, name = self._visited, self._arrive, qrt.name
+        for message in messages:
+            visited.add((message.mid, name))
+            arrive(qrt, message, None)
+
     def _checked(self, message: object) -> Message:
         if not isinstance(message, Message):
             raise InvalidArgument(f"publish takes a Message, not {type(message).__name__}")
@@ -583,6 +614,24 @@ class Engine:
         with self._lock:
             qrt, sel, tag = self._outstanding(delivery)
             return self._run(self._confirm, qrt, sel, tag)
+
+    def confirm_many(self, deliveries: list[Delivery | str]) -> list[Delivery]:
+        """Confirm several deliveries under one lock. All or nothing: an unknown, settled or
+        repeated tag raises NotFound and confirms none."""
+        with self._lock:
+            settling = []
+            seen: set[str] = set()
+            for delivery in deliveries:
+                found = self._outstanding(delivery)
+                if found[2] in seen:
+                    raise NotFound(f"delivery {found[2]!r} is listed twice")
+                seen.add(found[2])
+                settling.append(found)
+            return self._run(self._confirm_many, settling)
+
+    def _confirm_many(self, settling: list[tuple[_QueueRuntime, SelectorRuntime, str]]) -> None:
+        for qrt, sel, tag in settling:
+            self._confirm(qrt, sel, tag)
 
     def _confirm(self, qrt: _QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
         entry = sel.state.outstanding.pop(tag)
@@ -778,7 +827,7 @@ class Engine:
                 return
         if state.credit > 0:
             state.credit -= 1
-        tag = f"{qrt.name}:{sel.id}:{self._prefix}.{next(self._serials)}"
+        tag = f"{sel.tag_prefix}{next(self._serials)}"
         state.outstanding[tag] = entry
         if action == "deliver":
             entry.delivery_count += 1

@@ -85,15 +85,23 @@ class PrefixIndex:
 
 
 class _TopicNode:
-    __slots__ = ("children", "items")
+    __slots__ = ("children", "hash_child", "is_hash", "items")
 
-    def __init__(self) -> None:
+    def __init__(self, is_hash: bool = False) -> None:
         self.children: dict[str, _TopicNode] = {}
+        self.hash_child: _TopicNode | None = None  # children["#"], kept apart for speed
+        self.is_hash = is_hash  # reached through a `#`: may swallow further words
         self.items: set[Hashable] = set()
 
 
 class TopicTrie:
-    """Topic patterns in a trie; `*` and `#` are children like any word."""
+    """Topic patterns in a trie; matching runs it as an NFA, one word at a time.
+
+    The live state set starts at the root; each word moves every state to its child of
+    that word and its `*` child, and keeps `#` nodes (which swallow any number of words);
+    after each step a state's `#` child is added too, since `#` may swallow none. The cost
+    is proportional to the key's words times the live states, not the number of patterns.
+    """
 
     __slots__ = ("_root",)
 
@@ -105,7 +113,9 @@ class TopicTrie:
         for word in topic_words(pattern):
             nxt = node.children.get(word)
             if nxt is None:
-                nxt = node.children[word] = _TopicNode()
+                nxt = node.children[word] = _TopicNode(is_hash=word == "#")
+                if word == "#":
+                    node.hash_child = nxt
             node = nxt
         node.items.add(item)
 
@@ -123,41 +133,51 @@ class TopicTrie:
             node = path[depth]
             if node.items or node.children:
                 break
-            del path[depth - 1].children[words[depth - 1]]
+            parent = path[depth - 1]
+            del parent.children[words[depth - 1]]
+            if words[depth - 1] == "#":
+                parent.hash_child = None
 
     def match(self, key: str) -> set[Hashable]:
-        words = topic_words(key)
-        count = len(words)
+        states = _closure([self._root])
+        for word in key.split(".") if key else ():
+            step: list[_TopicNode] = []
+            for node in states:
+                if node.is_hash:
+                    step.append(node)
+                children = node.children
+                if children:
+                    nxt = children.get(word)
+                    if nxt is not None:
+                        step.append(nxt)
+                    if word != "*":
+                        nxt = children.get("*")
+                        if nxt is not None:
+                            step.append(nxt)
+            if not step:
+                return _NOTHING
+            states = _closure(step)
         hits: set[Hashable] = set()
-        # Depth-first over (node, position) states; `seen` stops `#.#` chains from
-        # exploring the same state twice, which keeps the walk linear in practice.
-        stack = [(self._root, 0)]
-        seen: set[tuple[int, int]] = set()
-        while stack:
-            node, pos = stack.pop()
-            state = (id(node), pos)
-            if state in seen:
-                continue
-            seen.add(state)
-            children = node.children
-            hash_node = children.get("#")
-            if hash_node is not None:
-                # `#` swallows zero words (stay at pos) or one more word at a time
-                for skip in range(pos, count + 1):
-                    stack.append((hash_node, skip))
-            if pos == count:
-                if node.items:
-                    hits |= node.items
-                continue
-            word = words[pos]
-            nxt = children.get(word)
-            if nxt is not None:
-                stack.append((nxt, pos + 1))
-            if word != "*":
-                star = children.get("*")
-                if star is not None:
-                    stack.append((star, pos + 1))
+        for node in states:
+            if node.items:
+                hits |= node.items
         return hits
+
+
+def _closure(nodes: list[_TopicNode]) -> list[_TopicNode]:
+    """`nodes` plus the `#` nodes reachable from them without consuming a word, once each."""
+    if len(nodes) == 1 and nodes[0].hash_child is None:
+        return nodes
+    seen: dict[int, _TopicNode] = {}
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
+        if node.hash_child is not None:
+            stack.append(node.hash_child)
+    return list(seen.values())
 
 
 class RegexIndex:

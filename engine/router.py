@@ -38,6 +38,7 @@ class SelectorRuntime:
         "replay_next",
         "spec",
         "state",
+        "tag_prefix",
         "target",
         "target_queue",
         "turn",
@@ -58,6 +59,7 @@ class SelectorRuntime:
         self.registered: tuple | None = None  # where the router holds it
         self.replay_next: int | None = None  # next history seq to replay (start_at)
         self.replay_end = 0
+        self.tag_prefix = ""  # "<queue>:<id>:<engine prefix>." for delivery tags
         self.refresh(None)
 
     def refresh(self, matches: Callable[[Message], bool] | None) -> None:
