@@ -45,6 +45,7 @@ from engine.errors import (
 )
 from engine.filters import compile_filter
 from engine.matching import check_pattern
+from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.router import QUEUE_ACTIONS, Router, SelectorRuntime
 from engine.selectors import Selector
@@ -595,8 +596,12 @@ class Engine:
         if message.return_address is not None and not isinstance(message.return_address, str):
             raise InvalidArgument(f"return_address must be a string or None, "
                                   f"not {message.return_address!r}")
-        headers = check_headers(message.headers)
-        body = check_body(message.body, self.max_body)
+        headers = message.headers
+        if headers is not EMPTY_HEADERS:
+            headers = check_headers(headers)
+        body = message.body
+        if type(body) is not bytes or len(body) > self.max_body:
+            body = check_body(body, self.max_body)
         mid = f"{self._prefix}-{next(self._serials)}"
         return Message(message.address, headers, body, message.return_address, mid, None,
                        time.time())
@@ -790,6 +795,7 @@ class Engine:
             taker = _choose_taker(takers)
             if taker is None:
                 return False  # rule 4: wait for credit, in order
+            taker.turn = next(self._turns)  # rotated to the end of the takers
         if queued:
             qrt.state.pop_head()
         qrt.state.counters["routed"] += 1
@@ -814,7 +820,6 @@ class Engine:
     def _take(self, qrt: _QueueRuntime, sel: SelectorRuntime, entry: Entry) -> None:
         state = sel.state
         action = sel.action
-        sel.turn = next(self._turns)
         if action == "delete":
             self._processed(qrt, entry)
             return
@@ -898,6 +903,7 @@ class Engine:
                 if taker is None:
                     self._processed(qrt, entry)
                     return None
+                taker.turn = next(self._turns)
                 self._take(qrt, taker, entry)
                 return entry if taker.action != "delete" else None
         if qrt.dead_letter is None and direct:
@@ -970,6 +976,7 @@ class Engine:
             else:
                 entry = Entry(kept.seq, kept.message, None)
                 entry.replay = True
+                sel.turn = next(self._turns)
                 self._take(qrt, sel, entry)
 
 
