@@ -124,8 +124,9 @@ def bench_network(count: int, queues: int = 1000, per_queue: int = 10) -> float:
             sel.do_deliver(f"app{(n + kind) % 10}").enable()
         eng.selector_create(name).when_default().do_delete().enable()
     rng = random.Random(11)
-    work = [(rng.choice(names), Message(address=f"kind{rng.randrange(per_queue)}"))
-            for _ in range(1000)]
+    work = [
+        (rng.choice(names), Message(address=f"kind{rng.randrange(per_queue)}")) for _ in range(1000)
+    ]
     publish, confirm = eng.publish, eng.confirm
 
     def run() -> None:
@@ -143,8 +144,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small counts for a smoke run")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
-    print(f"Xump engine benchmark (RAM store), Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"Xump engine benchmark (RAM store), Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
     rate = bench_wolfpack(300_000 // scale)
     print(f"(a) wolfpack 2 workers, publish->deliver->confirm: {rate:>12,.0f} msg/s")
     rate = bench_wolfpack_batched(300_000 // scale)
@@ -157,8 +159,10 @@ def main() -> None:
         count = 1_000_000 // scale if patterns == 10_000 else 200_000 // scale
         rate = bench_topic(count, patterns)
         per_message[patterns] = 1e6 / rate
-        print(f"(c) topic routing, {patterns:>7,} patterns, {count:>9,} publishes: "
-              f"{rate:>10,.0f} msg/s ({1e6 / rate:.2f} us/msg)")
+        print(
+            f"(c) topic routing, {patterns:>7,} patterns, {count:>9,} publishes: "
+            f"{rate:>10,.0f} msg/s ({1e6 / rate:.2f} us/msg)"
+        )
     growth = per_message[sizes[-1]] / per_message[100]
     print(f"    time per message grows {growth:.2f}x from 100 to {sizes[-1]:,} patterns")
     rate = bench_network(200_000 // scale)

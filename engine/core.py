@@ -1,26 +1,9 @@
-"""The Engine: the routing layer of SPEC §2.
+"""The Engine: the public API of SPEC §3 over stores, queues and selectors.
 
-Theory of operation (a protocol core in the manner of h11: no I/O of its own):
-
-* Every public call takes the engine lock, changes state, routes whatever became routable and
-  returns the Deliveries that caused. Nothing happens between calls; output only follows
-  input.
-* A message arriving at a queue becomes an `Entry` at the tail of its unprocessed section
-  and the queue is scheduled. `_drain` routes scheduled queues until none is left: each one
-  from its head, strictly FIFO, stopping at a head that must wait (takers matched, none with
-  credit; or no routing selectors at all). A worklist, not recursion, so long chains of
-  queues cannot exhaust the stack.
-* Routing a head: the router answers (copies, takers). The taker with credit and the lowest
-  turn takes the message and gets a new turn (round-robin). COPYs run first; a message is
-  never copied twice into the same queue within one public call (`_visited`).
-* A taken entry stays *outstanding* at its selector. When it is settled (confirmed, deleted,
-  or its moved copy settled downstream) the selector gets its credit back and the entry is
-  processed, which settles the entry it came from: credit flows up a chain of MOVEs as
-  messages flow down (`_settle`).
-* Dead letters and drops also settle the entry's origin: a MOVE's message is settled when it
-  leaves the target queue's accounting in any way.
-
-Wiring changes go through the catalog; runtime state lives in the stores (stores/base.py).
+Every public call validates its input before it changes anything, takes the engine lock,
+makes its change and lets the routing layer (routing.py, SPEC §2) route whatever became
+routable; calls that can cause deliveries return them. Wiring changes go through the catalog
+(catalog.py); per-message state lives in the stores (stores/base.py).
 """
 
 from __future__ import annotations
@@ -32,7 +15,6 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from engine.catalog import MemoryCatalog, QueueSpec, SelectorSpec, StoreSpec
 from engine.errors import (
@@ -47,9 +29,10 @@ from engine.filters import compile_filter
 from engine.matching import check_pattern
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
-from engine.router import QUEUE_ACTIONS, Router, SelectorRuntime
+from engine.router import QUEUE_ACTIONS, SelectorRuntime
+from engine.routing import QueueRuntime, Routing, dead_lettered
 from engine.selectors import Selector
-from engine.stores.base import Entry, QueueState, Store
+from engine.stores.base import Entry, Store
 from engine.stores.ram import RamStore
 from engine.validation import (
     DEFAULT_MAX_BODY,
@@ -62,9 +45,6 @@ from engine.validation import (
 )
 
 STORE_KINDS = ("ram", "redis", "sql")
-# Fast-path routing recurses along a chain of queues; past this depth arrivals queue up
-# and the worklist takes over, so long chains never exhaust the stack.
-_MAX_NESTING = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,41 +67,6 @@ class StoreInfo:
     url: str | None
 
 
-class _QueueRuntime:
-    """One queue's settings (copied out of its spec for speed), state and router."""
-
-    __slots__ = (
-        "busy",
-        "dead_letter",
-        "deleted",
-        "history",
-        "limit",
-        "name",
-        "router",
-        "scheduled",
-        "selectors",
-        "spec",
-        "state",
-    )
-
-    def __init__(self, spec: QueueSpec, state: QueueState) -> None:
-        self.name = spec.name
-        self.spec = spec
-        self.state = state
-        self.selectors: dict[int, SelectorRuntime] = {}
-        self.router = Router()
-        self.scheduled = False
-        self.busy = False  # being routed right now (further up the stack)
-        self.deleted = False
-        self.apply(spec)
-
-    def apply(self, spec: QueueSpec) -> None:
-        self.spec = spec
-        self.limit = spec.limit
-        self.history = spec.history
-        self.dead_letter = spec.dead_letter
-
-
 def _parse_tag(tag: object) -> tuple[str, int]:
     """Delivery tags read `<queue>:<selector id>:<serial>` so any process can settle them."""
     if isinstance(tag, Delivery):
@@ -134,7 +79,7 @@ def _parse_tag(tag: object) -> tuple[str, int]:
     return parts[0], int(parts[1])
 
 
-class Engine:
+class Engine(Routing):
     """Queues joined by selectors. See SPEC §3 for the API and §2 for the rules."""
 
     def __init__(
@@ -151,12 +96,12 @@ class Engine:
         self._lock = threading.RLock()
         self._catalog = catalog if catalog is not None else MemoryCatalog()
         self._stores: dict[str, Store] = {}
-        self._queues: dict[str, _QueueRuntime] = {}
+        self._queues: dict[str, QueueRuntime] = {}
         self._default_store = "ram"
         # selectors that COPY/MOVE/BOUNCE into a queue name, to re-point them when a queue
         # of that name is created or deleted
         self._targeted_by: dict[str, set[SelectorRuntime]] = {}
-        self._pending: deque[_QueueRuntime] = deque()
+        self._pending: deque[QueueRuntime] = deque()
         self._out: list[Delivery] = []
         self._visited: set[tuple[str | None, str]] = set()
         self._nesting = 0  # depth of fast-path routing on the stack
@@ -170,7 +115,9 @@ class Engine:
         """Create a named store; idempotent for the same kind and URL."""
         check_name("store", name)
         if kind not in STORE_KINDS:
-            raise InvalidArgument(f"unknown store kind {kind!r}; use one of {', '.join(STORE_KINDS)}")
+            raise InvalidArgument(
+                f"unknown store kind {kind!r}; use one of {', '.join(STORE_KINDS)}"
+            )
         with self._lock:
             existing = self._stores.get(name)
             if existing is not None:
@@ -201,7 +148,8 @@ class Engine:
             if used:
                 raise InvalidArgument(
                     f"store {name!r} still holds queues {', '.join(used[:5])}"
-                    + (" ..." if len(used) > 5 else "") + "; delete them first"
+                    + (" ..." if len(used) > 5 else "")
+                    + "; delete them first"
                 )
             del self._stores[name]
             self._catalog.delete_store(name)
@@ -236,8 +184,15 @@ class Engine:
         check_name("queue", name)
         return self._queue_create(name, store, limit, history, dead_letter, self_destruct)
 
-    def _queue_create(self, name: str, store: str | None, limit: int | None, history: int,
-                      dead_letter: str | None, self_destruct: bool) -> QueueInfo:
+    def _queue_create(
+        self,
+        name: str,
+        store: str | None,
+        limit: int | None,
+        history: int,
+        dead_letter: str | None,
+        self_destruct: bool,
+    ) -> QueueInfo:
         spec = self._queue_spec(name, store, limit, history, dead_letter, self_destruct)
         with self._lock:
             if spec.store not in self._stores:
@@ -248,17 +203,26 @@ class Engine:
             if existing is not None:
                 if existing.spec == spec:
                     return self._info(existing)
-                raise AlreadyExists(f"queue {name!r} already exists with other settings "
-                                    f"({_describe_spec(existing.spec)})")
-            qrt = _QueueRuntime(spec, self._stores[spec.store].open_queue(name))
+                raise AlreadyExists(
+                    f"queue {name!r} already exists with other settings "
+                    f"({_describe_spec(existing.spec)})"
+                )
+            qrt = QueueRuntime(spec, self._stores[spec.store].open_queue(name))
             self._queues[name] = qrt
             for sel in self._targeted_by.get(name, ()):
                 sel.resolve(qrt)
             self._catalog.save_queue(spec)
             return self._info(qrt)
 
-    def _queue_spec(self, name: str, store: str | None, limit: object, history: object,
-                    dead_letter: object, self_destruct: object) -> QueueSpec:
+    def _queue_spec(
+        self,
+        name: str,
+        store: str | None,
+        limit: object,
+        history: object,
+        dead_letter: object,
+        self_destruct: object,
+    ) -> QueueSpec:
         store = self._default_store if store is None else store
         check_name("store", store)
         limit = check_optional_count("limit", limit, minimum=0)
@@ -273,7 +237,9 @@ class Engine:
         """Change a queue's limit, history, dead_letter or self_destruct."""
         unknown = set(changes) - {"limit", "history", "dead_letter", "self_destruct"}
         if unknown:
-            raise InvalidArgument(f"queue setting(s) {', '.join(sorted(unknown))} cannot be changed")
+            raise InvalidArgument(
+                f"queue setting(s) {', '.join(sorted(unknown))} cannot be changed"
+            )
         with self._lock:
             qrt = self._queue(name)
             current = qrt.spec
@@ -307,7 +273,7 @@ class Engine:
             qrt = self._queue(name)
             return self._run(self._delete_queue, qrt)
 
-    def _delete_queue(self, qrt: _QueueRuntime) -> None:
+    def _delete_queue(self, qrt: QueueRuntime) -> None:
         qrt.deleted = True
         del self._queues[qrt.name]
         for sel in self._targeted_by.get(qrt.name, ()):
@@ -323,13 +289,13 @@ class Engine:
         for entry in held:
             self._settle(entry.origin)
 
-    def _queue(self, name: object) -> _QueueRuntime:
+    def _queue(self, name: object) -> QueueRuntime:
         qrt = self._queues.get(name)  # type: ignore[arg-type]
         if qrt is None:
             raise NotFound(f"queue {name!r} does not exist")
         return qrt
 
-    def _info(self, qrt: _QueueRuntime) -> QueueInfo:
+    def _info(self, qrt: QueueRuntime) -> QueueInfo:
         spec = qrt.spec
         return QueueInfo(
             name=spec.name,
@@ -373,7 +339,7 @@ class Engine:
             qrt, sel = self._selector(queue, selector_id)
             return self._run(self._delete_selector, qrt, sel)
 
-    def _delete_selector(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+    def _delete_selector(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
         del qrt.selectors[sel.id]
         qrt.router.remove(sel)
         self._untarget(sel)
@@ -401,7 +367,7 @@ class Engine:
         if qrt.spec.self_destruct and not qrt.selectors:
             self._delete_queue(qrt)
 
-    def _selector(self, queue: str, selector_id: object) -> tuple[_QueueRuntime, SelectorRuntime]:
+    def _selector(self, queue: str, selector_id: object) -> tuple[QueueRuntime, SelectorRuntime]:
         qrt = self._queue(queue)
         sel = qrt.selectors.get(selector_id)  # type: ignore[arg-type]
         if sel is None:
@@ -418,8 +384,14 @@ class Engine:
             sel = self._selector(queue, selector_id)[1]
             return sel.state.credit, len(sel.state.outstanding)
 
-    def _set_when(self, queue: str, selector_id: int, kind: str,
-                  match: tuple[str, str, str] | None = None, expression: str | None = None) -> None:
+    def _set_when(
+        self,
+        queue: str,
+        selector_id: int,
+        kind: str,
+        match: tuple[str, str, str] | None = None,
+        expression: str | None = None,
+    ) -> None:
         if kind == "match":
             operator, pattern, field = match  # type: ignore[misc]
             check_pattern(operator, pattern)
@@ -451,8 +423,9 @@ class Engine:
             if action in QUEUE_ACTIONS:
                 check_name("target queue", target, allow_reserved=True)
                 if target == queue:
-                    raise InvalidSelector(f"a selector cannot {action} messages into its own "
-                                          f"queue {queue!r}")
+                    raise InvalidSelector(
+                        f"a selector cannot {action} messages into its own queue {queue!r}"
+                    )
                 if target not in self._queues:
                     raise NotFound(f"target queue {target!r} does not exist; create it first")
             elif action == "deliver":
@@ -502,11 +475,15 @@ class Engine:
             qrt, sel = self._selector(queue, selector_id)
             spec = sel.spec
             if enabled and spec.when is None:
-                raise InvalidSelector(f"selector {spec.id} on queue {queue!r} has no WHEN; "
-                                      "set one with when_match, when_filter, when_always, ...")
+                raise InvalidSelector(
+                    f"selector {spec.id} on queue {queue!r} has no WHEN; "
+                    "set one with when_match, when_filter, when_always, ..."
+                )
             if enabled and spec.action is None:
-                raise InvalidSelector(f"selector {spec.id} on queue {queue!r} has no DO; "
-                                      "set one with do_copy, do_move, do_deliver, ...")
+                raise InvalidSelector(
+                    f"selector {spec.id} on queue {queue!r} has no DO; "
+                    "set one with do_copy, do_move, do_deliver, ..."
+                )
             if spec.enabled == enabled:
                 return []
             spec.enabled = enabled
@@ -516,7 +493,7 @@ class Engine:
                 return []
             return self._run(self._enabled, qrt, sel)
 
-    def _enabled(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+    def _enabled(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
         start = sel.spec.start
         if start != "current" and sel.spec.when not in ("default", "overflow"):
             sel.replay_next = 1 if start == "head" else start  # type: ignore[assignment]
@@ -524,7 +501,7 @@ class Engine:
             self._replay(qrt, sel)
         self._schedule(qrt)
 
-    def _wiring_changed(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
+    def _wiring_changed(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
         qrt.router.remove(sel)
         if sel.spec.enabled:
             qrt.router.add(sel)
@@ -551,11 +528,11 @@ class Engine:
             if qrt is None:
                 if self.dead_letter is None or not isinstance(queue, str):
                     raise NotFound(f"queue {queue!r} does not exist")
-                message = _dead_lettered(message, "no-such-queue", queue)
+                message = dead_lettered(message, "no-such-queue", queue)
                 qrt = self._engine_dead_letter_queue()
             return self._run(self._publish, qrt, message)
 
-    def _publish(self, qrt: _QueueRuntime, message: Message) -> None:
+    def _publish(self, qrt: QueueRuntime, message: Message) -> None:
         self._visited.add((message.mid, qrt.name))
         self._arrive(qrt, message, None, direct=True)
 
@@ -569,7 +546,7 @@ class Engine:
             if qrt is None:
                 if self.dead_letter is None or not isinstance(queue, str):
                     raise NotFound(f"queue {queue!r} does not exist")
-                checked = [_dead_lettered(m, "no-such-queue", queue) for m in checked]
+                checked = [dead_lettered(m, "no-such-queue", queue) for m in checked]
                 qrt = self._engine_dead_letter_queue()
             limit = qrt.limit
             if (
@@ -578,11 +555,13 @@ class Engine:
                 and qrt.dead_letter is None
                 and qrt.state.depth() + len(checked) > limit
             ):
-                raise QueueFull(f"queue {qrt.name!r} has room for {limit - qrt.state.depth()} "
-                                f"of the {len(checked)} messages (limit {limit}); none published")
+                raise QueueFull(
+                    f"queue {qrt.name!r} has room for {limit - qrt.state.depth()} "
+                    f"of the {len(checked)} messages (limit {limit}); none published"
+                )
             return self._run(self._publish_many, qrt, checked)
 
-    def _publish_many(self, qrt: _QueueRuntime, messages: list[Message]) -> None:
+    def _publish_many(self, qrt: QueueRuntime, messages: list[Message]) -> None:
         visited, arrive, name = self._visited, self._arrive, qrt.name
         for message in messages:
             visited.add((message.mid, name))
@@ -594,8 +573,9 @@ class Engine:
         if not isinstance(message.address, str):
             raise InvalidArgument(f"address must be a string, not {message.address!r}")
         if message.return_address is not None and not isinstance(message.return_address, str):
-            raise InvalidArgument(f"return_address must be a string or None, "
-                                  f"not {message.return_address!r}")
+            raise InvalidArgument(
+                f"return_address must be a string or None, not {message.return_address!r}"
+            )
         headers = message.headers
         if headers is not EMPTY_HEADERS:
             headers = check_headers(headers)
@@ -603,10 +583,11 @@ class Engine:
         if type(body) is not bytes or len(body) > self.max_body:
             body = check_body(body, self.max_body)
         mid = f"{self._prefix}-{next(self._serials)}"
-        return Message(message.address, headers, body, message.return_address, mid, None,
-                       time.time())
+        return Message(
+            message.address, headers, body, message.return_address, mid, None, time.time()
+        )
 
-    def _engine_dead_letter_queue(self) -> _QueueRuntime:
+    def _engine_dead_letter_queue(self) -> QueueRuntime:
         name = self.dead_letter
         qrt = self._queues.get(name)  # type: ignore[arg-type]
         if qrt is None:
@@ -634,11 +615,11 @@ class Engine:
                 settling.append(found)
             return self._run(self._confirm_many, settling)
 
-    def _confirm_many(self, settling: list[tuple[_QueueRuntime, SelectorRuntime, str]]) -> None:
+    def _confirm_many(self, settling: list[tuple[QueueRuntime, SelectorRuntime, str]]) -> None:
         for qrt, sel, tag in settling:
             self._confirm(qrt, sel, tag)
 
-    def _confirm(self, qrt: _QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
+    def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
         entry = sel.state.outstanding.pop(tag)
         qrt.state.counters["confirmed"] += 1
         self._credit_back(qrt, sel)
@@ -652,7 +633,7 @@ class Engine:
             qrt, sel, tag = self._outstanding(delivery)
             return self._run(self._reject, qrt, sel, tag, requeue)
 
-    def _reject(self, qrt: _QueueRuntime, sel: SelectorRuntime, tag: str, requeue: bool) -> None:
+    def _reject(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str, requeue: bool) -> None:
         entry = sel.state.outstanding.pop(tag)
         qrt.state.counters["rejected"] += 1
         if entry.replay:
@@ -667,14 +648,16 @@ class Engine:
             self._dead_letter(qrt, entry, "rejected")
         self._credit_back(qrt, sel)
 
-    def _outstanding(self, delivery: Delivery | str) -> tuple[_QueueRuntime, SelectorRuntime, str]:
+    def _outstanding(self, delivery: Delivery | str) -> tuple[QueueRuntime, SelectorRuntime, str]:
         queue, selector_id = _parse_tag(delivery)
         tag = delivery.tag if isinstance(delivery, Delivery) else delivery
         qrt = self._queues.get(queue)
         sel = qrt.selectors.get(selector_id) if qrt is not None else None
         if sel is None or sel.action != "deliver" or tag not in sel.state.outstanding:
-            raise NotFound(f"delivery {tag!r} is not outstanding (already settled, or its "
-                           "selector or queue was deleted)")
+            raise NotFound(
+                f"delivery {tag!r} is not outstanding (already settled, or its "
+                "selector or queue was deleted)"
+            )
         return qrt, sel, tag  # type: ignore[return-value]
 
     # == history =============================================================================
@@ -735,285 +718,13 @@ class Engine:
             counters["outstanding"] = sum(len(s.state.outstanding) for s in qrt.selectors.values())
             return counters
 
-    # == routing =============================================================================
-    def _run(self, operation, *args) -> list[Delivery]:  # type: ignore[no-untyped-def]
-        """Run one state change, route what it made routable, return the Deliveries."""
-        try:
-            operation(*args)
-            self._drain()
-            return self._out
-        finally:
-            self._out = []
-            self._visited.clear()
-            if self._pending:
-                for qrt in self._pending:
-                    qrt.scheduled = False
-                self._pending.clear()
-
-    def _schedule(self, qrt: _QueueRuntime) -> None:
-        if not qrt.scheduled:
-            qrt.scheduled = True
-            self._pending.append(qrt)
-
-    def _drain(self) -> None:
-        pending = self._pending
-        while pending:
-            qrt = pending.popleft()
-            qrt.scheduled = False
-            if not qrt.deleted:
-                self._route_queue(qrt)
-
-    def _route_queue(self, qrt: _QueueRuntime) -> None:
-        """Route `qrt` from its head until it is empty or its head must wait."""
-        router = qrt.router
-        head = qrt.state.head
-        route = self._route_entry
-        qrt.busy = True
-        try:
-            while (entry := head()) is not None and route(qrt, router, entry, True):
-                pass
-        finally:
-            qrt.busy = False
-
-    def _route_entry(self, qrt: _QueueRuntime, router: Router, entry: Entry, queued: bool) -> bool:
-        """Route one entry (the queue's head when `queued`); False when it must wait."""
-        message = entry.message
-        copies, takers = router.match(message)
-        if not copies and not takers:
-            if router.defaults:
-                copies, takers = router.fallback()
-            elif not router.routing:
-                return False  # rule 6: nothing to route with; hold
-            else:
-                if queued:
-                    qrt.state.pop_head()
-                qrt.state.counters["routed"] += 1
-                self._dead_letter(qrt, entry, "unroutable")
-                return True
-        taker = None
-        if takers:
-            taker = _choose_taker(takers)
-            if taker is None:
-                return False  # rule 4: wait for credit, in order
-            taker.turn = next(self._turns)  # rotated to the end of the takers
-        if queued:
-            qrt.state.pop_head()
-        qrt.state.counters["routed"] += 1
-        if copies:
-            visited = self._visited
-            mid = message.mid
-            for sel in copies:
-                if (mid, sel.target) not in visited:
-                    self._copy(sel, message)
-        if taker is None:
-            self._processed(qrt, entry)
-        else:
-            self._take(qrt, taker, entry)
-        return True
-
-    def _copy(self, sel: SelectorRuntime, message: Message) -> None:
-        target = sel.target_queue
-        if target is not None:
-            self._visited.add((message.mid, target.name))
-            self._arrive(target, message, None)
-
-    def _take(self, qrt: _QueueRuntime, sel: SelectorRuntime, entry: Entry) -> None:
-        state = sel.state
-        action = sel.action
-        if action == "delete":
-            self._processed(qrt, entry)
-            return
-        message = entry.message
-        if action != "deliver":
-            target = sel.target_queue
-            if (message.mid, target.name) in self._visited:
-                # a cycle of MOVEs brought it back within one step: stop it here
-                self._dead_letter(qrt, entry, "unroutable")
-                return
-        if state.credit > 0:
-            state.credit -= 1
-        tag = f"{sel.tag_prefix}{next(self._serials)}"
-        state.outstanding[tag] = entry
-        if action == "deliver":
-            entry.delivery_count += 1
-            count = entry.delivery_count
-            destination = sel.target
-            qrt.state.counters["delivered"] += 1
-            self._out.append(
-                Delivery(
-                    tag,
-                    destination,  # type: ignore[arg-type]
-                    qrt.name,
-                    sel.id,
-                    Message(message.address, message.headers, message.body,
-                            message.return_address, message.mid, entry.seq, message.timestamp,
-                            destination),
-                    count > 1,
-                    count,
-                )
-            )
-            return
-        if action == "bounce":
-            message = _bounced(message)
-        self._visited.add((message.mid, target.name))
-        moved = self._arrive(target, message, (qrt, sel.id, tag))
-        if moved is not None:
-            entry.downstream = (target, moved)
-
-    def _arrive(self, qrt: _QueueRuntime, message: Message,
-                origin: tuple[_QueueRuntime, int, str] | None, direct: bool = False) -> Entry | None:
-        """A message arrives at `qrt` (rule 7 when full). Returns its entry, or None when it
-        was not kept there (overflow: dropped, dead-lettered or taken at once)."""
-        state = qrt.state
-        limit = qrt.limit
-        if limit is not None and state.depth() >= limit:
-            return self._overflow(qrt, message, origin, direct)
-        entry = Entry(state.next_seq(), message, origin)
-        state.counters["published"] += 1
-        if not (qrt.busy or qrt.scheduled or state.depth()) and self._nesting < _MAX_NESTING:
-            # Fast path: an idle, empty queue routes the message at once, with no trip
-            # through the unprocessed section and the worklist.
-            qrt.busy = True
-            self._nesting += 1
-            try:
-                if self._route_entry(qrt, qrt.router, entry, False):
-                    return entry
-            finally:
-                qrt.busy = False
-                self._nesting -= 1
-        state.append(entry)
-        if not qrt.scheduled:
-            qrt.scheduled = True
-            self._pending.append(qrt)
-        return entry
-
-    def _overflow(self, qrt: _QueueRuntime, message: Message,
-                  origin: tuple[_QueueRuntime, int, str] | None, direct: bool) -> Entry | None:
-        router = qrt.router
-        if router.overflows:
-            copies, takers = router.overflow()
-            taker = _choose_taker(takers) if takers else None
-            if taker is not None or not takers:
-                entry = Entry(qrt.state.next_seq(), message, origin)
-                qrt.state.counters["published"] += 1
-                qrt.state.counters["routed"] += 1
-                for sel in copies:
-                    if (message.mid, sel.target) not in self._visited:
-                        self._copy(sel, message)
-                if taker is None:
-                    self._processed(qrt, entry)
-                    return None
-                taker.turn = next(self._turns)
-                self._take(qrt, taker, entry)
-                return entry if taker.action != "delete" else None
-        if qrt.dead_letter is None and direct:
-            raise QueueFull(f"queue {qrt.name!r} is full (limit {qrt.limit}) and has no "
-                            "overflow selector or dead-letter queue")
-        self._dead_letter(qrt, Entry(0, message, origin), "overflow")
-        return None
-
-    def _dead_letter(self, qrt: _QueueRuntime, entry: Entry, reason: str) -> None:
-        """Send `entry` to `qrt`'s dead-letter queue, or drop it; either way it leaves."""
-        target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
-        if target is None or target is qrt or (entry.message.mid, target.name) in self._visited:
-            qrt.state.counters["dropped"] += 1
-        else:
-            self._visited.add((entry.message.mid, target.name))
-            qrt.state.counters["dead_lettered"] += 1
-            self._arrive(target, _dead_lettered(entry.message, reason, qrt.name), None)
-        self._settle(entry.origin)
-
-    def _processed(self, qrt: _QueueRuntime, entry: Entry) -> None:
-        if qrt.history and not entry.replay:
-            qrt.state.add_history(entry, qrt.history)
-        if entry.origin is not None:
-            self._settle(entry.origin)
-
-    def _settle(self, origin: tuple[_QueueRuntime, int, str] | None) -> None:
-        """The message that came from `origin` left its queue: settle it up the chain."""
-        while origin is not None:
-            qrt, selector_id, tag = origin
-            if qrt.deleted:
-                return
-            sel = qrt.selectors.get(selector_id)
-            entry = sel.state.outstanding.pop(tag, None) if sel is not None else None
-            if entry is None:
-                return  # let go when its selector was deleted
-            entry.downstream = None
-            self._credit_back(qrt, sel)  # type: ignore[arg-type]
-            if qrt.history and not entry.replay:
-                qrt.state.add_history(entry, qrt.history)
-            origin = entry.origin
-
-    def _credit_back(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
-        state = sel.state
-        if state.credit >= 0 and sel.action != "delete":
-            state.credit += 1
-            self._credit_arrived(qrt, sel)
-
-    def _credit_arrived(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
-        if sel.replay_next is not None:
-            self._replay(qrt, sel)
-        if qrt.state.depth() and not qrt.scheduled:
-            qrt.scheduled = True
-            self._pending.append(qrt)
-
-    def _replay(self, qrt: _QueueRuntime, sel: SelectorRuntime) -> None:
-        """Rule 13: feed history from `replay_next` to `sel` alone, as far as credit allows."""
-        state = qrt.state
-        while sel.replay_next is not None:
-            if not sel.is_copy and sel.action != "delete" and sel.state.credit == 0:
-                return
-            found = state.history_after(sel.replay_next - 1, 1)
-            if not found or found[0].seq > sel.replay_end:
-                sel.replay_next = None
-                self._schedule(qrt)
-                return
-            kept = found[0]
-            sel.replay_next = kept.seq + 1
-            if sel.is_copy:
-                self._copy(sel, kept.message)
-            else:
-                entry = Entry(kept.seq, kept.message, None)
-                entry.replay = True
-                sel.turn = next(self._turns)
-                self._take(qrt, sel, entry)
-
-
-def _choose_taker(takers: list[SelectorRuntime]) -> SelectorRuntime | None:
-    """The taker with credit whose turn is lowest (rule 3); None if none can take."""
-    best = None
-    for sel in takers:
-        if sel.replay_next is not None:
-            continue  # still catching up on history: live messages wait
-        if (sel.state.credit == 0 and sel.action != "delete") or not sel.ready:
-            continue
-        if best is None or sel.turn < best.turn:
-            best = sel
-    return best
-
 
 def _by_seq(entry: Entry) -> int:
     return entry.seq
 
 
-def _bounced(message: Message) -> Message:
-    """Rule 9: the new address is the return address; the old one is kept in a header."""
-    headers = dict(message.headers)
-    headers["x-original-address"] = message.address
-    address = message.return_address if message.return_address is not None else message.address
-    return Message(address, MappingProxyType(headers), message.body, message.return_address,
-                   message.mid, None, message.timestamp)
-
-
-def _dead_lettered(message: Message, reason: str, queue: str) -> Message:
-    headers = dict(message.headers)
-    headers["x-reason"] = reason
-    headers["x-original-queue"] = queue
-    return Message(message.address, MappingProxyType(headers), message.body,
-                   message.return_address, message.mid, None, message.timestamp)
-
-
 def _describe_spec(spec: QueueSpec) -> str:
-    return (f"store={spec.store}, limit={spec.limit}, history={spec.history}, "
-            f"dead_letter={spec.dead_letter}, self_destruct={spec.self_destruct}")
+    return (
+        f"store={spec.store}, limit={spec.limit}, history={spec.history}, "
+        f"dead_letter={spec.dead_letter}, self_destruct={spec.self_destruct}"
+    )

@@ -240,4 +240,3 @@ _INDEX_BY_OPERATOR = {
 }
 
 _NOTHING: set[Hashable] = frozenset()  # type: ignore[assignment]
-

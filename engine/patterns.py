@@ -89,7 +89,11 @@ def _ensure_selector(
     for selector in eng.selectors(queue):
         spec = selector.spec
         if (spec.when, spec.match, spec.filter, spec.action, spec.target) == (
-            when, match, None, action, target,
+            when,
+            match,
+            None,
+            action,
+            target,
         ):
             if not spec.enabled:
                 deliveries.extend(selector.enable())

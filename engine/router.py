@@ -165,9 +165,7 @@ class Router:
             return self.fixed
         hits = [sel for sel in self.unconditional if sel.matches is None or sel.matches(message)]
         for (field, _), index in self.indexes.items():
-            key = message.address if field == "address" else header_text(
-                message.headers.get(field)
-            )
+            key = message.address if field == "address" else header_text(message.headers.get(field))
             if key is None:
                 continue
             for sel in index.match(key):

@@ -27,7 +27,8 @@ class Selector:
     def __repr__(self) -> str:
         spec = self.spec
         state = "enabled" if spec.enabled else "disabled"
-        return f"<Selector {self.queue}#{self.id} {describe_when(spec)} -> {describe_do(spec)} {state}>"
+        what = f"{describe_when(spec)} -> {describe_do(spec)}"
+        return f"<Selector {self.queue}#{self.id} {what} {state}>"
 
     def __eq__(self, other: object) -> bool:
         return (

@@ -36,8 +36,10 @@ def check_name(kind: str, name: object, *, allow_reserved: bool = False) -> str:
         raise InvalidName(f"{kind} name is {len(name)} characters long; the limit is {MAX_NAME}")
     bad = _bad_character(name)
     if bad is not None:
-        raise InvalidName(f"{kind} name {name!r} contains {bad!r}; whitespace and control "
-                          "characters are not allowed")
+        raise InvalidName(
+            f"{kind} name {name!r} contains {bad!r}; whitespace and control "
+            "characters are not allowed"
+        )
     if name.startswith(RESERVED_PREFIX) and not allow_reserved:
         raise InvalidName(f"{kind} name {name!r} starts with '$', which is reserved for the engine")
     return name

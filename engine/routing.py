@@ -1,0 +1,393 @@
+"""The routing layer: the rules of SPEC §2 over the engine's runtime state.
+
+Theory of operation (a protocol core in the manner of h11: no I/O of its own):
+
+* Every public Engine call runs its state change through `_run`, which routes whatever became
+  routable and returns the Deliveries that caused. Nothing happens between calls; output
+  only follows input.
+* A message arriving at a queue becomes an `Entry`. An idle, empty queue routes it at once
+  (the fast path); otherwise it waits at the tail of the unprocessed section and the queue
+  is scheduled. `_drain` routes scheduled queues from their head, strictly FIFO, stopping at
+  a head that must wait (takers matched, none with credit; or no routing selectors at all).
+  Fast-path nesting is bounded, so long chains of queues fall back to the worklist and never
+  exhaust the stack.
+* Routing an entry: the router answers (copies, takers). The taker with credit and the
+  lowest turn takes the message and gets a new turn (round-robin). COPYs run first; a message
+  never arrives twice at the same queue within one public call (`_visited`), which also
+  stops cycles.
+* A taken entry stays *outstanding* at its selector. When it is settled (confirmed, deleted,
+  or its moved copy settled downstream) the selector gets its credit back and the entry is
+  processed, which settles the entry it came from: credit flows up a chain of MOVEs as
+  messages flow down (`_settle`).
+* Dead letters and drops also settle the entry's origin: a MOVE's message is settled when it
+  leaves the target queue's accounting in any way.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from types import MappingProxyType
+
+from engine.catalog import QueueSpec
+from engine.errors import QueueFull
+from engine.message import Delivery, Message
+from engine.router import Router, SelectorRuntime
+from engine.stores.base import Entry, QueueState
+
+# Fast-path routing recurses along a chain of queues; past this depth arrivals queue up
+# and the worklist takes over.
+_MAX_NESTING = 40
+
+
+class QueueRuntime:
+    """One queue's settings (copied out of its spec for speed), state and router."""
+
+    __slots__ = (
+        "busy",
+        "dead_letter",
+        "deleted",
+        "history",
+        "limit",
+        "name",
+        "router",
+        "scheduled",
+        "selectors",
+        "spec",
+        "state",
+    )
+
+    def __init__(self, spec: QueueSpec, state: QueueState) -> None:
+        self.name = spec.name
+        self.spec = spec
+        self.state = state
+        self.selectors: dict[int, SelectorRuntime] = {}
+        self.router = Router()
+        self.scheduled = False
+        self.busy = False  # being routed right now (further up the stack)
+        self.deleted = False
+        self.apply(spec)
+
+    def apply(self, spec: QueueSpec) -> None:
+        self.spec = spec
+        self.limit = spec.limit
+        self.history = spec.history
+        self.dead_letter = spec.dead_letter
+
+
+class Routing:
+    """The routing rules, as methods the Engine inherits. They run under the engine lock."""
+
+    _queues: dict[str, QueueRuntime]
+    _pending: deque[QueueRuntime]
+    _out: list[Delivery]
+    _visited: set[tuple[str | None, str]]
+    _nesting: int
+    _turns: itertools.count[int]
+    _serials: itertools.count[int]
+
+    def _run(self, operation, *args) -> list[Delivery]:  # type: ignore[no-untyped-def]
+        """Run one state change, route what it made routable, return the Deliveries."""
+        try:
+            operation(*args)
+            self._drain()
+            return self._out
+        finally:
+            self._out = []
+            self._visited.clear()
+            if self._pending:
+                for qrt in self._pending:
+                    qrt.scheduled = False
+                self._pending.clear()
+
+    def _schedule(self, qrt: QueueRuntime) -> None:
+        if not qrt.scheduled:
+            qrt.scheduled = True
+            self._pending.append(qrt)
+
+    def _drain(self) -> None:
+        pending = self._pending
+        while pending:
+            qrt = pending.popleft()
+            qrt.scheduled = False
+            if not qrt.deleted:
+                self._route_queue(qrt)
+
+    def _route_queue(self, qrt: QueueRuntime) -> None:
+        """Route `qrt` from its head until it is empty or its head must wait."""
+        router = qrt.router
+        head = qrt.state.head
+        route = self._route_entry
+        qrt.busy = True
+        try:
+            while (entry := head()) is not None and route(qrt, router, entry, True):
+                pass
+        finally:
+            qrt.busy = False
+
+    def _route_entry(self, qrt: QueueRuntime, router: Router, entry: Entry, queued: bool) -> bool:
+        """Route one entry (the queue's head when `queued`); False when it must wait."""
+        message = entry.message
+        copies, takers = router.match(message)
+        if not copies and not takers:
+            if router.defaults:
+                copies, takers = router.fallback()
+            elif not router.routing:
+                return False  # rule 6: nothing to route with; hold
+            else:
+                if queued:
+                    qrt.state.pop_head()
+                qrt.state.counters["routed"] += 1
+                self._dead_letter(qrt, entry, "unroutable")
+                return True
+        taker = None
+        if takers:
+            taker = _choose_taker(takers)
+            if taker is None:
+                return False  # rule 4: wait for credit, in order
+            taker.turn = next(self._turns)  # rotated to the end of the takers
+        if queued:
+            qrt.state.pop_head()
+        qrt.state.counters["routed"] += 1
+        if copies:
+            visited = self._visited
+            mid = message.mid
+            for sel in copies:
+                if (mid, sel.target) not in visited:
+                    self._copy(sel, message)
+        if taker is None:
+            self._processed(qrt, entry)
+        else:
+            self._take(qrt, taker, entry)
+        return True
+
+    def _copy(self, sel: SelectorRuntime, message: Message) -> None:
+        target = sel.target_queue
+        if target is not None:
+            self._visited.add((message.mid, target.name))
+            self._arrive(target, message, None)
+
+    def _take(self, qrt: QueueRuntime, sel: SelectorRuntime, entry: Entry) -> None:
+        state = sel.state
+        action = sel.action
+        if action == "delete":
+            self._processed(qrt, entry)
+            return
+        message = entry.message
+        if action != "deliver":
+            target = sel.target_queue
+            if (message.mid, target.name) in self._visited:
+                # a cycle of MOVEs brought it back within one step: stop it here
+                self._dead_letter(qrt, entry, "unroutable")
+                return
+        if state.credit > 0:
+            state.credit -= 1
+        tag = f"{sel.tag_prefix}{next(self._serials)}"
+        state.outstanding[tag] = entry
+        if action == "deliver":
+            entry.delivery_count += 1
+            count = entry.delivery_count
+            destination = sel.target
+            qrt.state.counters["delivered"] += 1
+            self._out.append(
+                Delivery(
+                    tag,
+                    destination,  # type: ignore[arg-type]
+                    qrt.name,
+                    sel.id,
+                    Message(
+                        message.address,
+                        message.headers,
+                        message.body,
+                        message.return_address,
+                        message.mid,
+                        entry.seq,
+                        message.timestamp,
+                        destination,
+                    ),
+                    count > 1,
+                    count,
+                )
+            )
+            return
+        if action == "bounce":
+            message = _bounced(message)
+        self._visited.add((message.mid, target.name))
+        moved = self._arrive(target, message, (qrt, sel.id, tag))
+        if moved is not None:
+            entry.downstream = (target, moved)
+
+    def _arrive(
+        self,
+        qrt: QueueRuntime,
+        message: Message,
+        origin: tuple[QueueRuntime, int, str] | None,
+        direct: bool = False,
+    ) -> Entry | None:
+        """A message arrives at `qrt` (rule 7 when full). Returns its entry, or None when it
+        was not kept there (overflow: dropped, dead-lettered or taken at once)."""
+        state = qrt.state
+        limit = qrt.limit
+        if limit is not None and state.depth() >= limit:
+            return self._overflow(qrt, message, origin, direct)
+        entry = Entry(state.next_seq(), message, origin)
+        state.counters["published"] += 1
+        if not (qrt.busy or qrt.scheduled or state.depth()) and self._nesting < _MAX_NESTING:
+            # Fast path: an idle, empty queue routes the message at once, with no trip
+            # through the unprocessed section and the worklist.
+            qrt.busy = True
+            self._nesting += 1
+            try:
+                if self._route_entry(qrt, qrt.router, entry, False):
+                    return entry
+            finally:
+                qrt.busy = False
+                self._nesting -= 1
+        state.append(entry)
+        if not qrt.scheduled:
+            qrt.scheduled = True
+            self._pending.append(qrt)
+        return entry
+
+    def _overflow(
+        self,
+        qrt: QueueRuntime,
+        message: Message,
+        origin: tuple[QueueRuntime, int, str] | None,
+        direct: bool,
+    ) -> Entry | None:
+        router = qrt.router
+        if router.overflows:
+            copies, takers = router.overflow()
+            taker = _choose_taker(takers) if takers else None
+            if taker is not None or not takers:
+                entry = Entry(qrt.state.next_seq(), message, origin)
+                qrt.state.counters["published"] += 1
+                qrt.state.counters["routed"] += 1
+                for sel in copies:
+                    if (message.mid, sel.target) not in self._visited:
+                        self._copy(sel, message)
+                if taker is None:
+                    self._processed(qrt, entry)
+                    return None
+                taker.turn = next(self._turns)
+                self._take(qrt, taker, entry)
+                return entry if taker.action != "delete" else None
+        if qrt.dead_letter is None and direct:
+            raise QueueFull(
+                f"queue {qrt.name!r} is full (limit {qrt.limit}) and has no "
+                "overflow selector or dead-letter queue"
+            )
+        self._dead_letter(qrt, Entry(0, message, origin), "overflow")
+        return None
+
+    def _dead_letter(self, qrt: QueueRuntime, entry: Entry, reason: str) -> None:
+        """Send `entry` to `qrt`'s dead-letter queue, or drop it; either way it leaves."""
+        target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
+        if target is None or target is qrt or (entry.message.mid, target.name) in self._visited:
+            qrt.state.counters["dropped"] += 1
+        else:
+            self._visited.add((entry.message.mid, target.name))
+            qrt.state.counters["dead_lettered"] += 1
+            self._arrive(target, dead_lettered(entry.message, reason, qrt.name), None)
+        self._settle(entry.origin)
+
+    def _processed(self, qrt: QueueRuntime, entry: Entry) -> None:
+        if qrt.history and not entry.replay:
+            qrt.state.add_history(entry, qrt.history)
+        if entry.origin is not None:
+            self._settle(entry.origin)
+
+    def _settle(self, origin: tuple[QueueRuntime, int, str] | None) -> None:
+        """The message that came from `origin` left its queue: settle it up the chain."""
+        while origin is not None:
+            qrt, selector_id, tag = origin
+            if qrt.deleted:
+                return
+            sel = qrt.selectors.get(selector_id)
+            entry = sel.state.outstanding.pop(tag, None) if sel is not None else None
+            if entry is None:
+                return  # let go when its selector was deleted
+            entry.downstream = None
+            self._credit_back(qrt, sel)  # type: ignore[arg-type]
+            if qrt.history and not entry.replay:
+                qrt.state.add_history(entry, qrt.history)
+            origin = entry.origin
+
+    def _credit_back(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        state = sel.state
+        if state.credit >= 0 and sel.action != "delete":
+            state.credit += 1
+            self._credit_arrived(qrt, sel)
+
+    def _credit_arrived(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        if sel.replay_next is not None:
+            self._replay(qrt, sel)
+        if qrt.state.depth() and not qrt.scheduled:
+            qrt.scheduled = True
+            self._pending.append(qrt)
+
+    def _replay(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        """Rule 13: feed history from `replay_next` to `sel` alone, as far as credit allows."""
+        state = qrt.state
+        while sel.replay_next is not None:
+            if not sel.is_copy and sel.action != "delete" and sel.state.credit == 0:
+                return
+            found = state.history_after(sel.replay_next - 1, 1)
+            if not found or found[0].seq > sel.replay_end:
+                sel.replay_next = None
+                self._schedule(qrt)
+                return
+            kept = found[0]
+            sel.replay_next = kept.seq + 1
+            if sel.is_copy:
+                self._copy(sel, kept.message)
+            else:
+                entry = Entry(kept.seq, kept.message, None)
+                entry.replay = True
+                sel.turn = next(self._turns)
+                self._take(qrt, sel, entry)
+
+
+def _choose_taker(takers: list[SelectorRuntime]) -> SelectorRuntime | None:
+    """The taker with credit whose turn is lowest (rule 3); None if none can take."""
+    best = None
+    for sel in takers:
+        if sel.replay_next is not None:
+            continue  # still catching up on history: live messages wait
+        if (sel.state.credit == 0 and sel.action != "delete") or not sel.ready:
+            continue
+        if best is None or sel.turn < best.turn:
+            best = sel
+    return best
+
+
+def _bounced(message: Message) -> Message:
+    """Rule 9: the new address is the return address; the old one is kept in a header."""
+    headers = dict(message.headers)
+    headers["x-original-address"] = message.address
+    address = message.return_address if message.return_address is not None else message.address
+    return Message(
+        address,
+        MappingProxyType(headers),
+        message.body,
+        message.return_address,
+        message.mid,
+        None,
+        message.timestamp,
+    )
+
+
+def dead_lettered(message: Message, reason: str, queue: str) -> Message:
+    headers = dict(message.headers)
+    headers["x-reason"] = reason
+    headers["x-original-queue"] = queue
+    return Message(
+        message.address,
+        MappingProxyType(headers),
+        message.body,
+        message.return_address,
+        message.mid,
+        None,
+        message.timestamp,
+    )
