@@ -352,8 +352,9 @@ class Engine(Routing):
             if entry.downstream is None:
                 returned.append(entry)
                 continue
-            target, moved = entry.downstream
-            if not target.deleted and target.state.remove(moved):
+            name, seq = entry.downstream
+            target = self._queues.get(name)
+            if target is not None and target.state.remove(seq):
                 target.state.counters["published"] -= 1
                 returned.append(entry)
             else:

@@ -213,15 +213,15 @@ class Routing:
         if action == "bounce":
             message = _bounced(message)
         self._visited.add((message.mid, target.name))
-        moved = self._arrive(target, message, (qrt, sel.id, tag))
+        moved = self._arrive(target, message, (qrt.name, sel.id, tag))
         if moved is not None:
-            entry.downstream = (target, moved)
+            entry.downstream = (target.name, moved.seq)
 
     def _arrive(
         self,
         qrt: QueueRuntime,
         message: Message,
-        origin: tuple[QueueRuntime, int, str] | None,
+        origin: tuple[str, int, str] | None,
         direct: bool = False,
     ) -> Entry | None:
         """A message arrives at `qrt` (rule 7 when full). Returns its entry, or None when it
@@ -253,7 +253,7 @@ class Routing:
         self,
         qrt: QueueRuntime,
         message: Message,
-        origin: tuple[QueueRuntime, int, str] | None,
+        origin: tuple[str, int, str] | None,
         direct: bool,
     ) -> Entry | None:
         router = qrt.router
@@ -298,11 +298,12 @@ class Routing:
         if entry.origin is not None:
             self._settle(entry.origin)
 
-    def _settle(self, origin: tuple[QueueRuntime, int, str] | None) -> None:
+    def _settle(self, origin: tuple[str, int, str] | None) -> None:
         """The message that came from `origin` left its queue: settle it up the chain."""
         while origin is not None:
-            qrt, selector_id, tag = origin
-            if qrt.deleted:
+            name, selector_id, tag = origin
+            qrt = self._queues.get(name)
+            if qrt is None:
                 return
             sel = qrt.selectors.get(selector_id)
             entry = sel.state.outstanding.pop(tag, None) if sel is not None else None

@@ -11,9 +11,9 @@ the state those decisions change. Per queue that is
   not yet settled), in the order they were taken.
 
 An `Entry` is one message's presence in one queue: the shared immutable `Message`, the seq it
-got in this queue, and `origin`, the upstream outstanding slot to settle when this entry
-leaves the queue's accounting (None when published or copied in). Bodies are never copied:
-entries in many queues refer to one Message.
+got in this queue, and `origin`, the upstream outstanding slot (queue, selector id, tag) to
+settle when this entry leaves the queue's accounting (None when published or copied in).
+Bodies are never copied: entries in many queues refer to one Message.
 
 The RAM store (ram.py) is the reference implementation: read it to learn the contract.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Any
 
 from engine.message import Message
 
@@ -42,13 +41,13 @@ class Entry:
 
     __slots__ = ("delivery_count", "downstream", "message", "origin", "replay", "seq")
 
-    def __init__(self, seq: int, message: Message, origin: tuple[Any, int, str] | None) -> None:
+    def __init__(self, seq: int, message: Message, origin: tuple[str, int, str] | None) -> None:
         self.seq = seq
         self.message = message
         self.origin = origin
         self.delivery_count = 0
-        # (queue runtime, entry) this entry was moved to while outstanding at a MOVE
-        self.downstream: tuple[Any, Entry] | None = None
+        # (queue, seq) of the entry a MOVE made of this one, while it is outstanding
+        self.downstream: tuple[str, int] | None = None
         # True for history entries a start_at selector is replaying: settling them must
         # not add them to history a second time
         self.replay = False
@@ -99,8 +98,8 @@ class QueueState(ABC):
         """Put entries back at the head, keeping their order (first one becomes the head)."""
 
     @abstractmethod
-    def remove(self, entry: Entry) -> bool:
-        """Withdraw an unprocessed entry; False if it is no longer unprocessed."""
+    def remove(self, seq: int) -> bool:
+        """Withdraw the unprocessed entry `seq`; False if it is no longer unprocessed."""
 
     @abstractmethod
     def unprocessed(self, count: int) -> list[Entry]:

@@ -59,12 +59,12 @@ class RamQueueState(QueueState):
     def push_front(self, entries: list[Entry]) -> None:
         self._unprocessed.extendleft(reversed(entries))
 
-    def remove(self, entry: Entry) -> bool:
-        try:
-            self._unprocessed.remove(entry)
-        except ValueError:
-            return False
-        return True
+    def remove(self, seq: int) -> bool:
+        for entry in self._unprocessed:
+            if entry.seq == seq:
+                self._unprocessed.remove(entry)
+                return True
+        return False
 
     def unprocessed(self, count: int) -> list[Entry]:
         return [entry for _, entry in zip(range(count), self._unprocessed, strict=False)]
