@@ -96,6 +96,7 @@ class Engine(Routing):
         self._lock = threading.RLock()
         self._catalog = catalog if catalog is not None else MemoryCatalog()
         self._stores: dict[str, Store] = {}
+        self._transactional: list[Store] = []
         self._queues: dict[str, QueueRuntime] = {}
         self._default_store = "ram"
         # selectors that COPY/MOVE/BOUNCE into a queue name, to re-point them when a queue
@@ -129,6 +130,7 @@ class Engine(Routing):
                 )
             store = self._open_store(kind, name, url)
             self._stores[name] = store
+            self._transactional = [s for s in self._stores.values() if s.transactional]
             self._catalog.save_store(StoreSpec(kind, name, url))
             return StoreInfo(kind, name, url)
 
@@ -152,6 +154,7 @@ class Engine(Routing):
                     + "; delete them first"
                 )
             del self._stores[name]
+            self._transactional = [s for s in self._stores.values() if s.transactional]
             self._catalog.delete_store(name)
             store.close()
 

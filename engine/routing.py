@@ -33,7 +33,7 @@ from engine.catalog import QueueSpec
 from engine.errors import QueueFull
 from engine.message import Delivery, Message
 from engine.router import Router, SelectorRuntime
-from engine.stores.base import Entry, QueueState
+from engine.stores.base import Entry, QueueState, Store
 
 # Fast-path routing recurses along a chain of queues; past this depth arrivals queue up
 # and the worklist takes over.
@@ -85,13 +85,23 @@ class Routing:
     _nesting: int
     _turns: itertools.count[int]
     _serials: itertools.count[int]
+    _transactional: list[Store]  # stores that want begin/commit around each operation
 
     def _run(self, operation, *args) -> list[Delivery]:  # type: ignore[no-untyped-def]
         """Run one state change, route what it made routable, return the Deliveries."""
+        transactional = self._transactional
         try:
+            for store in transactional:
+                store.begin()
             operation(*args)
             self._drain()
+            for store in transactional:
+                store.commit()
             return self._out
+        except BaseException:
+            for store in transactional:
+                store.rollback()
+            raise
         finally:
             self._out = []
             self._visited.clear()
@@ -183,10 +193,10 @@ class Routing:
         if state.credit > 0:
             state.credit -= 1
         tag = f"{sel.tag_prefix}{next(self._serials)}"
-        state.outstanding[tag] = entry
         if action == "deliver":
             entry.delivery_count += 1
             count = entry.delivery_count
+            state.outstanding[tag] = entry
             destination = sel.target
             qrt.state.counters["delivered"] += 1
             self._out.append(
@@ -210,12 +220,15 @@ class Routing:
                 )
             )
             return
+        outstanding = state.outstanding
+        outstanding[tag] = entry
         if action == "bounce":
             message = _bounced(message)
         self._visited.add((message.mid, target.name))
         moved = self._arrive(target, message, (qrt.name, sel.id, tag))
-        if moved is not None:
+        if moved is not None and tag in outstanding:
             entry.downstream = (target.name, moved.seq)
+            outstanding[tag] = entry  # stores persist an entry when it is set
 
     def _arrive(
         self,

@@ -144,11 +144,28 @@ class QueueState(ABC):
 
 
 class Store(ABC):
-    """A named storage back-end instance holding the state of many queues."""
+    """A named storage back-end instance holding the state of many queues.
+
+    A store whose `transactional` is True gets `begin()` before each engine operation and
+    `commit()` (or `rollback()` on error) after it, so one publish or confirm is one
+    transaction however many state changes it makes. Persistent stores must save an entry
+    whenever it is set into `SelectorState.outstanding` (the engine sets it again after
+    changing it) and treat `counters` and `credit` as write-through.
+    """
 
     kind: str
     name: str
     url: str | None
+    transactional = False
+
+    def begin(self) -> None:  # noqa: B027 - optional hook
+        """Start the transaction of one engine operation."""
+
+    def commit(self) -> None:  # noqa: B027 - optional hook
+        """Make the operation's changes durable."""
+
+    def rollback(self) -> None:  # noqa: B027 - optional hook
+        """Undo the operation's changes (it raised)."""
 
     @abstractmethod
     def open_queue(self, name: str) -> QueueState:
