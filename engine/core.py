@@ -200,8 +200,7 @@ class Engine(Routing):
         with self._lock:
             if spec.store not in self._stores:
                 raise NotFound(f"store {spec.store!r} does not exist; create it with store_create")
-            if dead_letter is not None and dead_letter != name and dead_letter not in self._queues:
-                raise NotFound(f"dead-letter queue {dead_letter!r} does not exist; create it first")
+            self._check_dead_letter(name, dead_letter)
             existing = self._queues.get(name)
             if existing is not None:
                 if existing.spec == spec:
@@ -236,6 +235,14 @@ class Engine(Routing):
             raise InvalidArgument(f"self_destruct must be True or False, not {self_destruct!r}")
         return QueueSpec(name, store, limit, history, dead_letter, self_destruct)
 
+    def _check_dead_letter(self, name: str, dead_letter: str | None) -> None:
+        """A queue's dead-letter queue must exist, except the engine's own, made on demand."""
+        if dead_letter is None or dead_letter == name or dead_letter in self._queues:
+            return
+        if dead_letter != self.dead_letter:
+            raise NotFound(f"dead-letter queue {dead_letter!r} does not exist; create it first")
+        self._engine_dead_letter_queue()
+
     def queue_update(self, name: str, **changes: object) -> QueueInfo:
         """Change a queue's limit, history, dead_letter or self_destruct."""
         unknown = set(changes) - {"limit", "history", "dead_letter", "self_destruct"}
@@ -254,8 +261,7 @@ class Engine(Routing):
             }
             values.update(changes)
             spec = self._queue_spec(name, current.store, **values)  # type: ignore[arg-type]
-            if spec.dead_letter not in (None, name) and spec.dead_letter not in self._queues:
-                raise NotFound(f"dead-letter queue {spec.dead_letter!r} does not exist")
+            self._check_dead_letter(name, spec.dead_letter)
             qrt.apply(spec)
             qrt.state.trim_history(spec.history)
             self._catalog.save_queue(spec)
