@@ -21,8 +21,8 @@ from collections import deque
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from engine import Engine, Message  # noqa: E402
-from engine.patterns import parrot, wolfpack  # noqa: E402
+from engine import Engine, Message
+from engine.patterns import parrot, wolfpack
 
 
 def timed(run) -> float:

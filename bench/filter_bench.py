@@ -13,8 +13,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from engine import Message  # noqa: E402
-from engine.filters import compile_filter  # noqa: E402
+from engine import Message
+from engine.filters import compile_filter
 
 SIMPLE = "priority > 5 AND region = 'eu'"
 MEDIUM = (

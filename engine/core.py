@@ -457,14 +457,14 @@ class Engine(Routing):
         ):
             raise InvalidArgument(f"start must be 'head', 'current' or a seq >= 1, not {start!r}")
         with self._lock:
-            qrt, sel = self._selector(queue, selector_id)
+            _qrt, sel = self._selector(queue, selector_id)
             sel.spec.start = start  # type: ignore[assignment]
             self._catalog.save_selector(sel.spec)
 
     def _set_credit(self, queue: str, selector_id: int, credit: object) -> None:
         check_count("credit", credit, minimum=-1)
         with self._lock:
-            qrt, sel = self._selector(queue, selector_id)
+            _qrt, sel = self._selector(queue, selector_id)
             sel.spec.credit = credit  # type: ignore[assignment]
             sel.state.credit = credit  # type: ignore[assignment]
             self._catalog.save_selector(sel.spec)

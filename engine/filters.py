@@ -182,6 +182,13 @@ class _ToAst:
         self.depth[id(node)] = depth
         return node
 
+    def _flat(self, node: Any, chain: Any, extra: Any) -> Any:
+        depth = max(self.depth.get(id(chain), 1), 1 + self.depth.get(id(extra), 1))
+        if depth > MAX_DEPTH:
+            raise _Deep()
+        self.depth[id(node)] = depth
+        return node
+
     # values
     def string(self, token: Token) -> Literal:
         literal = self._node(Literal(_unquote(token)))
@@ -210,7 +217,12 @@ class _ToAst:
         return self._node(Identifier(name))
 
     def primary(self, items: list) -> Node:
-        return items[1]  # ( expression )
+        inner = items[1]  # ( expression ): parentheses count as a level of nesting
+        depth = self.depth.get(id(inner), 1) + 1
+        if depth > MAX_DEPTH:
+            raise _Deep()
+        self.depth[id(inner)] = depth
+        return inner
 
     def sign(self, items: list) -> Node:
         op, operand = items
@@ -232,13 +244,15 @@ class _ToAst:
     # conditions
     def or_(self, items: list) -> Node:
         left, _, right = items
-        operands = (*left.operands, right) if isinstance(left, Or) else (left, right)
-        return self._node(Or(operands), left, right)
+        if isinstance(left, Or):  # flatten: a chain of ORs is one level deep
+            return self._flat(Or((*left.operands, right)), left, right)
+        return self._node(Or((left, right)), left, right)
 
     def and_(self, items: list) -> Node:
         left, _, right = items
-        operands = (*left.operands, right) if isinstance(left, And) else (left, right)
-        return self._node(And(operands), left, right)
+        if isinstance(left, And):  # flatten: a chain of ANDs is one level deep
+            return self._flat(And((*left.operands, right)), left, right)
+        return self._node(And((left, right)), left, right)
 
     def not_(self, items: list) -> Node:
         operand = items[1]
@@ -388,7 +402,7 @@ def parse(text: str) -> Node:
     except _Deep:
         raise InvalidSelector(f"the expression nests deeper than {MAX_DEPTH} levels") from None
     is_boolean = isinstance(node, Literal) and isinstance(node.value, bool)
-    if not isinstance(node, CONDITIONS + (Identifier,)) and not is_boolean:
+    if not isinstance(node, (*CONDITIONS, Identifier)) and not is_boolean:
         raise InvalidSelector(
             "the expression must be a condition (a comparison, LIKE, IN, BETWEEN, IS NULL, "
             "TRUE/FALSE or a boolean header)",
@@ -612,7 +626,7 @@ def _compare_to_literal(op: str, value: Node, constant: object) -> Condition:
         "constant": constant,
         "kind": constant.__class__,
     }
-    exec(source, namespace)  # noqa: S102 - fixed template, no user text in the source
+    exec(source, namespace)  # a fixed template: no user text reaches the source
     return namespace["compare"]
 
 

@@ -1,0 +1,1 @@
+"""The Xump web service: Django + Channels + Celery around the engine (SPEC §5)."""

@@ -1,0 +1,120 @@
+"""Settings, all read from the environment here and nowhere else (README: Configuration).
+
+XUMP_SECRET_KEY      secret key; when unset a random one is made per process (sessions do
+                     not survive a restart) and a warning is printed
+XUMP_DEBUG           "1" to turn Django's debug mode on (default off)
+XUMP_ALLOWED_HOSTS   comma-separated host names (default "127.0.0.1,localhost")
+DATABASE_URL         sqlite:///path or postgresql://user:pass@host:port/db
+                     (default sqlite:///var/xump.sqlite3)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def database_from_url(url: str) -> dict:
+    """Django DATABASES entry for a sqlite:/// or postgresql:// URL."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = unquote(parsed.path)
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            path = path.lstrip("/")
+        name = Path(path) if Path(path).is_absolute() else BASE_DIR / path
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
+    if parsed.scheme in ("postgres", "postgresql"):
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+        }
+    raise ValueError(f"DATABASE_URL must start with sqlite:/// or postgresql://, not {url!r}")
+
+
+DEBUG = _flag("XUMP_DEBUG")
+SECRET_KEY = os.environ.get("XUMP_SECRET_KEY", "")
+if not SECRET_KEY:
+    SECRET_KEY = secrets.token_urlsafe(50)
+    if "test" not in sys.argv[1:2]:
+        print(
+            "warning: XUMP_SECRET_KEY is not set; using a random key for this process",
+            file=sys.stderr,
+        )
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in os.environ.get("XUMP_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
+    if host.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "xumpweb.console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "xumpweb.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "xumpweb.wsgi.application"
+ASGI_APPLICATION = "xumpweb.asgi.application"
+
+DATABASES = {
+    "default": database_from_url(os.environ.get("DATABASE_URL", "sqlite:///var/xump.sqlite3"))
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/admin/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "var" / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
