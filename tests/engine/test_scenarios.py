@@ -13,8 +13,8 @@ from engine.patterns import parrot, wolfpack
 
 
 @pytest.fixture
-def engine() -> Engine:
-    return Engine()
+def engine(eng: Engine) -> Engine:
+    return eng
 
 
 def deliver_all(eng: Engine, queue: str, destination: str, credit: int = -1):
