@@ -1,0 +1,435 @@
+"""SPEC §2, rule by rule, through the public engine API."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine import Engine, Message
+from engine.errors import NotFound, QueueFull
+from engine.patterns import housecat, parrot, wolfpack
+
+
+def deliver(eng: Engine, queue: str, destination: str, credit: int = -1, when: str = "always"):
+    selector = eng.selector_create(queue)
+    getattr(selector, f"when_{when}")()
+    return selector.do_deliver(destination).set_credit(credit)
+
+
+def bodies(items) -> list[bytes]:
+    """Bodies of Deliveries or Messages, in order."""
+    return [getattr(item, "message", item).body for item in items]
+
+
+# -- rule 1: matching --------------------------------------------------------------------
+def test_match_operators_on_address_and_on_a_header(eng: Engine) -> None:
+    eng.queue_create("in")
+    for op, pattern, field, dest in [
+        ("eq", "a.b", "address", "eq"),
+        ("topic", "a.*", "address", "topic"),
+        ("prefix", "a.", "address", "prefix"),
+        ("regex", r"a\.\w", "address", "regex"),
+        ("eq", "eu", "region", "header"),
+        ("eq", "7", "priority", "number-header"),
+    ]:
+        sel = eng.selector_create("in").when_match(op, pattern, field)
+        sel.do_copy(eng.queue_create(f"to-{dest}").name).enable()
+        deliver(eng, f"to-{dest}", dest).enable()
+    got = eng.publish("in", Message(address="a.b", headers={"region": "eu", "priority": 7}))
+    assert sorted(d.destination for d in got) == sorted(
+        ["eq", "topic", "prefix", "regex", "header", "number-header"]
+    )
+    got = eng.publish("in", Message(address="a.bc"))
+    assert sorted(d.destination for d in got) == ["prefix", "topic"]
+
+
+def test_match_and_filter_combine_as_and(eng: Engine) -> None:
+    eng.queue_create("in")
+    sel = deliver(eng, "in", "app").when_match("topic", "orders.#").when_filter("qty > 10")
+    sel.enable()
+    assert eng.publish("in", Message(address="orders.eu", headers={"qty": 5})) == []
+    assert len(eng.publish("in", Message(address="orders.eu", headers={"qty": 50}))) == 1
+    assert eng.publish("in", Message(address="news", headers={"qty": 50})) == []
+
+
+def test_disabled_selectors_do_not_route(eng: Engine) -> None:
+    eng.queue_create("q")
+    deliver(eng, "q", "app")  # never enabled
+    assert eng.publish("q", Message()) == []
+    assert eng.queue_fetch("q").depth == 1
+
+
+# -- rule 2 and 5: copies --------------------------------------------------------------
+def test_every_matching_copy_runs_and_the_message_is_processed(eng: Engine) -> None:
+    eng.queue_create("src", history=5)
+    for name in ("c1", "c2"):
+        eng.queue_create(name)
+        eng.selector_create("src").when_always().do_copy(name).enable()
+    eng.publish("src", Message(body=b"x"))
+    assert eng.queue_fetch("c1").depth == eng.queue_fetch("c2").depth == 1
+    assert bodies(eng.browse("src")) == [b"x"]
+    assert eng.queue_fetch("src").depth == 0
+
+
+def test_copies_share_one_body_object(eng: Engine) -> None:
+    eng.queue_create("src")
+    payload = b"y" * 1000
+    for name in ("c1", "c2", "c3"):
+        eng.queue_create(name)
+        eng.selector_create("src").when_always().do_copy(name).enable()
+    eng.publish("src", Message(body=payload))
+    copies = [eng.peek(name)[0] for name in ("c1", "c2", "c3")]
+    assert copies[0].body is copies[1].body is copies[2].body
+    assert len({m.mid for m in copies}) == 1
+    assert [m.seq for m in copies] == [1, 1, 1]
+
+
+def test_diamond_copies_arrive_once(eng: Engine) -> None:
+    for name in ("top", "left", "right", "bottom"):
+        eng.queue_create(name)
+    for source, target in (
+        ("top", "left"),
+        ("top", "right"),
+        ("left", "bottom"),
+        ("right", "bottom"),
+    ):
+        eng.selector_create(source).when_always().do_copy(target).enable()
+    eng.publish("top", Message())
+    assert eng.queue_fetch("bottom").depth == 1
+
+
+# -- rule 3: round-robin takers ---------------------------------------------------------
+def test_takers_are_served_round_robin(eng: Engine) -> None:
+    eng.queue_create("q")
+    for name in ("a", "b", "c"):
+        deliver(eng, "q", name).enable()
+    got = eng.publish_many("q", [Message() for _ in range(7)])
+    assert [d.destination for d in got] == ["a", "b", "c", "a", "b", "c", "a"]
+
+
+def test_taker_without_credit_is_skipped(eng: Engine) -> None:
+    eng.queue_create("q")
+    deliver(eng, "q", "a", credit=1).enable()
+    deliver(eng, "q", "b").enable()
+    got = eng.publish_many("q", [Message() for _ in range(4)])
+    assert [d.destination for d in got] == ["a", "b", "b", "b"]
+
+
+def test_delete_never_needs_credit_and_keeps_history(eng: Engine) -> None:
+    eng.queue_create("q", history=3)
+    eng.selector_create("q").when_always().do_delete().set_credit(0).enable()
+    eng.publish_many("q", [Message(body=str(n).encode()) for n in range(5)])
+    assert eng.queue_fetch("q").depth == 0
+    assert bodies(eng.browse("q", start="oldest")) == [b"2", b"3", b"4"]
+
+
+# -- rule 4: waiting for credit, in order --------------------------------------------------
+def test_move_waits_for_credit_then_resumes_in_order(eng: Engine) -> None:
+    eng.queue_create("src")
+    eng.queue_create("dst")
+    mover = eng.selector_create("src").when_always().do_move("dst").set_credit(0)
+    mover.enable()
+    eng.publish_many("src", [Message(body=str(n).encode()) for n in range(5)])
+    assert eng.queue_fetch("src").depth == 5
+    mover.credit(2)
+    assert bodies(eng.peek("dst")) == [b"0", b"1"]
+    mover.credit(10)
+    assert bodies(eng.peek("dst")) == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_held_head_blocks_newer_messages_and_their_copies(eng: Engine) -> None:
+    eng.queue_create("q")
+    eng.queue_create("audit")
+    eng.selector_create("q").when_always().do_copy("audit").enable()
+    worker = deliver(eng, "q", "w", credit=0)
+    worker.enable()
+    eng.publish_many("q", [Message(body=b"1"), Message(body=b"2")])
+    assert eng.queue_fetch("audit").depth == 0  # nothing of a held message runs
+    got = worker.credit(1)
+    assert bodies(got) == [b"1"]
+    assert eng.queue_fetch("audit").depth == 1
+
+
+# -- rule 6: nothing matched ------------------------------------------------------------
+def test_default_selector_takes_what_nothing_else_matched(eng: Engine) -> None:
+    eng.queue_create("q")
+    eng.selector_create("q").when_match("eq", "known").do_deliver("known").enable()
+    deliver(eng, "q", "fallback", when="default").enable()
+    assert [d.destination for d in eng.publish("q", Message(address="known"))] == ["known"]
+    assert [d.destination for d in eng.publish("q", Message(address="other"))] == ["fallback"]
+
+
+def test_queue_without_selectors_holds_messages_until_one_is_enabled(eng: Engine) -> None:
+    eng.queue_create("q")
+    eng.publish_many("q", [Message(body=b"1"), Message(body=b"2")])
+    assert eng.queue_fetch("q").depth == 2
+    assert bodies(deliver(eng, "q", "late").enable()) == [b"1", b"2"]
+
+
+def test_unmatched_message_goes_to_dead_letter_queue_as_unroutable(eng: Engine) -> None:
+    eng.queue_create("dlq")
+    eng.queue_create("q", dead_letter="dlq")
+    eng.selector_create("q").when_match("eq", "x").do_deliver("app").enable()
+    eng.publish("q", Message(address="y", body=b"lost"))
+    [dead] = eng.peek("dlq")
+    assert (dead.body, dead.headers["x-reason"], dead.headers["x-original-queue"]) == (
+        b"lost",
+        "unroutable",
+        "q",
+    )
+    assert eng.stats("q")["dead_lettered"] == 1
+
+
+def test_unmatched_message_without_dead_letter_queue_is_dropped_and_counted(eng: Engine) -> None:
+    eng.queue_create("q")
+    eng.selector_create("q").when_match("eq", "x").do_deliver("app").enable()
+    eng.publish("q", Message(address="y"))
+    assert eng.stats("q")["dropped"] == 1
+    assert eng.queue_fetch("q").depth == 0
+
+
+# -- rule 7: overflow ---------------------------------------------------------------------
+def test_full_queue_with_dead_letter_sends_overflow_there(eng: Engine) -> None:
+    eng.queue_create("dlq")
+    eng.queue_create("q", limit=1, dead_letter="dlq")
+    eng.publish("q", Message(body=b"1"))
+    eng.publish("q", Message(body=b"2"))
+    [dead] = eng.peek("dlq")
+    assert (dead.body, dead.headers["x-reason"]) == (b"2", "overflow")
+
+
+def test_full_queue_without_overflow_or_dead_letter_raises_queue_full(eng: Engine) -> None:
+    eng.queue_create("q", limit=1)
+    eng.publish("q", Message())
+    with pytest.raises(QueueFull, match="limit 1"):
+        eng.publish("q", Message())
+    with pytest.raises(QueueFull):
+        eng.publish_many("q", [Message()])
+    assert eng.queue_fetch("q").depth == 1
+
+
+def test_copy_into_full_queue_is_dropped_without_blocking_the_source(eng: Engine) -> None:
+    eng.queue_create("src")
+    eng.queue_create("small", limit=1)
+    eng.selector_create("src").when_always().do_copy("small").enable()
+    deliver(eng, "src", "app").enable()
+    assert len(eng.publish("src", Message())) == 1
+    assert len(eng.publish("src", Message())) == 1
+    assert eng.queue_fetch("small").depth == 1
+    assert eng.stats("small")["dropped"] == 1
+
+
+# -- rule 8: history ----------------------------------------------------------------------
+def test_history_keeps_only_the_newest(eng: Engine) -> None:
+    eng.queue_create("q", history=3)
+    eng.selector_create("q").when_always().do_delete().enable()
+    eng.publish_many("q", [Message(body=str(n).encode()) for n in range(10)])
+    assert [m.seq for m in eng.browse("q", start="latest")] == [10, 9, 8]
+    assert eng.queue_fetch("q").history_size == 3
+    eng.queue_update("q", history=1)
+    assert [m.seq for m in eng.browse("q")] == [10]
+
+
+def test_since_returns_history_from_a_time(eng: Engine) -> None:
+    eng.queue_create("q", history=10)
+    eng.selector_create("q").when_always().do_delete().enable()
+    eng.publish("q", Message(body=b"old"))
+    time.sleep(0.01)
+    middle = time.time()
+    eng.publish("q", Message(body=b"new"))
+    assert bodies(eng.since("q", middle)) == [b"new"]
+
+
+def test_outstanding_messages_are_not_history_until_settled(eng: Engine) -> None:
+    eng.queue_create("q", history=10)
+    deliver(eng, "q", "app").enable()
+    [delivery] = eng.publish("q", Message())
+    assert eng.browse("q") == []
+    eng.confirm(delivery)
+    assert len(eng.browse("q")) == 1
+
+
+# -- rules 9-11: bounce, deliver, settlement -------------------------------------------------
+def test_bounce_without_return_address_keeps_the_address(eng: Engine) -> None:
+    eng.queue_create("in")
+    eng.queue_create("back")
+    eng.selector_create("in").when_always().do_bounce("back").enable()
+    eng.publish("in", Message(address="a.b"))
+    [bounced] = eng.peek("back")
+    assert bounced.address == "a.b"
+    assert bounced.headers["x-original-address"] == "a.b"
+
+
+def test_delivery_carries_destination_queue_selector_and_counts(eng: Engine) -> None:
+    eng.queue_create("q")
+    selector = deliver(eng, "q", "alice")
+    [delivery] = selector.enable() + eng.publish("q", Message(address="x", body=b"b"))
+    assert (delivery.destination, delivery.queue, delivery.selector_id) == ("alice", "q", 1)
+    assert delivery.message.destination == "alice"
+    assert delivery.message.seq == 1
+    assert (delivery.redelivered, delivery.delivery_count) == (False, 1)
+
+
+def test_move_is_settled_when_dropped_downstream(eng: Engine) -> None:
+    eng.queue_create("src", history=5)
+    eng.queue_create("dst")
+    mover = eng.selector_create("src").when_always().do_move("dst").set_credit(1)
+    mover.enable()
+    eng.selector_create("dst").when_match("eq", "never").do_deliver("x").enable()
+    eng.publish("src", Message(body=b"1"))  # unroutable in dst: dropped, settled
+    assert mover.available_credit == 1
+    assert bodies(eng.browse("src")) == [b"1"]
+
+
+def test_reject_without_dead_letter_drops_and_returns_credit(eng: Engine) -> None:
+    eng.queue_create("q")
+    worker = deliver(eng, "q", "w", credit=1)
+    [first] = worker.enable() + eng.publish("q", Message(body=b"1"))
+    eng.publish("q", Message(body=b"2"))
+    assert bodies(eng.reject(first, requeue=False)) == [b"2"]
+    assert eng.stats("q")["dropped"] == 1
+
+
+# -- rule 12: deleting selectors and queues ------------------------------------------------
+def test_deleting_a_mover_withdraws_unrouted_copies_downstream(eng: Engine) -> None:
+    eng.queue_create("src")
+    eng.queue_create("dst")
+    mover = eng.selector_create("src").when_always().do_move("dst")
+    mover.enable()
+    eng.publish_many("src", [Message(body=b"1"), Message(body=b"2")])
+    assert eng.queue_fetch("dst").depth == 2
+    eng.selector_delete("src", mover.id)
+    assert eng.queue_fetch("dst").depth == 0
+    assert bodies(eng.peek("src")) == [b"1", b"2"]
+
+
+def test_self_destructing_queue_goes_with_its_last_selector(eng: Engine) -> None:
+    eng.queue_create("tmp", self_destruct=True)
+    first = deliver(eng, "tmp", "a")
+    second = deliver(eng, "tmp", "b")
+    eng.selector_delete("tmp", first.id)
+    assert eng.queue_fetch("tmp").name == "tmp"
+    eng.selector_delete("tmp", second.id)
+    with pytest.raises(NotFound):
+        eng.queue_fetch("tmp")
+
+
+def test_selector_ids_are_never_reused(eng: Engine) -> None:
+    eng.queue_create("q")
+    ids = [eng.selector_create("q").id for _ in range(3)]
+    eng.selector_delete("q", ids[-1])
+    assert eng.selector_create("q").id == 4
+
+
+def test_deleting_a_queue_settles_what_was_moved_into_it(eng: Engine) -> None:
+    eng.queue_create("src")
+    eng.queue_create("dst")
+    mover = eng.selector_create("src").when_always().do_move("dst").set_credit(1)
+    mover.enable()
+    eng.publish_many("src", [Message(body=b"1"), Message(body=b"2")])
+    assert eng.queue_fetch("src").depth == 1
+    eng.queue_delete("dst")
+    assert mover.available_credit == 1  # settled as dropped: credit is back
+    assert eng.queue_fetch("src").depth == 1  # waits: its target queue is gone
+    eng.queue_create("dst")
+    assert mover.credit(1) == []
+    assert bodies(eng.peek("dst")) == [b"2"]
+
+
+# -- rule 13: start positions -------------------------------------------------------------
+def test_start_at_a_seq_replays_history_from_there(eng: Engine) -> None:
+    eng.queue_create("q", history=10)
+    eng.selector_create("q").when_always().do_delete().enable()
+    eng.publish_many("q", [Message(body=str(n).encode()) for n in range(1, 6)])
+    late = deliver(eng, "q", "late").start_at(4)
+    assert bodies(late.enable()) == [b"4", b"5"]
+    assert eng.queue_fetch("q").history_size == 5
+
+
+# -- rule 14: unknown queues --------------------------------------------------------------
+def test_publish_to_unknown_queue_goes_to_engine_dead_letter(eng_dlq: Engine) -> None:
+    eng_dlq.publish("nowhere", Message(body=b"lost"))
+    [dead] = eng_dlq.peek("$dead")
+    assert (dead.headers["x-reason"], dead.headers["x-original-queue"]) == (
+        "no-such-queue",
+        "nowhere",
+    )
+
+
+def test_publish_to_unknown_queue_without_dead_letter_raises(eng: Engine) -> None:
+    with pytest.raises(NotFound, match="nowhere"):
+        eng.publish("nowhere", Message())
+
+
+# -- rule 15 and stats ----------------------------------------------------------------------
+def test_stats_count_what_happened(eng: Engine) -> None:
+    eng.queue_create("q")
+    worker = deliver(eng, "q", "w")
+    worker.enable()
+    [a] = eng.publish("q", Message())
+    [b] = eng.publish("q", Message())
+    eng.confirm(a)
+    [b2] = eng.reject(b)
+    stats = eng.stats("q")
+    assert {
+        k: stats[k]
+        for k in (
+            "published",
+            "routed",
+            "delivered",
+            "confirmed",
+            "rejected",
+            "depth",
+            "outstanding",
+        )
+    } == {
+        "published": 2,
+        "routed": 3,
+        "delivered": 3,
+        "confirmed": 1,
+        "rejected": 1,
+        "depth": 0,
+        "outstanding": 1,
+    }
+    assert b2.redelivered
+
+
+# -- patterns -------------------------------------------------------------------------------
+def test_wolfpack_three_workers_credit_one_share_300_messages_evenly(eng: Engine) -> None:
+    for worker in ("w1", "w2", "w3"):
+        wolfpack(eng, "svc", worker, credit=1)
+    pending = eng.publish_many("svc", [Message(body=str(n).encode()) for n in range(300)])
+    order = []
+    while pending:
+        delivery = pending.pop(0)
+        order.append((delivery.destination, int(delivery.message.body)))
+        pending.extend(eng.confirm(delivery))
+    assert [dest for dest, _ in order[:6]] == ["w1", "w2", "w3", "w1", "w2", "w3"]
+    assert sorted(n for _, n in order) == list(range(300))
+    counts = {w: sum(1 for d, _ in order if d == w) for w in ("w1", "w2", "w3")}
+    assert counts == {"w1": 100, "w2": 100, "w3": 100}
+
+
+def test_housecat_delivers_only_to_the_addressed_recipient(eng: Engine) -> None:
+    for name in ("alice", "bob"):
+        housecat(eng, name)
+    assert [d.destination for d in eng.publish("housecat", Message(address="bob"))] == ["bob"]
+    assert eng.publish("housecat", Message(address="carol")) == []
+
+
+def test_parrot_delivers_once_to_each_matching_subscriber(eng: Engine) -> None:
+    parrot(eng, "a", "stock.#")
+    parrot(eng, "b", "stock.*.price")
+    parrot(eng, "c", "news.#")
+    got = eng.publish("parrot", Message(address="stock.ibm.price"))
+    assert sorted(d.destination for d in got) == ["a", "b"]
+
+
+def test_patterns_are_idempotent(eng: Engine) -> None:
+    first = wolfpack(eng, "svc", "w1")
+    again = wolfpack(eng, "svc", "w1")
+    assert first.selectors == again.selectors
+    assert len(eng.selectors("svc")) == 1
+    assert parrot(eng, "a", "x.#").selectors == parrot(eng, "a", "x.#").selectors
+    assert housecat(eng, "z").selectors == housecat(eng, "z").selectors
