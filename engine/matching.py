@@ -103,12 +103,18 @@ class TopicTrie:
     is proportional to the key's words times the live states, not the number of patterns.
     """
 
-    __slots__ = ("_root",)
+    __slots__ = ("_cache", "_root")
+
+    # Routing keys repeat (a set of symbols, regions, services), so answers are remembered
+    # per key; the memory is bounded and forgotten whenever a pattern is added or removed.
+    CACHE_SIZE = 4096
 
     def __init__(self) -> None:
         self._root = _TopicNode()
+        self._cache: dict[str, set[Hashable]] = {}
 
     def add(self, pattern: str, item: Hashable) -> None:
+        self._cache.clear()
         node = self._root
         for word in topic_words(pattern):
             nxt = node.children.get(word)
@@ -120,6 +126,7 @@ class TopicTrie:
         node.items.add(item)
 
     def discard(self, pattern: str, item: Hashable) -> None:
+        self._cache.clear()
         path = [self._root]
         words = topic_words(pattern)
         for word in words:
@@ -139,6 +146,15 @@ class TopicTrie:
                 parent.hash_child = None
 
     def match(self, key: str) -> set[Hashable]:
+        hits = self._cache.get(key)
+        if hits is None:
+            hits = frozenset(self._walk(key))
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.clear()
+            self._cache[key] = hits
+        return hits
+
+    def _walk(self, key: str) -> set[Hashable]:
         states = _closure([self._root])
         for word in key.split(".") if key else ():
             step: list[_TopicNode] = []

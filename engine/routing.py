@@ -94,7 +94,8 @@ class Routing:
             for store in transactional:
                 store.begin()
             operation(*args)
-            self._drain()
+            if self._pending:
+                self._drain()
             for store in transactional:
                 store.commit()
             return self._out
@@ -241,11 +242,12 @@ class Routing:
         was not kept there (overflow: dropped, dead-lettered or taken at once)."""
         state = qrt.state
         limit = qrt.limit
-        if limit is not None and state.depth() >= limit:
+        depth = state.depth()
+        if limit is not None and depth >= limit:
             return self._overflow(qrt, message, origin, direct)
         entry = Entry(state.next_seq(), message, origin)
         state.counters["published"] += 1
-        if not (qrt.busy or qrt.scheduled or state.depth()) and self._nesting < _MAX_NESTING:
+        if not (depth or qrt.busy or qrt.scheduled) and self._nesting < _MAX_NESTING:
             # Fast path: an idle, empty queue routes the message at once, with no trip
             # through the unprocessed section and the worklist.
             qrt.busy = True
