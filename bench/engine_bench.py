@@ -4,7 +4,7 @@
     python bench/engine_bench.py --quick    # smaller counts, for a smoke run
 
 (a) wolfpack, 2 workers, credit 10: publish -> deliver -> confirm, messages/s
-(b) parrot, one router, 10 subscribers: deliveries/s (publish, deliver, confirm)
+(b) parrot, one router, 10 subscribers: deliveries/s (publish, deliver, confirm together)
 (c) topic routing: publishes/s through a router holding N topic patterns, for several N
 (d) a network of 1,000 queues x 10 selectors: publish -> deliver -> confirm, messages/s
 """
@@ -76,15 +76,15 @@ def bench_parrot(count: int, subscribers: int = 10) -> float:
     for n in range(subscribers):
         parrot(eng, f"sub{n}", "stock.#")
     message = Message(address="stock.ibm.price", body=b"x" * 100)
-    publish, confirm = eng.publish, eng.confirm
+    publish, confirm_many = eng.publish, eng.confirm_many
     delivered = 0
 
     def run() -> None:
         nonlocal delivered
         for _ in range(count):
-            for delivery in publish("parrot", message):
-                confirm(delivery)
-                delivered += 1
+            deliveries = publish("parrot", message)
+            confirm_many(deliveries)  # each publish's 10 deliveries acked together
+            delivered += len(deliveries)
 
     seconds = timed(run)
     return delivered / seconds

@@ -364,7 +364,7 @@ class Engine(Routing):
             name, seq = entry.downstream
             target = self._queues.get(name)
             if target is not None and target.state.remove(seq):
-                target.state.counters["published"] -= 1
+                target.counters["published"] -= 1
                 returned.append(entry)
             else:
                 # already taken further downstream: it is theirs now; done here
@@ -631,7 +631,7 @@ class Engine(Routing):
 
     def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
         entry = sel.state.outstanding.pop(tag)
-        qrt.state.counters["confirmed"] += 1
+        qrt.counters["confirmed"] += 1
         self._credit_back(qrt, sel)
         self._processed(qrt, entry)
 
@@ -645,7 +645,7 @@ class Engine(Routing):
 
     def _reject(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str, requeue: bool) -> None:
         entry = sel.state.outstanding.pop(tag)
-        qrt.state.counters["rejected"] += 1
+        qrt.counters["rejected"] += 1
         if entry.replay:
             if requeue and sel.replay_next is not None:
                 sel.replay_next = min(sel.replay_next, entry.seq)

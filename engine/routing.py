@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from functools import partial
 from types import MappingProxyType
 
 from engine.catalog import QueueSpec
@@ -34,6 +35,11 @@ from engine.errors import QueueFull
 from engine.message import Delivery, Message
 from engine.router import Router, SelectorRuntime
 from engine.stores.base import Entry, QueueState, Store
+
+# NamedTuple constructors without the keyword-handling wrapper: the hot path builds a
+# Message and a Delivery for every delivery, always with every field given in order.
+_new_message = partial(tuple.__new__, Message)
+_new_delivery = partial(tuple.__new__, Delivery)
 
 # Fast-path routing recurses along a chain of queues; past this depth arrivals queue up
 # and the worklist takes over.
@@ -45,6 +51,7 @@ class QueueRuntime:
 
     __slots__ = (
         "busy",
+        "counters",
         "dead_letter",
         "deleted",
         "history",
@@ -61,6 +68,7 @@ class QueueRuntime:
         self.name = spec.name
         self.spec = spec
         self.state = state
+        self.counters = state.counters  # the store's counters, held here for speed
         self.selectors: dict[int, SelectorRuntime] = {}
         self.router = Router()
         self.scheduled = False
@@ -148,7 +156,7 @@ class Routing:
             else:
                 if queued:
                     qrt.state.pop_head()
-                qrt.state.counters["routed"] += 1
+                qrt.counters["routed"] += 1
                 self._dead_letter(qrt, entry, "unroutable")
                 return True
         taker = None
@@ -159,7 +167,7 @@ class Routing:
             taker.turn = next(self._turns)  # rotated to the end of the takers
         if queued:
             qrt.state.pop_head()
-        qrt.state.counters["routed"] += 1
+        qrt.counters["routed"] += 1
         if copies:
             visited = self._visited
             mid = message.mid
@@ -199,25 +207,29 @@ class Routing:
             count = entry.delivery_count
             state.outstanding[tag] = entry
             destination = sel.target
-            qrt.state.counters["delivered"] += 1
+            qrt.counters["delivered"] += 1
             self._out.append(
-                Delivery(
-                    tag,
-                    destination,  # type: ignore[arg-type]
-                    qrt.name,
-                    sel.id,
-                    Message(
-                        message.address,
-                        message.headers,
-                        message.body,
-                        message.return_address,
-                        message.mid,
-                        entry.seq,
-                        message.timestamp,
+                _new_delivery(
+                    (
+                        tag,
                         destination,
-                    ),
-                    count > 1,
-                    count,
+                        qrt.name,
+                        sel.id,
+                        _new_message(
+                            (
+                                message.address,
+                                message.headers,
+                                message.body,
+                                message.return_address,
+                                message.mid,
+                                entry.seq,
+                                message.timestamp,
+                                destination,
+                            )
+                        ),
+                        count > 1,
+                        count,
+                    )
                 )
             )
             return
@@ -246,7 +258,7 @@ class Routing:
         if limit is not None and depth >= limit:
             return self._overflow(qrt, message, origin, direct)
         entry = Entry(state.next_seq(), message, origin)
-        state.counters["published"] += 1
+        qrt.counters["published"] += 1
         if not (depth or qrt.busy or qrt.scheduled) and self._nesting < _MAX_NESTING:
             # Fast path: an idle, empty queue routes the message at once, with no trip
             # through the unprocessed section and the worklist.
@@ -277,8 +289,8 @@ class Routing:
             taker = _choose_taker(takers) if takers else None
             if taker is not None or not takers:
                 entry = Entry(qrt.state.next_seq(), message, origin)
-                qrt.state.counters["published"] += 1
-                qrt.state.counters["routed"] += 1
+                qrt.counters["published"] += 1
+                qrt.counters["routed"] += 1
                 for sel in copies:
                     if (message.mid, sel.target) not in self._visited:
                         self._copy(sel, message)
@@ -300,10 +312,10 @@ class Routing:
         """Send `entry` to `qrt`'s dead-letter queue, or drop it; either way it leaves."""
         target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
         if target is None or target is qrt or (entry.message.mid, target.name) in self._visited:
-            qrt.state.counters["dropped"] += 1
+            qrt.counters["dropped"] += 1
         else:
             self._visited.add((entry.message.mid, target.name))
-            qrt.state.counters["dead_lettered"] += 1
+            qrt.counters["dead_lettered"] += 1
             self._arrive(target, dead_lettered(entry.message, reason, qrt.name), None)
         self._settle(entry.origin)
 
