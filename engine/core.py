@@ -137,7 +137,11 @@ class Engine(Routing):
     def _open_store(self, kind: str, name: str, url: str | None) -> Store:
         if kind == "ram":
             return RamStore(name, url)
-        raise StoreError(f"the {kind} store is not available yet; use a 'ram' store")
+        if kind == "sql":
+            from engine.stores.sql import SqlStore
+
+            return SqlStore(name, url)
+        raise StoreError(f"the {kind} store is not available yet; use a 'ram' or 'sql' store")
 
     def store_delete(self, name: str) -> None:
         with self._lock:
@@ -352,10 +356,12 @@ class Engine(Routing):
         del qrt.selectors[sel.id]
         qrt.router.remove(sel)
         self._untarget(sel)
+        taken = list(sel.state.outstanding.values())
+        sel.state.outstanding.clear()
         qrt.state.drop_selector(sel.id)
         self._catalog.delete_selector(qrt.name, sel.id)
         returned = []
-        for entry in sel.state.outstanding.values():
+        for entry in taken:
             if entry.replay:
                 continue
             if entry.downstream is None:
@@ -369,7 +375,6 @@ class Engine(Routing):
             else:
                 # already taken further downstream: it is theirs now; done here
                 self._processed(qrt, entry)
-        sel.state.outstanding.clear()
         if returned:
             returned.sort(key=_by_seq)
             qrt.state.push_front(returned)

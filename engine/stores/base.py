@@ -39,7 +39,7 @@ COUNTERS = (
 class Entry:
     """A message's place in one queue. Mutable only in its delivery bookkeeping."""
 
-    __slots__ = ("delivery_count", "downstream", "message", "origin", "replay", "seq")
+    __slots__ = ("delivery_count", "downstream", "key", "message", "origin", "replay", "seq")
 
     def __init__(self, seq: int, message: Message, origin: tuple[str, int, str] | None) -> None:
         self.seq = seq
@@ -51,6 +51,7 @@ class Entry:
         # True for history entries a start_at selector is replaying: settling them must
         # not add them to history a second time
         self.replay = False
+        self.key: int | None = None  # a persistent store's row id for this entry
 
     def __repr__(self) -> str:
         return f"Entry(seq={self.seq}, mid={self.message.mid!r})"

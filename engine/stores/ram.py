@@ -80,6 +80,7 @@ class RamQueueState(QueueState):
         else:
             at = bisect_left(seqs, entry.seq, lo=self._hist_start)
             if at < len(seqs) and seqs[at] == entry.seq:
+                self.forget([self._hist_entries[at]])
                 self._hist_entries[at] = entry
                 return
             insort(seqs, entry.seq, lo=self._hist_start)
@@ -88,11 +89,17 @@ class RamQueueState(QueueState):
             self.trim_history(keep)
 
     def trim_history(self, keep: int) -> None:
-        self._hist_start = max(self._hist_start, len(self._hist_seqs) - max(keep, 0))
+        start = max(self._hist_start, len(self._hist_seqs) - max(keep, 0))
+        if start > self._hist_start:
+            self.forget(self._hist_entries[self._hist_start : start])
+        self._hist_start = start
         if self._hist_start > 1024 and self._hist_start * 2 > len(self._hist_seqs):
             del self._hist_seqs[: self._hist_start]
             del self._hist_entries[: self._hist_start]
             self._hist_start = 0
+
+    def forget(self, entries: list[Entry]) -> None:
+        """Entries leaving history (trimmed or replaced); persistent stores delete them."""
 
     def history_size(self) -> int:
         return len(self._hist_seqs) - self._hist_start

@@ -3,20 +3,73 @@ same tests can run against every store."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from engine import Engine
+from tests.postgres import postgres_url
+
+# "postgresql" runs only where a server answers (tests/postgres.py); CI makes sure one does.
+STORES = ["ram", "sqlite", "postgresql"]
 
 
 @pytest.fixture
-def eng() -> Engine:
-    return Engine()
+def engine_on(tmp_path):
+    """`engine_on(kind, **options)`: an engine whose queues live in a fresh store of `kind`
+    unless a test names another. PostgreSQL stores get a unique name, so their rows are
+    apart from every other test's, and are deleted afterwards."""
+    made: list[Engine] = []
+
+    def make(kind: str, **options) -> Engine:
+        engine = Engine(**options)
+        if kind == "sqlite":
+            engine.store_create("sql", "db", url=f"sqlite:///{tmp_path}/xump.sqlite3")
+            engine.set_default_store("db")
+        elif kind == "postgresql":
+            url = postgres_url()
+            if url is None:
+                pytest.skip("no PostgreSQL server answers (set XUMP_TEST_POSTGRES_URL)")
+            name = f"t{uuid.uuid4().hex[:12]}"
+            engine.store_create("sql", name, url=url)
+            engine.set_default_store(name)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        for store in engine.stores():
+            if store.kind == "sql" and store.url and store.url.startswith("postgresql"):
+                drop_postgres_rows(store.url, store.name)
 
 
-@pytest.fixture
-def eng_dlq() -> Engine:
+@pytest.fixture(params=STORES)
+def eng(request, engine_on) -> Engine:
+    """The conformance fixture: every engine test runs once per store."""
+    return engine_on(request.param)
+
+
+@pytest.fixture(params=STORES)
+def eng_dlq(request, engine_on) -> Engine:
     """An engine whose unknown-queue publishes go to "$dead"."""
-    return Engine(dead_letter="$dead")
+    return engine_on(request.param, dead_letter="$dead")
+
+
+def drop_postgres_rows(url: str, store: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        mids = connection.execute(
+            "SELECT DISTINCT mid FROM xump_entry WHERE store = %s", (store,)
+        ).fetchall()
+        for table in ("xump_entry", "xump_selector", "xump_queue"):
+            connection.execute(f"DELETE FROM {table} WHERE store = %s", (store,))
+        for (mid,) in mids:
+            connection.execute(
+                "DELETE FROM xump_body WHERE mid = %s AND NOT EXISTS "
+                "(SELECT 1 FROM xump_entry WHERE xump_entry.mid = %s)",
+                (mid, mid),
+            )
 
 
 @pytest.fixture
