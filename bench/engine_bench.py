@@ -90,18 +90,21 @@ def bench_parrot(count: int, subscribers: int = 10) -> float:
     return delivered / seconds
 
 
-def bench_topic(count: int, patterns: int, distinct: int = 1000) -> float:
-    """A router with `patterns` topic selectors, each copying into its own queue that
-    deletes what arrives; keys match one pattern each and are drawn from `distinct`
-    addresses (the trie remembers recent answers, so repeated keys are cheaper)."""
+def bench_topic(count: int, patterns: int, distinct: int = 1000, sinks: int = 100) -> float:
+    """A router with `patterns` topic selectors copying into `sinks` subscriber queues
+    (pattern n into queue n % sinks), each deleting what arrives. Keys match one pattern
+    each and are drawn from `distinct` addresses (the trie remembers recent answers, so
+    repeated keys are cheaper). The number of queues stays the same as patterns grow, so
+    the figure shows how matching scales."""
     eng = Engine()
     eng.queue_create("router")
+    for n in range(sinks):
+        eng.queue_create(f"sink{n}")
+        eng.selector_create(f"sink{n}").when_always().do_delete().enable()
     for n in range(patterns):
-        sink = f"sink{n}"
-        eng.queue_create(sink)
-        eng.selector_create(sink).when_always().do_delete().enable()
         pattern = f"stock.s{n}.*" if n % 2 else f"stock.s{n}.#"
-        eng.selector_create("router").when_match("topic", pattern).do_copy(sink).enable()
+        selector = eng.selector_create("router").when_match("topic", pattern)
+        selector.do_copy(f"sink{n % sinks}").enable()
     rng = random.Random(7)
     messages = [Message(address=f"stock.s{rng.randrange(patterns)}.p{n}") for n in range(distinct)]
     publish = eng.publish
