@@ -23,7 +23,6 @@ from engine.errors import (
     InvalidSelector,
     NotFound,
     QueueFull,
-    StoreError,
 )
 from engine.filters import compile_filter
 from engine.matching import check_pattern
@@ -141,7 +140,9 @@ class Engine(Routing):
             from engine.stores.sql import SqlStore
 
             return SqlStore(name, url)
-        raise StoreError(f"the {kind} store is not available yet; use a 'ram' or 'sql' store")
+        from engine.stores.redis import RedisStore
+
+        return RedisStore(name, url)
 
     def store_delete(self, name: str) -> None:
         with self._lock:

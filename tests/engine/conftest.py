@@ -11,11 +11,12 @@ from engine import Engine
 from tests.postgres import postgres_url
 
 # "postgresql" runs only where a server answers (tests/postgres.py); CI makes sure one does.
-STORES = ["ram", "sqlite", "postgresql"]
+# "redis" runs on the session's private redis-server (tests/conftest.py).
+STORES = ["ram", "sqlite", "postgresql", "redis"]
 
 
 @pytest.fixture
-def engine_on(tmp_path):
+def engine_on(tmp_path, request):
     """`engine_on(kind, **options)`: an engine whose queues live in a fresh store of `kind`
     unless a test names another. PostgreSQL stores get a unique name, so their rows are
     apart from every other test's, and are deleted afterwards."""
@@ -33,6 +34,11 @@ def engine_on(tmp_path):
             name = f"t{uuid.uuid4().hex[:12]}"
             engine.store_create("sql", name, url=url)
             engine.set_default_store(name)
+        elif kind == "redis":
+            server = request.getfixturevalue("redis_server")
+            name = f"t{uuid.uuid4().hex[:12]}"  # its own hash tag: keys apart from others
+            engine.store_create("redis", name, url=server.url)
+            engine.set_default_store(name)
         made.append(engine)
         return engine
 
@@ -41,6 +47,8 @@ def engine_on(tmp_path):
         for store in engine.stores():
             if store.kind == "sql" and store.url and store.url.startswith("postgresql"):
                 drop_postgres_rows(store.url, store.name)
+            elif store.kind == "redis":
+                drop_redis_keys(store.url, store.name)
 
 
 @pytest.fixture(params=STORES)
@@ -103,3 +111,13 @@ def snapshot(engine: Engine) -> tuple:
             for q in queues
         },
     )
+
+
+def drop_redis_keys(url: str, store: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=f"xump:{{{store}}}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()

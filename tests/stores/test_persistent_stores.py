@@ -1,5 +1,5 @@
-"""The SQL store keeps queue state in the database: a new engine on the same database finds
-it as the last one left it. Runs on SQLite always and on PostgreSQL where one answers."""
+"""The persistent stores keep queue state: a new engine on the same database finds it as the
+last one left it. SQLite, PostgreSQL (where one answers) and Redis (a private server)."""
 
 from __future__ import annotations
 
@@ -11,27 +11,32 @@ import pytest
 from engine import Engine, Message
 from engine.errors import StoreError
 from engine.stores.sql import mask_password
-from tests.engine.conftest import drop_postgres_rows
+from tests.engine.conftest import drop_postgres_rows, drop_redis_keys
 from tests.postgres import postgres_url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
 def database(request, tmp_path):
-    """(url, store name) of a fresh SQL store; PostgreSQL rows are removed afterwards."""
+    """(kind, url, store name) of a fresh persistent store; removed afterwards."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/xump.sqlite3", "db"
+        yield "sql", f"sqlite:///{tmp_path}/xump.sqlite3", "db"
+        return
+    name = f"t{uuid.uuid4().hex[:12]}"
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_server").url
+        yield "redis", url, name
+        drop_redis_keys(url, name)
         return
     url = postgres_url()
     if url is None:
         pytest.skip("no PostgreSQL server answers (set XUMP_TEST_POSTGRES_URL)")
-    name = f"t{uuid.uuid4().hex[:12]}"
-    yield url, name
+    yield "sql", url, name
     drop_postgres_rows(url, name)
 
 
-def engine_with_store(url: str, name: str) -> Engine:
+def engine_with_store(url: str, name: str, kind: str = "sql") -> Engine:
     engine = Engine()
-    engine.store_create("sql", name, url=url)
+    engine.store_create(kind, name, url=url)
     engine.set_default_store(name)
     return engine
 
@@ -46,8 +51,8 @@ def wire(engine: Engine, credit: int) -> None:
 
 
 def test_unprocessed_history_outstanding_and_counters_survive_a_restart(database) -> None:
-    url, name = database
-    first = engine_with_store(url, name)
+    kind, url, name = database
+    first = engine_with_store(url, name, kind)
     wire(first, credit=2)
     deliveries = first.publish_many(
         "orders", [Message(body=f"m{n}".encode(), headers={"n": n}) for n in range(5)]
@@ -57,7 +62,7 @@ def test_unprocessed_history_outstanding_and_counters_survive_a_restart(database
     assert third.message.body == b"m2"
     before = first.stats("orders")
 
-    second = engine_with_store(url, name)
+    second = engine_with_store(url, name, kind)
     wire(second, credit=0)
     assert second.stats("orders") == before
     assert [m.body for m in second.peek("orders")] == [b"m3", b"m4"]

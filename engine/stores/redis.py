@@ -1,0 +1,200 @@
+"""The Redis store: queue state in Redis (redis-py with hiredis), durable with AOF.
+
+Theory of operation: a journaled store (journal.py): queue state in memory as the RAM store
+holds it, every change recorded as a Redis command, the commands of one engine operation
+sent in one MULTI/EXEC pipeline at `commit()`: one round trip, applied atomically, so no
+reader ever sees half an operation. With `appendonly yes` and `appendfsync always` on the
+server, an operation that returned survives a kill -9 of the server.
+
+Key layout. Every key of a store carries the store's hash tag `{<store>}`, so one
+operation's keys share one Redis Cluster slot (shard by creating several stores):
+
+    xump:{S}:q:<queue>:meta      HASH  last_seq, head, tail, one field per counter
+    xump:{S}:q:<queue>:entries   HASH  entry key -> JSON of the entry without its body:
+                                       section (u/h/o), position, selector_id, tag, seq,
+                                       mid, address, headers, return_address, timestamp,
+                                       origin, delivery_count, replay, downstream
+    xump:{S}:q:<queue>:credit    HASH  selector id -> credit
+    xump:{S}:bodies              HASH  mid -> body (stored once however many entries)
+    xump:{S}:refs                HASH  mid -> number of entries holding the body
+    xump:{S}:lastkey             STRING highest entry key given out
+    xump:{S}:queues              SET   queue names with state here
+
+Not yet: several processes sharing one store's queues (queue leases with fencing tokens);
+today one process owns a store's queues at a time, as with the SQL store.
+"""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+from typing import Any
+
+import redis
+
+from engine.errors import StoreError
+from engine.message import Message
+from engine.stores.base import COUNTERS, Entry
+from engine.stores.journal import JournaledQueueState, JournaledStore, entry_fields
+from engine.stores.sql import mask_password
+
+# KEYS: refs hash, bodies hash. ARGV: mid, change (negative).
+# Lowers the count of entries holding a body; drops the body with its last entry.
+_RELEASE_BODY = """
+local left = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+if left <= 0 then
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    redis.call('HDEL', KEYS[2], ARGV[1])
+end
+return left
+"""
+
+
+class RedisStore(JournaledStore):
+    kind = "redis"
+
+    def __init__(self, name: str, url: str | None = None) -> None:
+        super().__init__(name, url)
+        if not url:
+            raise StoreError("a Redis store needs a URL: redis://host:port/db")
+        self._prefix = f"xump:{{{name}}}:"
+        try:
+            self.client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+            self.client.ping()
+            self._last_key = int(self.client.get(self._key("lastkey")) or 0)
+        except (redis.RedisError, ValueError) as error:
+            raise StoreError(
+                f"cannot reach the Redis store at {mask_password(url)}: {error}; check that "
+                "redis-server runs there and the URL (host, port, password, db) is right"
+            ) from None
+        self._release_body = self.client.register_script(_RELEASE_BODY)
+        self._pipe = self.client.pipeline(transaction=True)
+
+    def _key(self, *parts: str) -> str:
+        return self._prefix + ":".join(parts)
+
+    def _queue_key(self, state: JournaledQueueState, part: str) -> str:
+        return f"{self._prefix}q:{state.name}:{part}"
+
+    # -- records -------------------------------------------------------------------------
+    def record_entry(
+        self,
+        state: JournaledQueueState,
+        entry: Entry,
+        section: str,
+        position: int,
+        selector_id: int | None,
+        tag: str | None,
+    ) -> None:
+        fields = entry_fields(entry)
+        fields.update(section=section, position=position, selector_id=selector_id, tag=tag)
+        self._pipe.hset(self._queue_key(state, "entries"), str(entry.key), json.dumps(fields))
+
+    def record_deletion(self, state: JournaledQueueState, entry: Entry) -> None:
+        self._pipe.hdel(self._queue_key(state, "entries"), str(entry.key))
+
+    def record_meta(self, state: JournaledQueueState) -> None:
+        meta: dict[str, Any] = {
+            "last_seq": state.last_seq(),
+            "head": state.head_position,
+            "tail": state.tail_position,
+        }
+        meta.update((name, state.counters[name]) for name in COUNTERS)
+        self._pipe.hset(self._queue_key(state, "meta"), mapping=meta)
+        self._pipe.sadd(self._key("queues"), state.name)
+
+    def record_credit(self, state: JournaledQueueState, selector_id: int, credit: int) -> None:
+        self._pipe.hset(self._queue_key(state, "credit"), str(selector_id), credit)
+
+    def record_selector_dropped(self, state: JournaledQueueState, selector_id: int) -> None:
+        self._pipe.hdel(self._queue_key(state, "credit"), str(selector_id))
+
+    def record_queue_dropped(self, state: JournaledQueueState) -> None:
+        for part in ("meta", "entries", "credit"):
+            self._pipe.delete(self._queue_key(state, part))
+        self._pipe.srem(self._key("queues"), state.name)
+
+    def discard_records(self) -> None:
+        self._pipe.reset()
+
+    def flush(self, body_changes: dict[str | None, tuple[int, bytes]]) -> None:
+        refs, bodies = self._key("refs"), self._key("bodies")
+        for mid, (change, body) in body_changes.items():
+            if change > 0:
+                self._pipe.hsetnx(bodies, mid, body)
+                self._pipe.hincrby(refs, mid, change)
+            elif change < 0:
+                self._release_body(keys=[refs, bodies], args=[mid, change], client=self._pipe)
+        if not len(self._pipe):
+            return
+        self._pipe.set(self._key("lastkey"), self._last_key)
+        try:
+            self._pipe.execute()
+        except redis.RedisError as error:
+            raise StoreError(
+                f"writing to the Redis store at {mask_password(self.url or '')} failed: {error}"
+            ) from None
+        finally:
+            self._pipe.reset()
+
+    # -- loading -------------------------------------------------------------------------
+    def load_queue(self, state: JournaledQueueState) -> None:
+        try:
+            meta = self.client.hgetall(self._queue_key(state, "meta"))
+            credits = self.client.hgetall(self._queue_key(state, "credit"))
+            stored = self.client.hgetall(self._queue_key(state, "entries"))
+        except redis.RedisError as error:
+            raise StoreError(
+                f"reading queue {state.name!r} from Redis at {mask_password(self.url or '')} "
+                f"failed: {error}"
+            ) from None
+        if meta:
+            values = {key.decode(): int(value) for key, value in meta.items()}
+            state.restore_meta(
+                values.get("last_seq", 0),
+                values.get("head", 0),
+                values.get("tail", 0),
+                {name: values.get(name, 0) for name in COUNTERS},
+            )
+        for selector_id, credit in credits.items():
+            state.restore_credit(int(selector_id), int(credit))
+        records = [(int(key), json.loads(value)) for key, value in stored.items()]
+        mids = sorted({fields["mid"] for _, fields in records})
+        bodies = (
+            dict(zip(mids, self.client.hmget(self._key("bodies"), mids), strict=True))
+            if (mids)
+            else {}
+        )
+        order = {"u": 0, "h": 1, "o": 2}
+        records.sort(
+            key=lambda item: (order[item[1]["section"]], item[1]["position"], item[1]["seq"],
+                              item[0])
+        )  # fmt: skip
+        for key, fields in records:
+            body = bodies.get(fields["mid"]) or b""
+            state.restore(
+                _entry(key, fields, body), fields["section"], fields["selector_id"], fields["tag"]
+            )
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _entry(key: int, fields: dict[str, Any], body: bytes) -> Entry:
+    message = Message(
+        fields["address"],
+        MappingProxyType(fields["headers"]),
+        body,
+        fields["return_address"],
+        fields["mid"],
+        None,
+        fields["timestamp"],
+    )
+    origin = tuple(fields["origin"]) if fields["origin"] else None
+    entry = Entry(fields["seq"], message, origin)  # type: ignore[arg-type]
+    entry.key = key
+    entry.delivery_count = fields["delivery_count"]
+    entry.replay = fields["replay"]
+    if fields["downstream"]:
+        entry.downstream = tuple(fields["downstream"])  # type: ignore[assignment]
+    return entry

@@ -1,0 +1,73 @@
+"""Servers the tests start for themselves, once per session."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RedisServer:
+    """A private redis-server on a free port, its data (AOF, fsync on every write) in a
+    directory of its own. Tests may kill and restart it; nothing else uses it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.directory), "--appendonly", "yes",
+                "--appendfsync", "always", "--save", "", "--daemonize", "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        import redis
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port).ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError("the private redis-server did not start") from None
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no final save."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
