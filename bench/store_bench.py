@@ -4,24 +4,32 @@
 
 2 workers, credit 100: publish -> deliver -> confirm, one call per message and in batches
 of 100 (publish_many / confirm_many). SQLite runs on a file in a temporary directory with
-synchronous=FULL; PostgreSQL runs when XUMP_TEST_POSTGRES_URL (or the local server) answers.
+synchronous=FULL; PostgreSQL runs when XUMP_TEST_POSTGRES_URL (or the local server) answers;
+Redis runs on a private redis-server started here (AOF, appendfsync always), and
+redis-benchmark's own SET rate on that server is printed beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections import deque
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from engine import Engine, Message
 from engine.patterns import wolfpack
+from tests.conftest import RedisServer
 from tests.postgres import postgres_url
+
+REDIS: RedisServer | None = None
 
 
 def engine_for(kind: str, directory: str) -> Engine | None:
@@ -29,6 +37,12 @@ def engine_for(kind: str, directory: str) -> Engine | None:
     if kind == "sqlite":
         engine.store_create("sql", "db", url=f"sqlite:///{directory}/bench.sqlite3")
         engine.set_default_store("db")
+    elif kind == "redis":
+        if REDIS is None:
+            return None
+        name = f"bench{uuid.uuid4().hex[:8]}"
+        engine.store_create("redis", name, url=REDIS.url)
+        engine.set_default_store(name)
     elif kind == "postgresql":
         url = postgres_url()
         if url is None:
@@ -63,11 +77,29 @@ def batched(engine: Engine, count: int, batch: int = 100) -> float:
 
 
 def cleanup(engine: Engine) -> None:
+    from tests.engine.conftest import drop_postgres_rows, drop_redis_keys
+
     for store in engine.stores():
         if store.url and store.url.startswith("postgresql"):
-            from tests.engine.conftest import drop_postgres_rows
-
             drop_postgres_rows(store.url, store.name)
+        elif store.kind == "redis":
+            drop_redis_keys(store.url, store.name)
+
+
+def redis_benchmark_set_rate(port: int) -> float | None:
+    """redis-benchmark's SET requests/s on the same server (one client, no pipelining, the
+    way the engine talks to it), for the ratio."""
+    if shutil.which("redis-benchmark") is None:
+        return None
+    result = subprocess.run(
+        ["redis-benchmark", "-p", str(port), "-t", "set", "-n", "20000", "-c", "1", "-q",
+         "--csv"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    for line in result.stdout.splitlines():
+        if line.startswith('"SET"'):
+            return float(line.split(",")[1].strip('"'))
+    return None
 
 
 def main() -> None:
@@ -75,8 +107,13 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20_000)
     args = parser.parse_args()
     print(f"Xump store benchmark: wolfpack, 2 workers, {args.count:,} messages per run")
+    global REDIS
     print(f"{'store':<12}{'one call each':>18}{'batches of 100':>18}")
-    for kind in ("ram", "sqlite", "postgresql"):
+    redis_dir = tempfile.TemporaryDirectory()
+    if shutil.which("redis-server"):
+        REDIS = RedisServer(Path(redis_dir.name))
+        REDIS.start()
+    for kind in ("ram", "sqlite", "postgresql", "redis"):
         with tempfile.TemporaryDirectory() as directory:
             rates = []
             for run in (single, batched):
@@ -92,6 +129,12 @@ def main() -> None:
                 print(f"{kind:<12}{'(no server)':>18}")
                 continue
             print(f"{kind:<12}{rates[0]:>14,.0f} /s{rates[1]:>14,.0f} /s")
+    if REDIS is not None:
+        rate = redis_benchmark_set_rate(REDIS.port)
+        if rate:
+            print(f"redis-benchmark SET on the same server (1 client): {rate:,.0f} requests/s")
+        REDIS.stop()
+    redis_dir.cleanup()
 
 
 if __name__ == "__main__":

@@ -38,15 +38,21 @@ from engine.stores.base import COUNTERS, Entry
 from engine.stores.journal import JournaledQueueState, JournaledStore, entry_fields
 from engine.stores.sql import mask_password
 
-# KEYS: refs hash, bodies hash. ARGV: mid, change (negative).
-# Lowers the count of entries holding a body; drops the body with its last entry.
-_RELEASE_BODY = """
-local left = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
-if left <= 0 then
-    redis.call('HDEL', KEYS[1], ARGV[1])
-    redis.call('HDEL', KEYS[2], ARGV[1])
+# KEYS: refs hash, bodies hash. ARGV: mid1, change1, body1, mid2, change2, body2, ...
+# Applies one operation's changes to the number of entries holding each body: a body is
+# stored when its count becomes positive and dropped with its last entry.
+_COUNT_BODIES = """
+for i = 1, #ARGV, 3 do
+    local mid, change = ARGV[i], tonumber(ARGV[i + 1])
+    local left = redis.call('HINCRBY', KEYS[1], mid, change)
+    if left <= 0 then
+        redis.call('HDEL', KEYS[1], mid)
+        redis.call('HDEL', KEYS[2], mid)
+    elseif left == change then
+        redis.call('HSET', KEYS[2], mid, ARGV[i + 2])
+    end
 end
-return left
+return #ARGV / 3
 """
 
 
@@ -67,8 +73,11 @@ class RedisStore(JournaledStore):
                 f"cannot reach the Redis store at {mask_password(url)}: {error}; check that "
                 "redis-server runs there and the URL (host, port, password, db) is right"
             ) from None
-        self._release_body = self.client.register_script(_RELEASE_BODY)
+        self._count_bodies = self.client.register_script(_COUNT_BODIES)
         self._pipe = self.client.pipeline(transaction=True)
+        # one operation's entry changes, coalesced per hash: key -> JSON, or None to delete
+        self._entries: dict[str, dict[str, str | None]] = {}
+        self._credits: dict[str, dict[str, int]] = {}  # credit hash -> selector id -> credit
 
     def _key(self, *parts: str) -> str:
         return self._prefix + ":".join(parts)
@@ -88,10 +97,16 @@ class RedisStore(JournaledStore):
     ) -> None:
         fields = entry_fields(entry)
         fields.update(section=section, position=position, selector_id=selector_id, tag=tag)
-        self._pipe.hset(self._queue_key(state, "entries"), str(entry.key), json.dumps(fields))
+        changes = self._entries.setdefault(self._queue_key(state, "entries"), {})
+        changes[str(entry.key)] = json.dumps(fields, separators=(",", ":"))
 
     def record_deletion(self, state: JournaledQueueState, entry: Entry) -> None:
-        self._pipe.hdel(self._queue_key(state, "entries"), str(entry.key))
+        changes = self._entries.setdefault(self._queue_key(state, "entries"), {})
+        key = str(entry.key)
+        if changes.get(key) is not None:
+            del changes[key]  # written and deleted within this operation: never stored
+        else:
+            changes[key] = None  # every write has a new key, so this one is stored
 
     def record_meta(self, state: JournaledQueueState) -> None:
         meta: dict[str, Any] = {
@@ -104,27 +119,45 @@ class RedisStore(JournaledStore):
         self._pipe.sadd(self._key("queues"), state.name)
 
     def record_credit(self, state: JournaledQueueState, selector_id: int, credit: int) -> None:
-        self._pipe.hset(self._queue_key(state, "credit"), str(selector_id), credit)
+        # only the last credit of an operation is sent
+        self._credits.setdefault(self._queue_key(state, "credit"), {})[str(selector_id)] = credit
 
     def record_selector_dropped(self, state: JournaledQueueState, selector_id: int) -> None:
+        self._credits.get(self._queue_key(state, "credit"), {}).pop(str(selector_id), None)
         self._pipe.hdel(self._queue_key(state, "credit"), str(selector_id))
 
     def record_queue_dropped(self, state: JournaledQueueState) -> None:
+        self._entries.pop(self._queue_key(state, "entries"), None)
+        self._credits.pop(self._queue_key(state, "credit"), None)
         for part in ("meta", "entries", "credit"):
             self._pipe.delete(self._queue_key(state, part))
         self._pipe.srem(self._key("queues"), state.name)
 
     def discard_records(self) -> None:
         self._pipe.reset()
+        self._entries.clear()
+        self._credits.clear()
 
     def flush(self, body_changes: dict[str | None, tuple[int, bytes]]) -> None:
-        refs, bodies = self._key("refs"), self._key("bodies")
+        for hash_key, changes in self._entries.items():
+            written = {key: value for key, value in changes.items() if value is not None}
+            deleted = [key for key, value in changes.items() if value is None]
+            if written:
+                self._pipe.hset(hash_key, mapping=written)
+            if deleted:
+                self._pipe.hdel(hash_key, *deleted)
+        self._entries.clear()
+        for hash_key, credits in self._credits.items():
+            if credits:
+                self._pipe.hset(hash_key, mapping=credits)
+        self._credits.clear()
+        counted = []
         for mid, (change, body) in body_changes.items():
-            if change > 0:
-                self._pipe.hsetnx(bodies, mid, body)
-                self._pipe.hincrby(refs, mid, change)
-            elif change < 0:
-                self._release_body(keys=[refs, bodies], args=[mid, change], client=self._pipe)
+            if change:
+                counted.extend((mid, change, body if change > 0 else b""))
+        if counted:
+            keys = [self._key("refs"), self._key("bodies")]
+            self._count_bodies(keys=keys, args=counted, client=self._pipe)
         if not len(self._pipe):
             return
         self._pipe.set(self._key("lastkey"), self._last_key)

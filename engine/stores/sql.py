@@ -7,7 +7,7 @@ applied in one transaction at `commit()` (pipelined on PostgreSQL: one round tri
 Schema (created on first use):
 
     xump_queue     (store, queue) -> last_seq, head, tail, one column per counter
-    xump_entry     id -> store, queue, section ('u' unprocessed, 'h' history,
+    xump_entry     (store, id) -> queue, section ('u' unprocessed, 'h' history,
                    'o' outstanding), position (FIFO order of 'u'), seq, selector_id, tag,
                    mid, address, headers (JSON), return_address, timestamp,
                    origin_queue, origin_selector, origin_tag, delivery_count, replay,
@@ -46,13 +46,14 @@ _SCHEMA = [
         {counters},
         PRIMARY KEY (store, queue))""",
     """CREATE TABLE IF NOT EXISTS xump_entry (
-        id BIGINT PRIMARY KEY, store TEXT NOT NULL, queue TEXT NOT NULL,
+        id BIGINT NOT NULL, store TEXT NOT NULL, queue TEXT NOT NULL,
         section CHAR(1) NOT NULL, position BIGINT NOT NULL, seq BIGINT NOT NULL,
         selector_id BIGINT, tag TEXT, mid TEXT NOT NULL, address TEXT NOT NULL,
         headers TEXT NOT NULL, return_address TEXT, timestamp DOUBLE PRECISION,
         origin_queue TEXT, origin_selector BIGINT, origin_tag TEXT,
         delivery_count BIGINT NOT NULL, replay BOOLEAN NOT NULL,
-        downstream_queue TEXT, downstream_seq BIGINT)""",
+        downstream_queue TEXT, downstream_seq BIGINT,
+        PRIMARY KEY (store, id))""",
     "CREATE INDEX IF NOT EXISTS xump_entry_queue ON xump_entry (store, queue)",
     "CREATE INDEX IF NOT EXISTS xump_entry_mid ON xump_entry (mid)",
     """CREATE TABLE IF NOT EXISTS xump_body (
@@ -166,7 +167,8 @@ class SqlStore(JournaledStore):
         if not url:
             raise StoreError("a SQL store needs a URL: sqlite:///path or postgresql://...")
         self.db = _Database(url)
-        found = self.db.fetchall("SELECT MAX(id) FROM xump_entry")
+        # entry ids are per store: stores sharing a database each number their own
+        found = self.db.fetchall("SELECT MAX(id) FROM xump_entry WHERE store = ?", (name,))
         self._last_key = found[0][0] or 0
         self._bodies: dict[str, bytes] = {}
 
@@ -195,7 +197,7 @@ class SqlStore(JournaledStore):
         )  # fmt: skip
 
     def record_deletion(self, state: JournaledQueueState, entry: Entry) -> None:
-        self.db.later("DELETE FROM xump_entry WHERE id = ?", (entry.key,))
+        self.db.later("DELETE FROM xump_entry WHERE store = ? AND id = ?", (self.name, entry.key))
 
     def record_meta(self, state: JournaledQueueState) -> None:
         columns = ", ".join(COUNTERS)
