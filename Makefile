@@ -3,24 +3,28 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# requirements.txt, and requirements-dev.txt etc. should the tools ever be split out
+REQUIREMENTS := $(sort $(wildcard requirements*.txt))
 PYTEST_ARGS ?=
+ADDRESS ?= 127.0.0.1:8000
 
 .PHONY: venv run test lint format bench check clean
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+# reinstall only when a requirements file is newer than the last install
+$(STAMP): $(REQUIREMENTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet $(addprefix -r ,$(REQUIREMENTS))
 	@touch $(STAMP)
 
 run: venv
 	@mkdir -p var
-	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py migrate --noinput --verbosity 0
 	$(BIN)/python manage.py ensure_admin
-	@echo "Xump console: http://127.0.0.1:8000/  (Ctrl-C stops it)"
-	$(BIN)/python manage.py runserver 127.0.0.1:8000
+	@echo "Xump console: http://$(ADDRESS)/  (Ctrl-C stops it)"
+	$(BIN)/python manage.py runserver $(ADDRESS)
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -34,13 +38,18 @@ format: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# every bench/*.py is a script that prints figures (files starting with _ are helpers)
 bench: venv
-	@for script in bench/*_bench.py; do \
-		echo "== $$script"; $(BIN)/python $$script || exit 1; \
-	done
+	@found=0; for script in bench/[!_]*.py; do \
+		[ -e "$$script" ] || continue; found=1; \
+		echo "== $$script"; $(BIN)/python "$$script" || exit 1; \
+	done; \
+	[ $$found = 1 ] || echo "no scripts in bench/ yet: nothing to measure"
 
 check: venv
 	$(BIN)/python manage.py check
 
+# caches and the virtualenv only: var/ holds the database and stays
 clean:
-	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .import_linter_cache .benchmarks
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
