@@ -322,20 +322,3 @@ class JournaledStore(RamStore):
     @abstractmethod
     def flush(self, body_changes: dict[str | None, tuple[int, bytes]]) -> None:
         """Make this operation's records and body count changes durable, atomically."""
-
-
-def entry_fields(entry: Entry) -> dict[str, Any]:
-    """An entry's fields apart from its body, for storing (JSON-safe)."""
-    message = entry.message
-    return {
-        "seq": entry.seq,
-        "mid": message.mid,
-        "address": message.address,
-        "headers": dict(message.headers),
-        "return_address": message.return_address,
-        "timestamp": message.timestamp,
-        "origin": list(entry.origin) if entry.origin else None,
-        "delivery_count": entry.delivery_count,
-        "replay": entry.replay,
-        "downstream": list(entry.downstream) if entry.downstream else None,
-    }

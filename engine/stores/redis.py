@@ -10,10 +10,11 @@ Key layout. Every key of a store carries the store's hash tag `{<store>}`, so on
 operation's keys share one Redis Cluster slot (shard by creating several stores):
 
     xump:{S}:q:<queue>:meta      HASH  last_seq, head, tail, one field per counter
-    xump:{S}:q:<queue>:entries   HASH  entry key -> JSON of the entry without its body:
-                                       section (u/h/o), position, selector_id, tag, seq,
-                                       mid, address, headers, return_address, timestamp,
-                                       origin, delivery_count, replay, downstream
+    xump:{S}:q:<queue>:entries   HASH  entry key -> JSON array of the entry without its
+                                       body: [section (u/h/o), position, selector_id, tag,
+                                       seq, mid, address, headers, return_address,
+                                       timestamp, origin, delivery_count, replay,
+                                       downstream]
     xump:{S}:q:<queue>:credit    HASH  selector id -> credit
     xump:{S}:bodies              HASH  mid -> body (stored once however many entries)
     xump:{S}:refs                HASH  mid -> number of entries holding the body
@@ -35,7 +36,7 @@ import redis
 from engine.errors import StoreError
 from engine.message import Message
 from engine.stores.base import COUNTERS, Entry
-from engine.stores.journal import JournaledQueueState, JournaledStore, entry_fields
+from engine.stores.journal import JournaledQueueState, JournaledStore
 from engine.stores.sql import mask_password
 
 # KEYS: refs hash, bodies hash. ARGV: mid1, change1, body1, mid2, change2, body2, ...
@@ -95,10 +96,14 @@ class RedisStore(JournaledStore):
         selector_id: int | None,
         tag: str | None,
     ) -> None:
-        fields = entry_fields(entry)
-        fields.update(section=section, position=position, selector_id=selector_id, tag=tag)
+        message = entry.message
+        record = [
+            section, position, selector_id, tag, entry.seq, message.mid, message.address,
+            dict(message.headers), message.return_address, message.timestamp, entry.origin,
+            entry.delivery_count, entry.replay, entry.downstream,
+        ]  # fmt: skip
         changes = self._entries.setdefault(self._queue_key(state, "entries"), {})
-        changes[str(entry.key)] = json.dumps(fields, separators=(",", ":"))
+        changes[str(entry.key)] = json.dumps(record, separators=(",", ":"))
 
     def record_deletion(self, state: JournaledQueueState, entry: Entry) -> None:
         changes = self._entries.setdefault(self._queue_key(state, "entries"), {})
@@ -192,42 +197,39 @@ class RedisStore(JournaledStore):
         for selector_id, credit in credits.items():
             state.restore_credit(int(selector_id), int(credit))
         records = [(int(key), json.loads(value)) for key, value in stored.items()]
-        mids = sorted({fields["mid"] for _, fields in records})
-        bodies = (
-            dict(zip(mids, self.client.hmget(self._key("bodies"), mids), strict=True))
-            if (mids)
-            else {}
-        )
+        mids = sorted({record[_MID] for _, record in records})
+        found = self.client.hmget(self._key("bodies"), mids) if mids else []
+        bodies = dict(zip(mids, found, strict=True))
         order = {"u": 0, "h": 1, "o": 2}
-        records.sort(
-            key=lambda item: (order[item[1]["section"]], item[1]["position"], item[1]["seq"],
-                              item[0])
-        )  # fmt: skip
-        for key, fields in records:
-            body = bodies.get(fields["mid"]) or b""
-            state.restore(
-                _entry(key, fields, body), fields["section"], fields["selector_id"], fields["tag"]
-            )
+        # FIFO positions for unprocessed, seq for history, key (order taken) for outstanding
+        records.sort(key=lambda item: (order[item[1][0]], item[1][1], item[1][4], item[0]))
+        for key, record in records:
+            section, _position, selector_id, tag = record[:4]
+            entry = _entry(key, record, bodies.get(record[_MID]) or b"")
+            state.restore(entry, section, selector_id, tag)
 
     def close(self) -> None:
         self.client.close()
 
 
-def _entry(key: int, fields: dict[str, Any], body: bytes) -> Entry:
+_MID = 5  # position of the mid in a stored entry record
+
+
+def _entry(key: int, record: list[Any], body: bytes) -> Entry:
+    """An Entry from its stored record: [section, position, selector_id, tag, seq, mid,
+    address, headers, return_address, timestamp, origin, delivery_count, replay,
+    downstream]."""
+    (
+        _section, _position, _selector_id, _tag, seq, mid, address, headers, return_address,
+        timestamp, origin, delivery_count, replay, downstream,
+    ) = record  # fmt: skip
     message = Message(
-        fields["address"],
-        MappingProxyType(fields["headers"]),
-        body,
-        fields["return_address"],
-        fields["mid"],
-        None,
-        fields["timestamp"],
+        address, MappingProxyType(headers), body, return_address, mid, None, timestamp
     )
-    origin = tuple(fields["origin"]) if fields["origin"] else None
-    entry = Entry(fields["seq"], message, origin)  # type: ignore[arg-type]
+    entry = Entry(seq, message, tuple(origin) if origin else None)  # type: ignore[arg-type]
     entry.key = key
-    entry.delivery_count = fields["delivery_count"]
-    entry.replay = fields["replay"]
-    if fields["downstream"]:
-        entry.downstream = tuple(fields["downstream"])  # type: ignore[assignment]
+    entry.delivery_count = delivery_count
+    entry.replay = replay
+    if downstream:
+        entry.downstream = tuple(downstream)  # type: ignore[assignment]
     return entry
