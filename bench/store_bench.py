@@ -109,32 +109,41 @@ def main() -> None:
     print(f"Xump store benchmark: wolfpack, 2 workers, {args.count:,} messages per run")
     global REDIS
     print(f"{'store':<12}{'one call each':>18}{'batches of 100':>18}")
-    redis_dir = tempfile.TemporaryDirectory()
-    if shutil.which("redis-server"):
-        REDIS = RedisServer(Path(redis_dir.name))
-        REDIS.start()
-    for kind in ("ram", "sqlite", "postgresql", "redis"):
-        with tempfile.TemporaryDirectory() as directory:
-            rates = []
-            for run in (single, batched):
-                engine = engine_for(kind, directory)
-                if engine is None:
-                    break
-                for worker in ("w1", "w2"):
-                    wolfpack(engine, "jobs", worker, credit=100)
-                count = args.count if kind == "ram" else max(args.count // 4, 1000)
-                rates.append(run(engine, count))
+    with tempfile.TemporaryDirectory() as redis_dir:
+        if shutil.which("redis-server"):
+            REDIS = RedisServer(Path(redis_dir))
+            REDIS.start()
+        try:
+            for kind in ("ram", "sqlite", "postgresql", "redis"):
+                print_rates(kind, args.count)
+            if REDIS is not None:
+                rate = redis_benchmark_set_rate(REDIS.port)
+                if rate:
+                    print(
+                        f"redis-benchmark SET on the same server (1 client): {rate:,.0f} requests/s"
+                    )
+        finally:
+            if REDIS is not None:
+                REDIS.stop()
+
+
+def print_rates(kind: str, count: int) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        rates = []
+        for run in (single, batched):
+            engine = engine_for(kind, directory)
+            if engine is None:
+                break
+            for worker in ("w1", "w2"):
+                wolfpack(engine, "jobs", worker, credit=100)
+            try:
+                rates.append(run(engine, count if kind == "ram" else max(count // 4, 1000)))
+            finally:
                 cleanup(engine)
-            if not rates:
-                print(f"{kind:<12}{'(no server)':>18}")
-                continue
-            print(f"{kind:<12}{rates[0]:>14,.0f} /s{rates[1]:>14,.0f} /s")
-    if REDIS is not None:
-        rate = redis_benchmark_set_rate(REDIS.port)
-        if rate:
-            print(f"redis-benchmark SET on the same server (1 client): {rate:,.0f} requests/s")
-        REDIS.stop()
-    redis_dir.cleanup()
+        if not rates:
+            print(f"{kind:<12}{'(no server)':>18}")
+            return
+        print(f"{kind:<12}{rates[0]:>14,.0f} /s{rates[1]:>14,.0f} /s")
 
 
 if __name__ == "__main__":

@@ -645,31 +645,28 @@ def _and(parts: list[Condition]) -> Condition:
 
         return and2
 
-    def and_n(m: Message) -> bool | None:
-        unknown = False
-        for part in parts:
-            result = part(m)
-            if result is False:
-                return False
-            if result is None:
-                unknown = True
-        return None if unknown else True
-
-    return and_n
+    return _junction(parts, decisive=False)
 
 
 def _or(parts: list[Condition]) -> Condition:
-    def or_n(m: Message) -> bool | None:
+    return _junction(parts, decisive=True)
+
+
+def _junction(parts: list[Condition], decisive: bool) -> Condition:
+    """AND (decisive=False) or OR (decisive=True) over any number of parts in 3VL: the
+    decisive value wins at once; otherwise UNKNOWN if any part was, else the other value."""
+
+    def junction(m: Message) -> bool | None:
         unknown = False
         for part in parts:
             result = part(m)
-            if result is True:
-                return True
+            if result is decisive:
+                return decisive
             if result is None:
                 unknown = True
-        return None if unknown else False
+        return None if unknown else not decisive
 
-    return or_n
+    return junction
 
 
 def _negated(condition: Condition) -> Condition:

@@ -392,30 +392,19 @@ def _choose_taker(takers: list[SelectorRuntime]) -> SelectorRuntime | None:
 
 def _bounced(message: Message) -> Message:
     """Rule 9: the new address is the return address; the old one is kept in a header."""
-    headers = dict(message.headers)
-    headers["x-original-address"] = message.address
     address = message.return_address if message.return_address is not None else message.address
-    return Message(
-        address,
-        MappingProxyType(headers),
-        message.body,
-        message.return_address,
-        message.mid,
-        None,
-        message.timestamp,
-    )
+    return _rewritten(message, address, {"x-original-address": message.address})
 
 
 def dead_lettered(message: Message, reason: str, queue: str) -> Message:
+    """A dead letter says why and where from, so it can be sent back."""
+    return _rewritten(message, message.address, {"x-reason": reason, "x-original-queue": queue})
+
+
+def _rewritten(message: Message, address: str, extra: dict[str, str]) -> Message:
+    """The same message (mid, body) under a new envelope, as it arrives in another queue."""
     headers = dict(message.headers)
-    headers["x-reason"] = reason
-    headers["x-original-queue"] = queue
-    return Message(
-        message.address,
-        MappingProxyType(headers),
-        message.body,
-        message.return_address,
-        message.mid,
-        None,
-        message.timestamp,
+    headers.update(extra)
+    return message._replace(
+        address=address, headers=MappingProxyType(headers), seq=None, destination=None
     )
