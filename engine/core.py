@@ -20,12 +20,9 @@ from engine.catalog import MemoryCatalog, QueueSpec, SelectorSpec, StoreSpec
 from engine.errors import (
     AlreadyExists,
     InvalidArgument,
-    InvalidSelector,
     NotFound,
     QueueFull,
 )
-from engine.filters import compile_filter
-from engine.matching import check_pattern
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.router import QUEUE_ACTIONS, SelectorRuntime
@@ -37,7 +34,6 @@ from engine.validation import (
     DEFAULT_MAX_BODY,
     check_body,
     check_count,
-    check_header_name,
     check_headers,
     check_name,
     check_optional_count,
@@ -389,125 +385,6 @@ class Engine(Routing):
         if sel is None:
             raise NotFound(f"selector {selector_id!r} does not exist on queue {queue!r}")
         return qrt, sel
-
-    # Called by Selector; each validates first and changes nothing on error.
-    def _selector_spec(self, queue: str, selector_id: int) -> SelectorSpec:
-        with self._lock:
-            return self._selector(queue, selector_id)[1].spec
-
-    def _selector_state(self, queue: str, selector_id: int) -> tuple[int, int]:
-        with self._lock:
-            sel = self._selector(queue, selector_id)[1]
-            return sel.state.credit, len(sel.state.outstanding)
-
-    def _set_when(
-        self,
-        queue: str,
-        selector_id: int,
-        kind: str,
-        match: tuple[str, str, str] | None = None,
-        expression: str | None = None,
-    ) -> None:
-        if kind == "match":
-            operator, pattern, field = match  # type: ignore[misc]
-            check_pattern(operator, pattern)
-            if field != "address":
-                check_header_name(field)
-        compiled = compile_filter(expression) if expression is not None else None
-        with self._lock:
-            qrt, sel = self._selector(queue, selector_id)
-            spec = sel.spec
-            if kind == "match":
-                spec.filter = spec.filter if spec.when == "match" else None
-                spec.match = match
-                compiled = sel.matches if spec.filter is not None else None
-            elif kind == "filter":
-                spec.match = spec.match if spec.when == "match" else None
-                spec.filter = expression
-                kind = "match"
-            else:
-                spec.match = None
-                spec.filter = None
-                compiled = None
-            spec.when = kind
-            sel.refresh(compiled)
-            self._wiring_changed(qrt, sel)
-
-    def _set_action(self, queue: str, selector_id: int, action: str, target: str | None) -> None:
-        with self._lock:
-            qrt, sel = self._selector(queue, selector_id)
-            if action in QUEUE_ACTIONS:
-                check_name("target queue", target, allow_reserved=True)
-                if target == queue:
-                    raise InvalidSelector(
-                        f"a selector cannot {action} messages into its own queue {queue!r}"
-                    )
-                if target not in self._queues:
-                    raise NotFound(f"target queue {target!r} does not exist; create it first")
-            elif action == "deliver":
-                check_name("destination", target)
-            self._untarget(sel)
-            sel.spec.action = action
-            sel.spec.target = target
-            sel.refresh(sel.matches)
-            if action in QUEUE_ACTIONS:
-                self._targeted_by.setdefault(target, set()).add(sel)  # type: ignore[arg-type]
-                sel.resolve(self._queues[target])  # type: ignore[index]
-            else:
-                sel.resolve(None)
-            self._wiring_changed(qrt, sel)
-
-    def _set_start(self, queue: str, selector_id: int, start: object) -> None:
-        if start not in ("head", "current") and (
-            not isinstance(start, int) or isinstance(start, bool) or start < 1
-        ):
-            raise InvalidArgument(f"start must be 'head', 'current' or a seq >= 1, not {start!r}")
-        with self._lock:
-            _qrt, sel = self._selector(queue, selector_id)
-            sel.spec.start = start  # type: ignore[assignment]
-            self._catalog.save_selector(sel.spec)
-
-    def _set_credit(self, queue: str, selector_id: int, credit: object) -> None:
-        check_count("credit", credit, minimum=-1)
-        with self._lock:
-            _qrt, sel = self._selector(queue, selector_id)
-            sel.spec.credit = credit  # type: ignore[assignment]
-            sel.state.credit = credit  # type: ignore[assignment]
-            self._catalog.save_selector(sel.spec)
-
-    def _add_credit(self, queue: str, selector_id: int, credit: object) -> list[Delivery]:
-        check_count("credit", credit, minimum=1)
-        with self._lock:
-            qrt, sel = self._selector(queue, selector_id)
-            if sel.state.credit < 0:
-                return []
-            sel.state.credit += credit  # type: ignore[operator]
-            return self._run(self._credit_arrived, qrt, sel)
-
-    def _enable(self, queue: str, selector_id: int, enabled: object) -> list[Delivery]:
-        if not isinstance(enabled, bool):
-            raise InvalidArgument(f"enable takes True or False, not {enabled!r}")
-        with self._lock:
-            qrt, sel = self._selector(queue, selector_id)
-            spec = sel.spec
-            if enabled and spec.when is None:
-                raise InvalidSelector(
-                    f"selector {spec.id} on queue {queue!r} has no WHEN; "
-                    "set one with when_match, when_filter, when_always, ..."
-                )
-            if enabled and spec.action is None:
-                raise InvalidSelector(
-                    f"selector {spec.id} on queue {queue!r} has no DO; "
-                    "set one with do_copy, do_move, do_deliver, ..."
-                )
-            if spec.enabled == enabled:
-                return []
-            spec.enabled = enabled
-            self._wiring_changed(qrt, sel)
-            if not enabled:
-                sel.replay_next = None
-                return []
-            return self._run(self._enabled, qrt, sel)
 
     def _enabled(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
         start = sel.spec.start

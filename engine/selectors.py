@@ -1,8 +1,10 @@
 """The Selector object applications configure: WHEN + DO + credit (SPEC §1, §3).
 
-A `Selector` is a handle (queue name + id) on the engine's wiring; every method validates
-its input first and changes nothing on error. `when_*`, `do_*`, `start_at` and `set_credit`
-return the selector so calls chain; `enable` and `credit` return the Deliveries they caused.
+A `Selector` is a handle (queue name + id) on the engine's wiring. Every method validates
+its input before it takes the engine lock and changes nothing on error; changes go to the
+selector's spec (saved in the catalog) and its runtime (re-registered in the queue's
+router). `when_*`, `do_*`, `start_at` and `set_credit` return the selector so calls chain;
+`enable` and `credit` return the Deliveries they caused.
 """
 
 from __future__ import annotations
@@ -10,10 +12,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine.catalog import SelectorSpec
+from engine.errors import InvalidArgument, InvalidSelector, NotFound
+from engine.filters import compile_filter
+from engine.matching import check_pattern
+from engine.router import QUEUE_ACTIONS
+from engine.validation import check_count, check_header_name, check_name
 
 if TYPE_CHECKING:
     from engine.core import Engine
     from engine.message import Delivery
+    from engine.router import SelectorRuntime
+    from engine.routing import QueueRuntime
 
 
 class Selector:
@@ -41,11 +50,16 @@ class Selector:
         return hash((self.queue, self.id))
 
     # -- what it is ------------------------------------------------------------------------
+    def _runtime(self) -> tuple[QueueRuntime, SelectorRuntime]:
+        """The queue and selector runtimes; the caller holds the engine lock."""
+        return self._engine._selector(self.queue, self.id)
+
     @property
     def spec(self) -> SelectorSpec:
         """A copy of the selector's wiring."""
-        spec = self._engine._selector_spec(self.queue, self.id)
-        return SelectorSpec(**{name: getattr(spec, name) for name in SelectorSpec.__slots__})
+        with self._engine._lock:
+            spec = self._runtime()[1].spec
+            return SelectorSpec(**{name: getattr(spec, name) for name in SelectorSpec.__slots__})
 
     @property
     def enabled(self) -> bool:
@@ -72,81 +86,170 @@ class Selector:
     @property
     def available_credit(self) -> int:
         """Credit left (-1 = unlimited)."""
-        return self._engine._selector_state(self.queue, self.id)[0]
+        with self._engine._lock:
+            return self._runtime()[1].state.credit
 
     @property
     def outstanding(self) -> int:
         """Messages taken by this selector and not yet settled."""
-        return self._engine._selector_state(self.queue, self.id)[1]
+        with self._engine._lock:
+            return len(self._runtime()[1].state.outstanding)
 
     # -- WHEN ------------------------------------------------------------------------------
     def when_match(self, operator: str, pattern: str, field: str = "address") -> Selector:
-        """Match the address (or header `field`): eq, topic, prefix or regex."""
-        self._engine._set_when(self.queue, self.id, "match", match=(operator, pattern, field))
-        return self
+        """Match the address (or header `field`): eq, topic, prefix or regex. Combines with
+        a filter (match AND filter)."""
+        check_pattern(operator, pattern)
+        if field != "address":
+            check_header_name(field)
+        return self._set_when("match", match=(operator, pattern, field))
 
     def when_filter(self, expression: str) -> Selector:
-        """A JMS / SQL-92 selector expression over headers (engine/filters.py)."""
-        self._engine._set_when(self.queue, self.id, "filter", expression=expression)
-        return self
+        """A JMS / SQL-92 selector expression over headers (docs/filters.md). Combines with
+        a match (match AND filter)."""
+        return self._set_when("filter", expression=expression, compiled=compile_filter(expression))
 
     def when_always(self) -> Selector:
-        self._engine._set_when(self.queue, self.id, "always")
-        return self
+        return self._set_when("always")
 
     def when_default(self) -> Selector:
         """Acts only on messages no other selector of the queue matched."""
-        self._engine._set_when(self.queue, self.id, "default")
-        return self
+        return self._set_when("default")
 
     def when_overflow(self) -> Selector:
         """Acts only on messages arriving at the queue while it is full."""
-        self._engine._set_when(self.queue, self.id, "overflow")
+        return self._set_when("overflow")
+
+    def _set_when(
+        self,
+        kind: str,
+        match: tuple[str, str, str] | None = None,
+        expression: str | None = None,
+        compiled=None,  # type: ignore[no-untyped-def]
+    ) -> Selector:
+        with self._engine._lock:
+            qrt, sel = self._runtime()
+            spec = sel.spec
+            combining = spec.when == "match"  # a match and a filter make one WHEN
+            if kind == "match":
+                spec.match, spec.filter = match, spec.filter if combining else None
+                compiled = sel.matches if spec.filter is not None else None
+            elif kind == "filter":
+                spec.match, spec.filter = spec.match if combining else None, expression
+                kind = "match"
+            else:
+                spec.match, spec.filter, compiled = None, None, None
+            spec.when = kind
+            sel.refresh(compiled)
+            self._engine._wiring_changed(qrt, sel)
         return self
 
     # -- DO --------------------------------------------------------------------------------
     def do_copy(self, queue: str) -> Selector:
-        self._engine._set_action(self.queue, self.id, "copy", queue)
-        return self
+        return self._set_action("copy", queue)
 
     def do_move(self, queue: str) -> Selector:
-        self._engine._set_action(self.queue, self.id, "move", queue)
-        return self
+        return self._set_action("move", queue)
 
     def do_bounce(self, queue: str) -> Selector:
-        self._engine._set_action(self.queue, self.id, "bounce", queue)
-        return self
+        return self._set_action("bounce", queue)
 
     def do_deliver(self, destination: str) -> Selector:
-        self._engine._set_action(self.queue, self.id, "deliver", destination)
-        return self
+        return self._set_action("deliver", destination)
 
     def do_delete(self) -> Selector:
-        self._engine._set_action(self.queue, self.id, "delete", None)
+        return self._set_action("delete", None)
+
+    def _set_action(self, action: str, target: str | None) -> Selector:
+        engine = self._engine
+        if action in QUEUE_ACTIONS:
+            check_name("target queue", target, allow_reserved=True)
+            if target == self.queue:
+                raise InvalidSelector(
+                    f"a selector cannot {action} messages into its own queue {self.queue!r}"
+                )
+        elif action == "deliver":
+            check_name("destination", target)
+        with engine._lock:
+            qrt, sel = self._runtime()
+            if action in QUEUE_ACTIONS and target not in engine._queues:
+                raise NotFound(f"target queue {target!r} does not exist; create it first")
+            engine._untarget(sel)
+            sel.spec.action, sel.spec.target = action, target
+            sel.refresh(sel.matches)
+            if action in QUEUE_ACTIONS:
+                engine._targeted_by.setdefault(target, set()).add(sel)  # type: ignore[arg-type]
+                sel.resolve(engine._queues[target])  # type: ignore[index]
+            else:
+                sel.resolve(None)
+            engine._wiring_changed(qrt, sel)
         return self
 
     # -- flow ------------------------------------------------------------------------------
     def start_at(self, start: str | int) -> Selector:
         """Where a newly enabled selector starts: "current" (live traffic only), "head"
         (the whole history first) or a seq of the history."""
-        self._engine._set_start(self.queue, self.id, start)
+        if start not in ("head", "current") and (
+            not isinstance(start, int) or isinstance(start, bool) or start < 1
+        ):
+            raise InvalidArgument(f"start must be 'head', 'current' or a seq >= 1, not {start!r}")
+        with self._engine._lock:
+            sel = self._runtime()[1]
+            sel.spec.start = start
+            self._engine._catalog.save_selector(sel.spec)
         return self
 
     def set_credit(self, credit: int) -> Selector:
         """Set the remaining credit (-1 = unlimited). Routes nothing by itself; use
         `credit(n)` to top up and receive what it unblocks."""
-        self._engine._set_credit(self.queue, self.id, credit)
+        check_count("credit", credit, minimum=-1)
+        with self._engine._lock:
+            sel = self._runtime()[1]
+            sel.spec.credit = credit
+            sel.state.credit = credit
+            self._engine._catalog.save_selector(sel.spec)
         return self
 
     def credit(self, n: int) -> list[Delivery]:
         """Add `n` credits; returns the Deliveries that unblocked."""
-        return self._engine._add_credit(self.queue, self.id, n)
+        check_count("credit", n, minimum=1)
+        engine = self._engine
+        with engine._lock:
+            qrt, sel = self._runtime()
+            if sel.state.credit < 0:
+                return []  # unlimited already
+            sel.state.credit += n
+            return engine._run(engine._credit_arrived, qrt, sel)
 
     def enable(self, enabled: bool = True) -> list[Delivery]:
-        return self._engine._enable(self.queue, self.id, enabled)
+        """Turn routing by this selector on (or off); returns the Deliveries it caused."""
+        if not isinstance(enabled, bool):
+            raise InvalidArgument(f"enable takes True or False, not {enabled!r}")
+        engine = self._engine
+        with engine._lock:
+            qrt, sel = self._runtime()
+            spec = sel.spec
+            if enabled and spec.when is None:
+                raise InvalidSelector(
+                    f"selector {spec.id} on queue {self.queue!r} has no WHEN; "
+                    "set one with when_match, when_filter, when_always, ..."
+                )
+            if enabled and spec.action is None:
+                raise InvalidSelector(
+                    f"selector {spec.id} on queue {self.queue!r} has no DO; "
+                    "set one with do_copy, do_move, do_deliver, ..."
+                )
+            if spec.enabled == enabled:
+                return []
+            spec.enabled = enabled
+            engine._wiring_changed(qrt, sel)
+            if not enabled:
+                sel.replay_next = None
+                return []
+            return engine._run(engine._enabled, qrt, sel)
 
     def disable(self) -> list[Delivery]:
-        return self._engine._enable(self.queue, self.id, False)
+        return self.enable(False)
 
     def delete(self) -> list[Delivery]:
         return self._engine.selector_delete(self.queue, self.id)
