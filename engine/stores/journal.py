@@ -237,6 +237,7 @@ class JournaledStore(RamStore):
         # mid -> (change in the number of entries holding it, its body) for this operation
         self.body_changes: dict[str | None, tuple[int, bytes]] = {}
         self._last_key = 0
+        self._holding = 0  # > 0 while a caller batches several operations into one commit
 
     def next_key(self) -> int:
         self._last_key += 1
@@ -267,9 +268,22 @@ class JournaledStore(RamStore):
 
     # -- transactions --------------------------------------------------------------------
     def begin(self) -> None:
-        self.discard_records()
+        if not self._holding:
+            self.discard_records()
+
+    def hold(self) -> None:
+        """Until `release()`, the operations' records accumulate into one commit."""
+        self._holding += 1
+
+    def release(self) -> None:
+        """Commit everything recorded since `hold()`."""
+        self._holding -= 1
+        if not self._holding:
+            self.commit()
 
     def commit(self) -> None:
+        if self._holding:
+            return
         for state in self.dirty:
             self.record_meta(state)
             state.saved()

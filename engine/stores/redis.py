@@ -20,9 +20,13 @@ operation's keys share one Redis Cluster slot (shard by creating several stores)
     xump:{S}:refs                HASH  mid -> number of entries holding the body
     xump:{S}:lastkey             STRING highest entry key given out
     xump:{S}:queues              SET   queue names with state here
+    xump:{S}:lease, :fence       the owner's lease token (with expiry) and fencing counter
 
-Not yet: several processes sharing one store's queues (queue leases with fencing tokens);
-today one process owns a store's queues at a time, as with the SQL store.
+Sharing: one process routes a store's queues at a time. It takes the store's lease
+(`acquire_lease`: a key with an expiry and a fencing number); every write checks the token
+inside the same script that applies it, so a process that stalled past its lease can never
+write over its successor. Other processes reach the queues through relay.py (durable inbox
+and outbox lists). Without a lease the store behaves as a private one.
 """
 
 from __future__ import annotations
@@ -39,21 +43,50 @@ from engine.stores.base import COUNTERS, Entry
 from engine.stores.journal import JournaledQueueState, JournaledStore
 from engine.stores.sql import mask_password
 
-# KEYS: refs hash, bodies hash. ARGV: mid1, change1, body1, mid2, change2, body2, ...
-# Applies one operation's changes to the number of entries holding each body: a body is
-# stored when its count becomes positive and dropped with its last entry.
-_COUNT_BODIES = """
-for i = 1, #ARGV, 3 do
-    local mid, change = ARGV[i], tonumber(ARGV[i + 1])
-    local left = redis.call('HINCRBY', KEYS[1], mid, change)
-    if left <= 0 then
-        redis.call('HDEL', KEYS[1], mid)
-        redis.call('HDEL', KEYS[2], mid)
-    elseif left == change then
-        redis.call('HSET', KEYS[2], mid, ARGV[i + 2])
+# One engine operation's writes, applied atomically, fenced by the owner's lease.
+# KEYS: lease key, refs hash, bodies hash.
+# ARGV: lease token ('' when the store is not leased), lease ttl in ms, then commands, each
+#       as a count n followed by n words; the command "BODIES" carries (mid, change, body)
+#       triples: a body is stored when its count becomes positive and dropped with its last
+#       entry.
+_APPLY = """
+if ARGV[1] ~= '' then
+    if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+        return redis.error_reply('XUMP_LEASE_LOST')
     end
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return #ARGV / 3
+local i = 3
+while i <= #ARGV do
+    local n = tonumber(ARGV[i])
+    if ARGV[i + 1] == 'BODIES' then
+        for j = i + 2, i + n, 3 do
+            local mid, change = ARGV[j], tonumber(ARGV[j + 1])
+            local left = redis.call('HINCRBY', KEYS[2], mid, change)
+            if left <= 0 then
+                redis.call('HDEL', KEYS[2], mid)
+                redis.call('HDEL', KEYS[3], mid)
+            elseif left == change then
+                redis.call('HSET', KEYS[3], mid, ARGV[j + 2])
+            end
+        end
+    else
+        redis.call(unpack(ARGV, i + 1, i + n))
+    end
+    i = i + n + 1
+end
+return 1
+"""
+
+# KEYS: lease key, fence counter. ARGV: owner name, ttl in ms.
+# Takes the lease when it is free; the token carries a new fencing number.
+_ACQUIRE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    return false
+end
+local token = ARGV[1] .. '#' .. redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+return token
 """
 
 
@@ -74,8 +107,11 @@ class RedisStore(JournaledStore):
                 f"cannot reach the Redis store at {mask_password(url)}: {error}; check that "
                 "redis-server runs there and the URL (host, port, password, db) is right"
             ) from None
-        self._count_bodies = self.client.register_script(_COUNT_BODIES)
-        self._pipe = self.client.pipeline(transaction=True)
+        self._apply = self.client.register_script(_APPLY)
+        self._acquire = self.client.register_script(_ACQUIRE)
+        self._commands: list[tuple] = []  # this operation's commands, in order
+        self.lease_token = ""  # set while this process holds the store's lease
+        self.lease_ms = 0
         # one operation's entry changes, coalesced per hash: key -> JSON, or None to delete
         self._entries: dict[str, dict[str, str | None]] = {}
         self._credits: dict[str, dict[str, int]] = {}  # credit hash -> selector id -> credit
@@ -120,8 +156,8 @@ class RedisStore(JournaledStore):
             "tail": state.tail_position,
         }
         meta.update((name, state.counters[name]) for name in COUNTERS)
-        self._pipe.hset(self._queue_key(state, "meta"), mapping=meta)
-        self._pipe.sadd(self._key("queues"), state.name)
+        self._commands.append(("HSET", self._queue_key(state, "meta"), *_flat(meta)))
+        self._commands.append(("SADD", self._key("queues"), state.name))
 
     def record_credit(self, state: JournaledQueueState, selector_id: int, credit: int) -> None:
         # only the last credit of an operation is sent
@@ -129,51 +165,89 @@ class RedisStore(JournaledStore):
 
     def record_selector_dropped(self, state: JournaledQueueState, selector_id: int) -> None:
         self._credits.get(self._queue_key(state, "credit"), {}).pop(str(selector_id), None)
-        self._pipe.hdel(self._queue_key(state, "credit"), str(selector_id))
+        self._commands.append(("HDEL", self._queue_key(state, "credit"), str(selector_id)))
 
     def record_queue_dropped(self, state: JournaledQueueState) -> None:
         self._entries.pop(self._queue_key(state, "entries"), None)
         self._credits.pop(self._queue_key(state, "credit"), None)
         for part in ("meta", "entries", "credit"):
-            self._pipe.delete(self._queue_key(state, part))
-        self._pipe.srem(self._key("queues"), state.name)
+            self._commands.append(("DEL", self._queue_key(state, part)))
+        self._commands.append(("SREM", self._key("queues"), state.name))
 
     def discard_records(self) -> None:
-        self._pipe.reset()
+        self._commands.clear()
         self._entries.clear()
         self._credits.clear()
 
+    def add_commands(self, commands: list[tuple]) -> None:
+        """Redis commands to apply in the same atomic step as the next commit (the relay
+        uses it to take commands off an inbox and put deliveries in an outbox)."""
+        self._commands.extend(commands)
+
     def flush(self, body_changes: dict[str | None, tuple[int, bytes]]) -> None:
+        commands = self._commands
         for hash_key, changes in self._entries.items():
             written = {key: value for key, value in changes.items() if value is not None}
             deleted = [key for key, value in changes.items() if value is None]
             if written:
-                self._pipe.hset(hash_key, mapping=written)
+                commands.append(("HSET", hash_key, *_flat(written)))
             if deleted:
-                self._pipe.hdel(hash_key, *deleted)
+                commands.append(("HDEL", hash_key, *deleted))
         self._entries.clear()
         for hash_key, credits in self._credits.items():
             if credits:
-                self._pipe.hset(hash_key, mapping=credits)
+                commands.append(("HSET", hash_key, *_flat(credits)))
         self._credits.clear()
-        counted = []
+        counted: list[Any] = []
         for mid, (change, body) in body_changes.items():
             if change:
                 counted.extend((mid, change, body if change > 0 else b""))
         if counted:
-            keys = [self._key("refs"), self._key("bodies")]
-            self._count_bodies(keys=keys, args=counted, client=self._pipe)
-        if not len(self._pipe):
+            commands.append(("BODIES", *counted))
+        if not commands:
             return
-        self._pipe.set(self._key("lastkey"), self._last_key)
+        commands.append(("SET", self._key("lastkey"), self._last_key))
+        words: list[Any] = [self.lease_token, self.lease_ms]
+        for command in commands:
+            words.append(len(command))
+            words.extend(command)
+        self._commands = []
+        keys = [self._key("lease"), self._key("refs"), self._key("bodies")]
         try:
-            self._pipe.execute()
+            self._apply(keys=keys, args=words)
         except redis.RedisError as error:
+            if "XUMP_LEASE_LOST" in str(error):
+                raise StoreError(
+                    f"this process lost the lease on Redis store {self.name!r} (it expired and "
+                    "another process took over); its changes were not written"
+                ) from None
             raise StoreError(
                 f"writing to the Redis store at {mask_password(self.url or '')} failed: {error}"
             ) from None
-        finally:
-            self._pipe.reset()
+
+    # -- the lease: one process routes a store's queues at a time ------------------------
+    def acquire_lease(self, owner: str, lease_ms: int = 5000) -> bool:
+        """Take the store's lease if it is free. Call before opening any queue (queues load
+        their state as the last owner left it); renew with `renew_lease()` more often than
+        `lease_ms`. Every write then checks the token, so a process whose lease expired can
+        never write over its successor's."""
+        token = self._acquire(keys=[self._key("lease"), self._key("fence")], args=[owner, lease_ms])
+        if not token:
+            return False
+        self.lease_token = token.decode()
+        self.lease_ms = lease_ms
+        return True
+
+    def renew_lease(self) -> None:
+        """Extend the lease; StoreError if it was lost."""
+        self._commands.append(("PEXPIRE", self._key("lease"), self.lease_ms))
+        self.flush({})
+
+    def release_lease(self) -> None:
+        if self.lease_token:
+            self._commands.append(("DEL", self._key("lease")))
+            self.flush({})
+            self.lease_token = ""
 
     # -- loading -------------------------------------------------------------------------
     def load_queue(self, state: JournaledQueueState) -> None:
@@ -213,6 +287,10 @@ class RedisStore(JournaledStore):
 
 
 _MID = 5  # position of the mid in a stored entry record
+
+
+def _flat(mapping: dict) -> list[Any]:
+    return [word for pair in mapping.items() for word in pair]
 
 
 def _entry(key: int, record: list[Any], body: bytes) -> Entry:
