@@ -163,6 +163,14 @@ class Engine(Routing):
         with self._lock:
             return [StoreInfo(s.kind, s.name, s.url) for s in self._stores.values()]
 
+    def backend(self, name: str) -> Store:
+        """The store object itself, for what only that kind of store does (leases)."""
+        with self._lock:
+            store = self._stores.get(name)
+            if store is None:
+                raise NotFound(f"store {name!r} does not exist")
+            return store
+
     @property
     def default_store(self) -> str:
         return self._default_store

@@ -208,7 +208,7 @@ class RedisStore(JournaledStore):
             return
         commands.append(("SET", self._key("lastkey"), self._last_key))
         words: list[Any] = [self.lease_token, self.lease_ms]
-        for command in commands:
+        for command in _chunked(commands):
             words.append(len(command))
             words.extend(command)
         self._commands = []
@@ -236,6 +236,8 @@ class RedisStore(JournaledStore):
             return False
         self.lease_token = token.decode()
         self.lease_ms = lease_ms
+        # the previous owner gave out keys until it stopped: continue above them
+        self._last_key = int(self.client.get(self._key("lastkey")) or 0)
         return True
 
     def renew_lease(self) -> None:
@@ -287,6 +289,24 @@ class RedisStore(JournaledStore):
 
 
 _MID = 5  # position of the mid in a stored entry record
+
+
+_SPLITTABLE = {"HSET": 2, "HDEL": 1, "RPUSH": 1}  # variadic commands: words per item
+_MOST_WORDS = 1000  # Lua's unpack() has a limit of about 8,000 values
+
+
+def _chunked(commands: list[tuple]) -> list[tuple]:
+    """Long variadic commands split into several, so the apply script can unpack each."""
+    out: list[tuple] = []
+    for command in commands:
+        step = _SPLITTABLE.get(command[0])
+        if step is None or len(command) <= _MOST_WORDS + 2:
+            out.append(command)
+            continue
+        name, key, items = command[0], command[1], command[2:]
+        size = _MOST_WORDS - _MOST_WORDS % step
+        out.extend((name, key, *items[at : at + size]) for at in range(0, len(items), size))
+    return out
 
 
 def _flat(mapping: dict) -> list[Any]:

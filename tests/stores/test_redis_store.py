@@ -104,3 +104,13 @@ def test_publishes_that_returned_survive_kill_9_of_the_server(tmp_path) -> None:
         assert len(kept) <= len(accepted) + 1  # at most the one in flight at the kill
     finally:
         server.stop()
+
+
+def test_one_operation_with_thousands_of_writes_applies(store) -> None:
+    url, name = store
+    engine = engine_on(url, name)
+    engine.queue_create("q")
+    engine.selector_create("q").when_always().do_deliver("app").enable()
+    deliveries = engine.publish_many("q", [Message(body=b"x")] * 5000)
+    assert len(deliveries) == 5000
+    assert redis.Redis.from_url(url).hlen(f"xump:{{{name}}}:q:q:entries") == 5000

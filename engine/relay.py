@@ -1,0 +1,230 @@
+"""Sharing a Redis store between processes: one owner routes, the others relay.
+
+Theory of operation: the process holding a Redis store's lease (see stores/redis.py) is its
+**owner** and the only one running the engine on its queues. Any other process is a
+**client**: it appends commands (publish, confirm, reject) to the store's durable inbox and
+reads deliveries from per-destination outboxes. The owner takes a batch of commands off the
+head of the inbox, runs them through its engine, and writes in ONE fenced atomic step the
+store's changes, the removal of those commands from the inbox and the deliveries they
+caused into the outboxes. So:
+
+* a publish that returned to a client is durable (it is in the inbox, with AOF);
+* a command is applied exactly once: if the owner dies before its step, nothing of the
+  batch happened and the next owner (after the lease expires) takes the same commands;
+* a delivery reaches an outbox exactly once, in the order the owner made it;
+* FIFO holds across processes: the inbox is one list and one owner routes.
+
+Keys (the store's hash tag keeps them in the store's slot):
+    xump:{S}:inbox                 LIST  JSON commands, oldest first
+    xump:{S}:outbox:<destination>  LIST  JSON deliveries, oldest first
+    xump:{S}:errors                LIST  JSON {command, error} for commands that failed
+
+A client that pops a delivery and dies before confirming leaves it outstanding; delivery
+timeouts (returning such deliveries) belong to the service's workers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Iterable
+from types import MappingProxyType
+from typing import Any
+
+import redis
+
+from engine.core import Engine
+from engine.errors import StoreError, XumpError
+from engine.message import Delivery, Message
+from engine.stores.redis import RedisStore
+
+
+def _keys(store: str) -> tuple[str, str, str]:
+    prefix = f"xump:{{{store}}}:"
+    return prefix + "inbox", prefix + "outbox:", prefix + "errors"
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    return {
+        "address": message.address,
+        "headers": dict(message.headers),
+        "body": base64.b64encode(message.body).decode(),
+        "return_address": message.return_address,
+        "mid": message.mid,
+        "seq": message.seq,
+        "timestamp": message.timestamp,
+        "destination": message.destination,
+    }
+
+
+def _message_from(data: dict[str, Any]) -> Message:
+    return Message(
+        data["address"],
+        MappingProxyType(data["headers"]),
+        base64.b64decode(data["body"]),
+        data["return_address"],
+        data.get("mid"),
+        data.get("seq"),
+        data.get("timestamp"),
+        data.get("destination"),
+    )
+
+
+def _delivery_json(delivery: Delivery) -> str:
+    return json.dumps(
+        {
+            "tag": delivery.tag,
+            "destination": delivery.destination,
+            "queue": delivery.queue,
+            "selector_id": delivery.selector_id,
+            "message": _message_json(delivery.message),
+            "redelivered": delivery.redelivered,
+            "delivery_count": delivery.delivery_count,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _delivery_from(raw: bytes) -> Delivery:
+    data = json.loads(raw)
+    return Delivery(
+        data["tag"],
+        data["destination"],
+        data["queue"],
+        data["selector_id"],
+        _message_from(data["message"]),
+        data["redelivered"],
+        data["delivery_count"],
+    )
+
+
+class RelayClient:
+    """What any process uses to reach a shared Redis store's queues."""
+
+    def __init__(self, url: str, store: str) -> None:
+        self.client = redis.Redis.from_url(url, socket_timeout=10)
+        self.inbox, self._outbox, self.errors = _keys(store)
+
+    def _send(self, command: dict[str, Any]) -> None:
+        try:
+            self.client.rpush(self.inbox, json.dumps(command, separators=(",", ":")))
+        except redis.RedisError as error:
+            raise StoreError(f"cannot reach the store's inbox: {error}") from None
+
+    def publish(self, queue: str, message: Message) -> None:
+        """Durably queued for the owner when this returns."""
+        self.publish_many(queue, [message])
+
+    def publish_many(self, queue: str, messages: Iterable[Message]) -> None:
+        batch = [_message_json(message) for message in messages]
+        self._send({"op": "publish", "queue": queue, "messages": batch})
+
+    def confirm(self, deliveries: Iterable[Delivery | str]) -> None:
+        tags = [d.tag if isinstance(d, Delivery) else d for d in deliveries]
+        self._send({"op": "confirm", "tags": tags})
+
+    def reject(self, delivery: Delivery | str, requeue: bool = True) -> None:
+        tag = delivery.tag if isinstance(delivery, Delivery) else delivery
+        self._send({"op": "reject", "tag": tag, "requeue": requeue})
+
+    def deliveries(self, destination: str, count: int = 100, wait: float = 1.0) -> list[Delivery]:
+        """Up to `count` deliveries for `destination`, oldest first; waits up to `wait`
+        seconds for the first one."""
+        key = self._outbox + destination
+        first = self.client.blpop([key], timeout=wait)
+        if first is None:
+            return []
+        rest = self.client.lpop(key, count - 1) if count > 1 else None
+        return [_delivery_from(raw) for raw in [first[1], *(rest or [])]]
+
+    def waiting(self, destination: str) -> list[Delivery]:
+        """The deliveries waiting in `destination`'s outbox, oldest first, left in place."""
+        return [_delivery_from(raw) for raw in self.client.lrange(self._outbox + destination,
+                                                                  0, -1)]  # fmt: skip
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class RelayOwner:
+    """Runs a shared store's commands through this process's engine (see the module doc).
+
+    Take the lease first (`acquire`), then build the engine's wiring: opening the queues
+    loads their state as the previous owner left it.
+    """
+
+    def __init__(self, engine: Engine, store: str, owner: str, lease_ms: int = 5000) -> None:
+        backend = engine.backend(store)
+        if not isinstance(backend, RedisStore):
+            raise StoreError(f"store {store!r} is not a Redis store; only those can be shared")
+        self.engine = engine
+        self.store = backend
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self.inbox, self._outbox, self.errors = _keys(store)
+
+    def acquire(self, timeout: float = 30.0) -> bool:
+        """Wait until this process holds the lease (the previous owner's must expire)."""
+        deadline = time.monotonic() + timeout
+        while not self.store.acquire_lease(self.owner, self.lease_ms):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(min(0.1, self.lease_ms / 10_000))
+        return True
+
+    def run_once(self, limit: int = 500) -> int:
+        """Apply up to `limit` commands from the inbox in one atomic step; how many."""
+        client = self.store.client
+        raw = client.lrange(self.inbox, 0, limit - 1)
+        if not raw:
+            self.store.renew_lease()
+            return 0
+        out: dict[str, list[str]] = {}
+        failed: list[str] = []
+        self.store.hold()
+        try:
+            for item in raw:
+                command = json.loads(item)
+                for delivery in self._apply(command, failed):
+                    out.setdefault(delivery.destination, []).append(_delivery_json(delivery))
+            extra: list[tuple] = [("LTRIM", self.inbox, len(raw), -1)]
+            extra.extend(("RPUSH", self._outbox + dest, *items) for dest, items in out.items())
+            if failed:
+                extra.append(("RPUSH", self.errors, *failed))
+            self.store.add_commands(extra)
+        finally:
+            self.store.release()
+        return len(raw)
+
+    def _apply(self, command: dict[str, Any], failed: list[str]) -> list[Delivery]:
+        """Run one command; what fails is noted in `failed` and changes nothing."""
+        engine = self.engine
+        op = command.get("op")
+        try:
+            if op == "publish":
+                messages = [_message_from(data) for data in command["messages"]]
+                return engine.publish_many(command["queue"], messages)
+            if op == "reject":
+                return engine.reject(command["tag"], requeue=bool(command.get("requeue", True)))
+            if op != "confirm":
+                raise XumpError(f"unknown relay command {op!r}")
+        except (XumpError, KeyError, TypeError, ValueError) as error:
+            failed.append(json.dumps({"command": command, "error": str(error)}))
+            return []
+        deliveries: list[Delivery] = []
+        for tag in command.get("tags", []):  # one stale tag must not hold up the others
+            try:
+                deliveries.extend(engine.confirm(tag))
+            except XumpError as error:
+                failed.append(json.dumps({"command": {"op": "confirm", "tags": [tag]},
+                                          "error": str(error)}))  # fmt: skip
+        return deliveries
+
+    def serve(self, stop: threading.Event, idle: float = 0.01) -> None:
+        """Apply commands until `stop` is set; StoreError if the lease is lost."""
+        while not stop.is_set():
+            if not self.run_once():
+                stop.wait(idle)
+        self.store.release_lease()

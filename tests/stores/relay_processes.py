@@ -1,0 +1,66 @@
+"""Processes for the relay tests, each started as `python relay_processes.py ROLE ...`:
+
+owner URL STORE WORKERS LIMIT     takes the lease, builds a wolfpack "jobs" for the workers,
+                                  applies LIMIT commands per step until SIGTERM
+publisher URL STORE NAME COUNT    publishes NAME:0 .. NAME:COUNT-1 to "jobs", 100 per command
+confirmer URL STORE WORKER        takes WORKER's deliveries, notes each in the list
+                                  "results" as WORKER:body, confirms them; stops when the key
+                                  "stop" exists
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import redis
+
+from engine import Engine, Message
+from engine.patterns import wolfpack
+from engine.relay import RelayClient, RelayOwner
+
+
+def owner(url: str, store: str, workers: str, limit: str) -> None:
+    engine = Engine()
+    engine.store_create("redis", store, url=url)
+    engine.set_default_store(store)
+    relay = RelayOwner(engine, store, owner=f"pid{os.getpid()}", lease_ms=1000)
+    if not relay.acquire(timeout=60):
+        sys.exit(3)
+    for worker in workers.split(","):
+        wolfpack(engine, "jobs", worker, credit=-1)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("ready", flush=True)
+    while not stop.is_set():
+        if not relay.run_once(limit=int(limit)):
+            stop.wait(0.005)
+
+
+def publisher(url: str, store: str, name: str, count: str) -> None:
+    client = RelayClient(url, store)
+    total = int(count)
+    for start in range(0, total, 100):
+        batch = [
+            Message(body=f"{name}:{n}".encode()) for n in range(start, min(start + 100, total))
+        ]
+        client.publish_many("jobs", batch)
+
+
+def confirmer(url: str, store: str, worker: str) -> None:
+    client = RelayClient(url, store)
+    notes = redis.Redis.from_url(url)
+    while not notes.exists("stop"):
+        got = client.deliveries(worker, count=200, wait=0.2)
+        if got:
+            notes.rpush("results", *[f"{worker}:{d.message.body.decode()}" for d in got])
+            client.confirm(got)
+
+
+if __name__ == "__main__":
+    {"owner": owner, "publisher": publisher, "confirmer": confirmer}[sys.argv[1]](*sys.argv[2:])
