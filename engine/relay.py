@@ -72,8 +72,11 @@ def _message_from(data: dict[str, Any]) -> Message:
     )
 
 
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # one encoder for every call
+
+
 def _delivery_json(delivery: Delivery) -> str:
-    return json.dumps(
+    return _encode(
         {
             "tag": delivery.tag,
             "destination": delivery.destination,
@@ -82,8 +85,7 @@ def _delivery_json(delivery: Delivery) -> str:
             "message": _message_json(delivery.message),
             "redelivered": delivery.redelivered,
             "delivery_count": delivery.delivery_count,
-        },
-        separators=(",", ":"),
+        }
     )
 
 
@@ -109,7 +111,7 @@ class RelayClient:
 
     def _send(self, command: dict[str, Any]) -> None:
         try:
-            self.client.rpush(self.inbox, json.dumps(command, separators=(",", ":")))
+            self.client.rpush(self.inbox, _encode(command))
         except redis.RedisError as error:
             raise StoreError(f"cannot reach the store's inbox: {error}") from None
 
