@@ -17,7 +17,8 @@ operation's keys share one Redis Cluster slot (shard by creating several stores)
                                        downstream]
     xump:{S}:q:<queue>:credit    HASH  selector id -> credit
     xump:{S}:bodies              HASH  mid -> body (stored once however many entries)
-    xump:{S}:refs                HASH  mid -> number of entries holding the body
+    xump:{S}:refs                HASH  mid -> number of entries holding the body, when
+                                       above 1 (a body without a count is held once)
     xump:{S}:lastkey             STRING highest entry key given out
     xump:{S}:queues              SET   queue names with state here
     xump:{S}:lease, :fence       the owner's lease token (with expiry) and fencing counter
@@ -48,7 +49,8 @@ from engine.stores.sql import mask_password
 # ARGV: lease token ('' when the store is not leased), lease ttl in ms, then commands, each
 #       as a count n followed by n words; the command "BODIES" carries (mid, change, body)
 #       triples: a body is stored when its count becomes positive and dropped with its last
-#       entry.
+#       entry. The refs hash holds counts above 1 only (a stored body without one is held
+#       once), which saves a field for the common message held by one entry.
 _APPLY = """
 if ARGV[1] ~= '' then
     if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -62,12 +64,23 @@ while i <= #ARGV do
     if ARGV[i + 1] == 'BODIES' then
         for j = i + 2, i + n, 3 do
             local mid, change = ARGV[j], tonumber(ARGV[j + 1])
-            local left = redis.call('HINCRBY', KEYS[2], mid, change)
+            local held = tonumber(redis.call('HGET', KEYS[2], mid))
+            if held == nil then
+                held = redis.call('HEXISTS', KEYS[3], mid)
+            end
+            local left = held + change
             if left <= 0 then
                 redis.call('HDEL', KEYS[2], mid)
                 redis.call('HDEL', KEYS[3], mid)
-            elseif left == change then
-                redis.call('HSET', KEYS[3], mid, ARGV[j + 2])
+            else
+                if held == 0 then
+                    redis.call('HSET', KEYS[3], mid, ARGV[j + 2])
+                end
+                if left == 1 then
+                    redis.call('HDEL', KEYS[2], mid)
+                else
+                    redis.call('HSET', KEYS[2], mid, left)
+                end
             end
         end
     else

@@ -45,7 +45,8 @@ def test_a_body_copied_to_three_queues_is_stored_once_and_freed_with_its_last_co
     assert list(client.hvals(f"xump:{{{name}}}:refs")) == [b"3"]
     engine.queue_delete("a")
     engine.queue_delete("b")
-    assert list(client.hvals(f"xump:{{{name}}}:refs")) == [b"1"]
+    assert list(client.hvals(f"xump:{{{name}}}:bodies")) == [b"shared"]
+    assert client.hlen(f"xump:{{{name}}}:refs") == 0  # held once: no count kept
     engine.selector_create("c").when_always().do_delete().enable()
     assert client.hlen(f"xump:{{{name}}}:bodies") == 0
     assert client.hlen(f"xump:{{{name}}}:refs") == 0
