@@ -1,25 +1,31 @@
 """The AST of filter expressions (stable: the Spark pipeline translates it to Spark SQL and
 the console renders it). Built by filter_parser.py, compiled by filters.py.
 
-    Literal(value)                         str | int | float | bool
-    Identifier(name)                       as written (JMS names not yet mapped)
-    Negate(operand)                        unary minus
-    Arithmetic(op, left, right)            op in "+ - * /"
-    Compare(op, left, right)               op in "= <> < > <= >="
+Every node is a frozen dataclass; children are nodes, tuples of nodes, or plain values.
+
+    Literal(value)                         str | int | float | bool (never NULL: JMS has no
+                                           NULL literal outside IS NULL); a minus sign
+                                           before a number literal is folded into it
+    Identifier(name)                       as written (JMS names not yet mapped: the
+                                           compiler maps JMSPriority and the like)
+    Negate(operand)                        unary minus of a non-literal; unary plus vanishes
+    Arithmetic(op, left, right)            op in "+ - * / %" ("%" as in Artemis)
+    Compare(op, left, right)               op in "= <> < > <= >=" ("!=" is stored as "<>")
     And(operands), Or(operands)            n-ary, flattened, at least two operands
     Not(operand)
-    Between(value, low, high, negated)
-    In(value, options, negated)            options: tuple of Literal
-    Like(value, pattern, escape, negated)  pattern and escape: str (escape may be None)
+    Between(value, low, high, negated)     bounds included
+    In(value, options, negated)            options: tuple of Literal, in written order
+    Like(value, pattern, escape, negated)  pattern: str; escape: one-character str or None
     IsNull(value, negated)
+
+Parentheses leave no node: `(a)` is `a`. Conditions (Compare, And, Or, Not, Between, In,
+Like, IsNull) yield TRUE, FALSE or UNKNOWN; the others yield values. A bare Identifier or a
+boolean Literal may stand where a condition is expected.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-
-from engine.errors import InvalidSelector
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,23 +121,3 @@ CONDITIONS = (Compare, And, Or, Not, Between, In, Like, IsNull)
 def is_number(value: object) -> bool:
     """A SQL number: int or float, never bool (which Python counts as an int)."""
     return value.__class__ is int or value.__class__ is float
-
-
-def like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
-    """The regular expression (full match) of a LIKE pattern: `%` any run, `_` one
-    character, the escape character makes the next one literal, all else is literal."""
-    parts = []
-    chars = iter(pattern)
-    for char in chars:
-        if escape is not None and char == escape:
-            following = next(chars, None)
-            if following is None:
-                raise InvalidSelector(f"LIKE pattern {pattern!r} ends with its escape character")
-            parts.append(re.escape(following))
-        elif char == "%":
-            parts.append(".*")
-        elif char == "_":
-            parts.append(".")
-        else:
-            parts.append(re.escape(char))
-    return re.compile("".join(parts), re.DOTALL)
