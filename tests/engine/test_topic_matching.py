@@ -1,9 +1,13 @@
 """Topic matching (AMQP semantics as RabbitMQ implements them): the trie of
-engine/matching.py against a regular expression built per pattern."""
+engine/matching.py against a regular expression built per pattern.
+
+Words are split by `.`; `*` is exactly one word, `#` is zero or more; the empty key has zero
+words (so `#` matches it and `*` does not) and `a..b` has an empty middle word."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -12,16 +16,20 @@ from hypothesis import strategies as st
 from engine.matching import TopicTrie
 
 
-def _matches(pattern: list[str], key: list[str]) -> bool:
-    """The reference: a regular expression over the words, each prefixed by a separator that
-    no word contains, so `*` is one word, `#` zero or more, and empty words count."""
-    tokens = []
-    for word in pattern:
-        tokens.append(
-            {"#": r"(?:\x00[^\x00]*)*", "*": r"\x00[^\x00]*"}.get(word, r"\x00" + re.escape(word))
-        )
-    subject = "".join("\x00" + word for word in key)
-    return re.fullmatch("".join(tokens), subject) is not None
+def words(text: str) -> list[str]:
+    return text.split(".") if text else []
+
+
+def reference(pattern: str, key: str) -> bool:
+    """A regular expression over the words, each written with a separator in front that no
+    word contains, so `*` is one whole word, `#` zero or more whole words, empty words count,
+    and a key's own `*` or `#` is just a word."""
+    regex = "".join(
+        {"#": r"(?:\x00[^\x00]*)*", "*": r"\x00[^\x00]*"}.get(word, r"\x00" + re.escape(word))
+        for word in words(pattern)
+    )
+    subject = "".join("\x00" + word for word in words(key))
+    return re.fullmatch(regex, subject) is not None
 
 
 TABLE = [
@@ -31,60 +39,112 @@ TABLE = [
     ("stock.#", "stock", True),
     ("stock.#", "stock.ibm.price", True),
     ("stock.#", "stocks.ibm", False),
+    ("stock.#", "", False),
     ("#", "", True),
     ("*", "", False),
     ("*", "a", True),
+    ("*", ".", False),
     ("#", "a.b.c", True),
+    ("#", ".", True),
     ("#.price", "price", True),
     ("#.price", "stock.ibm.price", True),
+    ("#.price", "price.stock", False),
     ("a.#.b", "a.b", True),
     ("a.#.b", "a.x.y.b", True),
     ("a.#.b", "a.x.y.c", False),
+    ("a.#.b", "a.b.b", True),
+    ("a.#.b.#.c", "a.b.c", True),
+    ("a.#.b.#.c", "a.c.b", False),
     ("#.#", "", True),
     ("#.#", "a.b", True),
+    ("#.#.#", "a", True),
+    ("#.*.#", "", False),
+    ("#.*.#", "a.b.c", True),
     ("a..b", "a..b", True),
     ("a.*.b", "a..b", True),
+    ("a.#.b", "a..b", True),
     ("a..b", "a.x.b", False),
+    ("a..b", "a.b", False),
     ("", "", True),
     ("", "a", False),
+    ("", ".", False),
+    (".", ".", True),
+    (".", "", False),
+    ("a.", "a.", True),
+    ("a.", "a", False),
+    (".a", ".a", True),
     ("*.*", "a.", True),
     ("*.*", ".", True),
+    ("*.*", "a", False),
     ("#.*", "", False),
     ("#.*", "a", True),
+    ("*.#", "a", True),
     ("a.*.#", "a", False),
     ("a.*.#", "a.b", True),
+    ("a.b", "a.b", True),
+    ("a.b", "A.b", False),
+    ("a.b", "a.b.c", False),
+    ("a*", "a*", True),
+    ("a*", "ab", False),
+    ("a#", "ab", False),
+    ("*", "#", True),
+    ("a.b", "a.*", False),
 ]
 
 
 @pytest.mark.parametrize(("pattern", "key", "expected"), TABLE)
-def test_topic_table(pattern: str, key: str, expected: bool) -> None:
+def test_topic_pattern_matches_key_as_rabbitmq_does(pattern: str, key: str, expected) -> None:
     trie = TopicTrie()
     trie.add(pattern, "x")
     assert (trie.match(key) == {"x"}) is expected
-    assert (
-        _matches(pattern.split(".") if pattern else [], key.split(".") if key else []) is expected
-    )
+    assert reference(pattern, key) is expected  # the reference is right on the table too
 
 
-words = st.sampled_from(["a", "b", "", "#", "*"])
-key_words = st.sampled_from(["a", "b", "", "c"])
-patterns = st.lists(words, max_size=5).map(".".join)
-keys = st.lists(key_words, max_size=5).map(".".join)
+pattern_words = st.sampled_from(["a", "b", "", "#", "*"])
+key_words = st.sampled_from(["a", "b", "", "c", "*", "#"])
+patterns = st.one_of(
+    st.lists(pattern_words, max_size=6).map(".".join),
+    st.sampled_from(["", "#", "#.#", "#.a", "a.#", "a.#.b", "#.#.#", "*.#.*", ".", "#..#"]),
+)
+keys = st.lists(key_words, max_size=7).map(".".join)
 
 
-@settings(max_examples=500, deadline=None)
-@given(st.lists(patterns, min_size=1, max_size=8), st.lists(keys, min_size=1, max_size=8))
+@settings(max_examples=800, deadline=None)
+@given(st.lists(patterns, min_size=1, max_size=10), st.lists(keys, min_size=1, max_size=10))
 def test_trie_agrees_with_reference_on_random_patterns_and_keys(pats, ks) -> None:
     trie = TopicTrie()
     for n, pattern in enumerate(pats):
         trie.add(pattern, n)
-    for key in ks:
-        expected = {
-            n
-            for n, p in enumerate(pats)
-            if _matches(p.split(".") if p else [], key.split(".") if key else [])
-        }
+    for key in [*ks, ""]:
+        expected = {n for n, pattern in enumerate(pats) if reference(pattern, key)}
         assert trie.match(key) == expected, (pats, key)
+        assert trie.match(key) == expected, (pats, key)  # a second time: the remembered answer
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), patterns, st.integers(0, 3)),
+        st.tuples(st.just("discard"), patterns, st.integers(0, 3)),
+        st.tuples(st.just("match"), keys, st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(operations)
+def test_trie_stays_right_through_adds_discards_and_remembered_answers(ops) -> None:
+    trie, registered = TopicTrie(), set()
+    for operation, text, item in ops:
+        if operation == "add":
+            trie.add(text, item)
+            registered.add((text, item))
+        elif operation == "discard":
+            trie.discard(text, item)
+            registered.discard((text, item))
+        else:
+            expected = {item for pattern, item in registered if reference(pattern, text)}
+            assert trie.match(text) == expected, (ops, text)
 
 
 @settings(max_examples=200, deadline=None)
@@ -93,7 +153,41 @@ def test_discarding_every_pattern_leaves_an_empty_trie(pats, key) -> None:
     trie = TopicTrie()
     for n, pattern in enumerate(pats):
         trie.add(pattern, n)
+    trie.match(key)
     for n, pattern in enumerate(pats):
         trie.discard(pattern, n)
     assert trie.match(key) == set()
     assert trie.match("") == set()
+
+
+def test_same_item_under_two_matching_patterns_is_reported_once() -> None:
+    trie = TopicTrie()
+    trie.add("a.*", "x")
+    trie.add("a.#", "x")
+    assert trie.match("a.b") == {"x"}
+    trie.discard("a.*", "x")
+    assert trie.match("a.b") == {"x"}
+    assert trie.match("a") == {"x"}
+
+
+def test_more_keys_than_the_trie_remembers_are_still_answered_right() -> None:
+    trie = TopicTrie()
+    trie.add("k.*", "star")
+    trie.add("k.#.7", "seven")
+    for n in range(TopicTrie.CACHE_SIZE + 500):
+        key = f"k.{n % 10}" if n % 3 == 0 else f"k.{n}.{n % 10}"
+        expected = {"star"} if n % 3 == 0 else set()
+        if key.endswith(".7"):
+            expected.add("seven")
+        assert trie.match(key) == expected, key
+
+
+def test_many_hashes_against_a_long_key_stay_fast() -> None:
+    trie = TopicTrie()
+    trie.add(".".join(["#"] * 20) + ".z", "x")
+    trie.add(".".join(["#", "a"] * 10), "y")
+    key = ".".join(["a"] * 200)
+    started = time.perf_counter()
+    assert trie.match(key) == {"y"}
+    assert trie.match(key + ".z") == {"x"}
+    assert time.perf_counter() - started < 0.5
