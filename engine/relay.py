@@ -178,18 +178,22 @@ class RelayOwner:
 
     def run_once(self, limit: int = 500) -> int:
         """Apply up to `limit` commands from the inbox in one atomic step; how many."""
-        client = self.store.client
-        raw = client.lrange(self.inbox, 0, limit - 1)
-        if not raw:
-            self.store.renew_lease()
-            return 0
+        raw = self.store.client.lrange(self.inbox, 0, limit - 1)
+        # the engine lock keeps other threads' calls out of this step's one commit
+        with self.engine._lock:
+            if raw:
+                self._step(raw)
+            else:
+                self.store.renew_lease()
+        return len(raw)
+
+    def _step(self, raw: list[bytes]) -> None:
         out: dict[str, list[str]] = {}
         failed: list[str] = []
         self.store.hold()
         try:
             for item in raw:
-                command = json.loads(item)
-                for delivery in self._apply(command, failed):
+                for delivery in self._apply(json.loads(item), failed):
                     out.setdefault(delivery.destination, []).append(_delivery_json(delivery))
             extra: list[tuple] = [("LTRIM", self.inbox, len(raw), -1)]
             extra.extend(("RPUSH", self._outbox + dest, *items) for dest, items in out.items())
@@ -198,7 +202,6 @@ class RelayOwner:
             self.store.add_commands(extra)
         finally:
             self.store.release()
-        return len(raw)
 
     def _apply(self, command: dict[str, Any], failed: list[str]) -> list[Delivery]:
         """Run one command; what fails is noted in `failed` and changes nothing."""
@@ -229,4 +232,5 @@ class RelayOwner:
         while not stop.is_set():
             if not self.run_once():
                 stop.wait(idle)
-        self.store.release_lease()
+        with self.engine._lock:
+            self.store.release_lease()
