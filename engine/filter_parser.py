@@ -102,7 +102,7 @@ class _ToAst:
         if depth is None:
             depth = 1 + max((self.depth(c) for c in children), default=0)
         if depth > MAX_DEPTH:
-            raise _Deep()
+            raise _Deep(self.column)
         self.info[id(node)] = (node, depth, self.column)
         return node
 
@@ -147,7 +147,7 @@ class _ToAst:
         inner = items[1]  # ( expression ): parentheses count as a level of nesting
         node, depth, column = self.info[id(inner)]
         if depth + 1 > MAX_DEPTH:
-            raise _Deep()
+            raise _Deep(self.column)
         self.info[id(inner)] = (node, depth + 1, column)
         return inner
 
@@ -405,8 +405,11 @@ def parse(text: str) -> Node:
     builder = _ToAst()
     try:
         node = _build(builder, tree)
-    except _Deep:
-        raise InvalidSelector(f"the expression nests deeper than {MAX_DEPTH} levels") from None
+    except _Deep as deep:
+        column = deep.args[0]
+        raise InvalidSelector(
+            f"the expression nests deeper than {MAX_DEPTH} levels at column {column}", column
+        ) from None
     for column in builder.unsigned_min.values():
         raise _too_big(str(-_LONG_MIN), column)
     if _kind(node) in ("string", "number"):

@@ -8,6 +8,8 @@ expression selects neither way.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from engine import Message
@@ -526,11 +528,35 @@ def test_expression_longer_than_10_kib_is_refused() -> None:
 
 
 def test_nesting_deeper_than_100_levels_is_refused() -> None:
-    with pytest.raises(InvalidSelector, match="deeper than 100"):
+    with pytest.raises(InvalidSelector, match="deeper than 100 levels at column 52") as raised:
         compile_filter("(" * 150 + "a = 1" + ")" * 150)
+    assert raised.value.column == 52  # the parenthesis that opens the 101st level
     with pytest.raises(InvalidSelector, match="deeper than 100"):
         compile_filter("NOT " * 150 + "a = 1")
     compile_filter("(" * 40 + "a = 1" + ")" * 40)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "(" * 5000 + "a = 1" + ")" * 5000,
+        "NOT " * 2500 + "a",
+        "a = " + "- " * 5000 + "1",
+        " OR ".join(f"h{n} = {n}" for n in range(700)),
+        "a LIKE '" + "%a" * 4000 + "'",
+        "a = '" + "x" * 10_000,
+        "a = 1 AND " * 1000 + "=",
+        "a IN (" + ", ".join(f"'{n}'" for n in range(1400)) + ")",
+    ],
+    ids=["parens", "nots", "minus", "ors", "like", "unclosed", "bad-tail", "in-list"],
+)
+def test_worst_inputs_of_10_kib_are_decided_within_a_second(text: str) -> None:
+    started = time.perf_counter()
+    try:
+        compile_filter(text)(Message(headers={"a": "a" * 100}))
+    except InvalidSelector:
+        pass
+    assert time.perf_counter() - started < 1.0
 
 
 def test_long_flat_and_chain_is_fine() -> None:
