@@ -14,7 +14,7 @@ venv: $(STAMP)
 
 # reinstall only when a requirements file is newer than the last install
 $(STAMP): $(REQUIREMENTS)
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "cannot create a virtualenv: apt-get install python3-venv"; exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(addprefix -r ,$(REQUIREMENTS))
 	@touch $(STAMP)
