@@ -537,17 +537,59 @@ class Engine(Routing):
     def _reject(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str, requeue: bool) -> None:
         entry = sel.state.outstanding.pop(tag)
         qrt.counters["rejected"] += 1
-        if entry.replay:
-            if requeue and sel.replay_next is not None:
-                sel.replay_next = min(sel.replay_next, entry.seq)
-            elif requeue:
-                sel.replay_next, sel.replay_end = entry.seq, entry.seq
-        elif requeue:
-            qrt.state.push_front([entry])
-            self._schedule(qrt)
+        if requeue:
+            self._give_back(qrt, sel, [entry])
         else:
-            self._dead_letter(qrt, entry, "rejected")
-        self._credit_back(qrt, sel)
+            if not entry.replay:
+                self._dead_letter(qrt, entry, "rejected")
+            self._credit_back(qrt, sel)
+
+    def expire(self, older_than: float) -> list[Delivery]:
+        """Deliveries left unconfirmed for more than `older_than` seconds go back to the
+        front of their queues, in order, and are delivered again (`redelivered`); their
+        old tags stop working. The service calls this periodically: its delivery timeout."""
+        if (
+            not isinstance(older_than, int | float)
+            or isinstance(older_than, bool)
+            or (older_than < 0)
+        ):
+            raise InvalidArgument(f"older_than must be seconds >= 0, not {older_than!r}")
+        with self._lock:
+            return self._run(self._expire, time.time() - older_than)
+
+    def _expire(self, cutoff: float) -> None:
+        for qrt in list(self._queues.values()):
+            for sel in list(qrt.selectors.values()):
+                if sel.action != "deliver":
+                    continue
+                outstanding = sel.state.outstanding
+                tags = []
+                for tag, entry in outstanding.items():  # in the order they were delivered
+                    if entry.taken_at > cutoff:
+                        break
+                    tags.append(tag)
+                if tags:
+                    qrt.counters["expired"] += len(tags)
+                    self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags])
+
+    def _give_back(self, qrt: QueueRuntime, sel: SelectorRuntime, entries: list[Entry]) -> None:
+        """Taken entries return to the front of their queue in seq order, or, when they were
+        history being replayed, to the selector's replay; the selector's credit returns."""
+        returned = []
+        for entry in entries:
+            if not entry.replay:
+                returned.append(entry)
+            elif sel.replay_next is None:
+                sel.replay_next, sel.replay_end = entry.seq, entry.seq
+            else:
+                sel.replay_next = min(sel.replay_next, entry.seq)
+                sel.replay_end = max(sel.replay_end, entry.seq)
+        if returned:
+            returned.sort(key=_by_seq)
+            qrt.state.push_front(returned)
+            self._schedule(qrt)
+        for _ in entries:
+            self._credit_back(qrt, sel)
 
     def _outstanding(self, delivery: Delivery | str) -> tuple[QueueRuntime, SelectorRuntime, str]:
         queue, selector_id = _parse_tag(delivery)

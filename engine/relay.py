@@ -19,8 +19,9 @@ Keys (the store's hash tag keeps them in the store's slot):
     xump:{S}:outbox:<destination>  LIST  JSON deliveries, oldest first
     xump:{S}:errors                LIST  JSON {command, error} for commands that failed
 
-A client that pops a delivery and dies before confirming leaves it outstanding; delivery
-timeouts (returning such deliveries) belong to the service's workers.
+A client that takes a delivery and dies before confirming leaves it outstanding until the
+owner's delivery timeout (`delivery_timeout`, default 60 s) returns it to its queue; it is
+then delivered again with `redelivered` set. At-least-once, as in SPEC §7.
 """
 
 from __future__ import annotations
@@ -157,7 +158,14 @@ class RelayOwner:
     loads their state as the previous owner left it.
     """
 
-    def __init__(self, engine: Engine, store: str, owner: str, lease_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        store: str,
+        owner: str,
+        lease_ms: int = 5000,
+        delivery_timeout: float = 60.0,
+    ) -> None:
         backend = engine.backend(store)
         if not isinstance(backend, RedisStore):
             raise StoreError(f"store {store!r} is not a Redis store; only those can be shared")
@@ -165,6 +173,7 @@ class RelayOwner:
         self.store = backend
         self.owner = owner
         self.lease_ms = lease_ms
+        self.delivery_timeout = delivery_timeout
         self.inbox, self._outbox, self.errors = _keys(store)
 
     def acquire(self, timeout: float = 30.0) -> bool:
@@ -188,20 +197,38 @@ class RelayOwner:
         return len(raw)
 
     def _step(self, raw: list[bytes]) -> None:
-        out: dict[str, list[str]] = {}
         failed: list[str] = []
         self.store.hold()
         try:
+            deliveries = []
             for item in raw:
-                for delivery in self._apply(json.loads(item), failed):
-                    out.setdefault(delivery.destination, []).append(_delivery_json(delivery))
+                deliveries.extend(self._apply(json.loads(item), failed))
             extra: list[tuple] = [("LTRIM", self.inbox, len(raw), -1)]
-            extra.extend(("RPUSH", self._outbox + dest, *items) for dest, items in out.items())
+            extra.extend(self._to_outboxes(deliveries))
             if failed:
                 extra.append(("RPUSH", self.errors, *failed))
             self.store.add_commands(extra)
         finally:
             self.store.release()
+
+    def expire(self) -> int:
+        """Return deliveries unconfirmed for longer than the delivery timeout (their client
+        may have died) to their queues; the redeliveries go to the outboxes in the same
+        atomic step. How many were redelivered."""
+        with self.engine._lock:
+            self.store.hold()
+            try:
+                deliveries = self.engine.expire(self.delivery_timeout)
+                self.store.add_commands(self._to_outboxes(deliveries))
+            finally:
+                self.store.release()
+        return len(deliveries)
+
+    def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
+        out: dict[str, list[str]] = {}
+        for delivery in deliveries:
+            out.setdefault(delivery.destination, []).append(_delivery_json(delivery))
+        return [("RPUSH", self._outbox + dest, *items) for dest, items in out.items()]
 
     def _apply(self, command: dict[str, Any], failed: list[str]) -> list[Delivery]:
         """Run one command; what fails is noted in `failed` and changes nothing."""
@@ -229,8 +256,13 @@ class RelayOwner:
 
     def serve(self, stop: threading.Event, idle: float = 0.01) -> None:
         """Apply commands until `stop` is set; StoreError if the lease is lost."""
+        every = min(1.0, self.delivery_timeout / 2)
+        next_expiry = time.monotonic() + every
         while not stop.is_set():
             if not self.run_once():
                 stop.wait(idle)
+            if time.monotonic() >= next_expiry:
+                self.expire()
+                next_expiry = time.monotonic() + every
         with self.engine._lock:
             self.store.release_lease()

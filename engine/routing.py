@@ -26,6 +26,7 @@ Theory of operation (a protocol core in the manner of h11: no I/O of its own):
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from functools import partial
 from types import MappingProxyType
@@ -40,6 +41,8 @@ from engine.stores.base import Entry, QueueState, Store
 # Message and a Delivery for every delivery, always with every field given in order.
 _new_message = partial(tuple.__new__, Message)
 _new_delivery = partial(tuple.__new__, Delivery)
+
+_now = time.time
 
 # Fast-path routing recurses along a chain of queues; past this depth arrivals queue up
 # and the worklist takes over.
@@ -204,6 +207,7 @@ class Routing:
         tag = f"{sel.tag_prefix}{next(self._serials)}"
         if action == "deliver":
             entry.delivery_count += 1
+            entry.taken_at = _now()
             count = entry.delivery_count
             state.outstanding[tag] = entry
             destination = sel.target

@@ -31,6 +31,7 @@ COUNTERS = (
     "delivered",
     "confirmed",
     "rejected",
+    "expired",
     "dropped",
     "dead_lettered",
 )
@@ -39,13 +40,23 @@ COUNTERS = (
 class Entry:
     """A message's place in one queue. Mutable only in its delivery bookkeeping."""
 
-    __slots__ = ("delivery_count", "downstream", "key", "message", "origin", "replay", "seq")
+    __slots__ = (
+        "delivery_count",
+        "downstream",
+        "key",
+        "message",
+        "origin",
+        "replay",
+        "seq",
+        "taken_at",
+    )
 
     def __init__(self, seq: int, message: Message, origin: tuple[str, int, str] | None) -> None:
         self.seq = seq
         self.message = message
         self.origin = origin
         self.delivery_count = 0
+        self.taken_at = 0.0  # when it was last delivered (time.time()), for delivery timeouts
         # (queue, seq) of the entry a MOVE made of this one, while it is outstanding
         self.downstream: tuple[str, int] | None = None
         # True for history entries a start_at selector is replaying: settling them must

@@ -14,7 +14,7 @@ operation's keys share one Redis Cluster slot (shard by creating several stores)
                                        body: [section (u/h/o), position, selector_id, tag,
                                        seq, mid, address, headers, return_address,
                                        timestamp, origin, delivery_count, replay,
-                                       downstream]
+                                       downstream, taken_at]
     xump:{S}:q:<queue>:credit    HASH  selector id -> credit
     xump:{S}:bodies              HASH  mid -> body (stored once however many entries)
     xump:{S}:refs                HASH  mid -> number of entries holding the body, when
@@ -149,7 +149,7 @@ class RedisStore(JournaledStore):
         record = [
             section, position, selector_id, tag, entry.seq, message.mid, message.address,
             dict(message.headers), message.return_address, message.timestamp, entry.origin,
-            entry.delivery_count, entry.replay, entry.downstream,
+            entry.delivery_count, entry.replay, entry.downstream, entry.taken_at,
         ]  # fmt: skip
         changes = self._entries.setdefault(self._queue_key(state, "entries"), {})
         changes[str(entry.key)] = _encode(record)
@@ -332,10 +332,10 @@ def _flat(mapping: dict) -> list[Any]:
 def _entry(key: int, record: list[Any], body: bytes) -> Entry:
     """An Entry from its stored record: [section, position, selector_id, tag, seq, mid,
     address, headers, return_address, timestamp, origin, delivery_count, replay,
-    downstream]."""
+    downstream, taken_at]."""
     (
         _section, _position, _selector_id, _tag, seq, mid, address, headers, return_address,
-        timestamp, origin, delivery_count, replay, downstream,
+        timestamp, origin, delivery_count, replay, downstream, taken_at,
     ) = record  # fmt: skip
     message = Message(
         address, MappingProxyType(headers), body, return_address, mid, None, timestamp
@@ -344,6 +344,7 @@ def _entry(key: int, record: list[Any], body: bytes) -> Entry:
     entry.key = key
     entry.delivery_count = delivery_count
     entry.replay = replay
+    entry.taken_at = taken_at
     if downstream:
         entry.downstream = tuple(downstream)  # type: ignore[assignment]
     return entry

@@ -11,7 +11,7 @@ Schema (created on first use):
                    'o' outstanding), position (FIFO order of 'u'), seq, selector_id, tag,
                    mid, address, headers (JSON), return_address, timestamp,
                    origin_queue, origin_selector, origin_tag, delivery_count, replay,
-                   downstream_queue, downstream_seq
+                   downstream_queue, downstream_seq, taken_at
     xump_body      mid -> body, refs   (a body is stored once; refs counts its entries and
                    the row goes when the last entry does)
     xump_selector  (store, queue, selector_id) -> credit
@@ -36,7 +36,7 @@ from engine.stores.journal import JournaledQueueState, JournaledStore
 _ENTRY_COLUMNS = (
     "id, store, queue, section, position, seq, selector_id, tag, mid, address, headers, "
     "return_address, timestamp, origin_queue, origin_selector, origin_tag, delivery_count, "
-    "replay, downstream_queue, downstream_seq"
+    "replay, downstream_queue, downstream_seq, taken_at"
 )
 
 _SCHEMA = [
@@ -53,6 +53,7 @@ _SCHEMA = [
         origin_queue TEXT, origin_selector BIGINT, origin_tag TEXT,
         delivery_count BIGINT NOT NULL, replay BOOLEAN NOT NULL,
         downstream_queue TEXT, downstream_seq BIGINT,
+        taken_at DOUBLE PRECISION NOT NULL DEFAULT 0,
         PRIMARY KEY (store, id))""",
     "CREATE INDEX IF NOT EXISTS xump_entry_queue ON xump_entry (store, queue)",
     "CREATE INDEX IF NOT EXISTS xump_entry_mid ON xump_entry (mid)",
@@ -187,12 +188,12 @@ class SqlStore(JournaledStore):
         downstream = entry.downstream or (None, None)
         self.db.later(
             f"INSERT INTO xump_entry ({_ENTRY_COLUMNS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entry.key, self.name, state.name, section, position, entry.seq,
                 selector_id, tag, message.mid, message.address,
                 json.dumps(dict(message.headers)), message.return_address, message.timestamp,
-                *origin, entry.delivery_count, entry.replay, *downstream,
+                *origin, entry.delivery_count, entry.replay, *downstream, entry.taken_at,
             ),
         )  # fmt: skip
 
@@ -280,7 +281,7 @@ class SqlStore(JournaledStore):
         (
             key, _store, _queue, _section, _position, seq, _selector, _tag, mid, address,
             headers, return_address, timestamp, origin_queue, origin_selector, origin_tag,
-            delivery_count, replay, downstream_queue, downstream_seq,
+            delivery_count, replay, downstream_queue, downstream_seq, taken_at,
         ) = row  # fmt: skip
         body = self._bodies.get(mid)
         if body is None:
@@ -296,6 +297,7 @@ class SqlStore(JournaledStore):
         entry.key = key
         entry.delivery_count = delivery_count
         entry.replay = bool(replay)
+        entry.taken_at = taken_at
         if downstream_queue is not None:
             entry.downstream = (downstream_queue, downstream_seq)
         return entry

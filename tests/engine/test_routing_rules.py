@@ -7,7 +7,7 @@ import time
 import pytest
 
 from engine import Engine, Message
-from engine.errors import NotFound, QueueFull
+from engine.errors import InvalidArgument, NotFound, QueueFull
 from engine.patterns import housecat, parrot, wolfpack
 
 
@@ -433,3 +433,28 @@ def test_patterns_are_idempotent(eng: Engine) -> None:
     assert len(eng.selectors("svc")) == 1
     assert parrot(eng, "a", "x.#").selectors == parrot(eng, "a", "x.#").selectors
     assert housecat(eng, "z").selectors == housecat(eng, "z").selectors
+
+
+# -- delivery timeouts ----------------------------------------------------------------------
+def test_unconfirmed_deliveries_past_the_timeout_are_redelivered_in_order(eng: Engine) -> None:
+    eng.queue_create("q")
+    worker = deliver(eng, "q", "w", credit=2)
+    first = worker.enable() + eng.publish_many("q", [Message(body=str(n).encode())
+                                                     for n in range(3)])  # fmt: skip
+    assert bodies(first) == [b"0", b"1"]
+    assert eng.expire(3600) == []  # nothing is that old
+    again = eng.expire(0)
+    assert [(d.message.body, d.redelivered, d.delivery_count) for d in again] == [
+        (b"0", True, 2),
+        (b"1", True, 2),
+    ]
+    with pytest.raises(NotFound):
+        eng.confirm(first[0])  # the old tag stopped working
+    assert bodies(eng.confirm(again[0])) == [b"2"]
+    stats = eng.stats("q")
+    assert (stats["expired"], stats["outstanding"], stats["depth"]) == (2, 2, 0)
+
+
+def test_expire_refuses_a_negative_timeout(eng: Engine, refused) -> None:
+    refused(eng, InvalidArgument, eng.expire, -1)
+    refused(eng, InvalidArgument, eng.expire, "60")

@@ -141,3 +141,17 @@ def test_other_stores_stay_usable_when_one_fails(tmp_path) -> None:
     engine.queue_create("q")
     engine.selector_create("q").when_always().do_deliver("app").enable()
     assert len(engine.publish("q", Message())) == 1
+
+
+def test_deliveries_outstanding_at_a_restart_can_be_expired_and_redelivered(database) -> None:
+    kind, url, name = database
+    first = engine_with_store(url, name, kind)
+    first.queue_create("q")
+    first.selector_create("q").when_always().do_deliver("app").enable()
+    sent = first.publish_many("q", [Message(body=b"a"), Message(body=b"b")])
+    second = engine_with_store(url, name, kind)
+    second.queue_create("q")
+    second.selector_create("q").when_always().do_deliver("app").enable()
+    again = second.expire(0)
+    assert [(d.message.body, d.redelivered) for d in again] == [(b"a", True), (b"b", True)]
+    assert {d.tag for d in again}.isdisjoint(d.tag for d in sent)

@@ -159,3 +159,29 @@ def test_two_publishers_two_confirmers_share_a_wolfpack_without_loss_or_duplicat
         for process in confirmers + publishers:
             process.kill()
             process.wait()
+
+
+def test_a_delivery_nobody_confirms_comes_back_after_the_timeout(shared) -> None:
+    url, name = shared
+    engine = Engine()
+    engine.store_create("redis", name, url=url)
+    engine.set_default_store(name)
+    relay = RelayOwner(engine, name, owner="test", lease_ms=2000, delivery_timeout=1.0)
+    assert relay.acquire(timeout=5)
+    engine.queue_create("q")
+    engine.selector_create("q").when_always().do_deliver("app").enable()
+    stop = threading.Event()
+    serving = threading.Thread(target=relay.serve, args=(stop,))
+    serving.start()
+    try:
+        client = RelayClient(url, name)
+        client.publish("q", Message(body=b"lost"))
+        [first] = client.deliveries("app", wait=5)  # ...and the client "dies" holding it
+        assert not first.redelivered
+        [again] = client.deliveries("app", wait=5)
+        assert (again.message.body, again.redelivered, again.delivery_count) == (b"lost", True, 2)
+        client.confirm([again])
+        wait_until(lambda: engine.stats("q")["confirmed"] == 1, 10)
+    finally:
+        stop.set()
+        serving.join()
