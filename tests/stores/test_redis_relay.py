@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,24 +50,34 @@ def wait_until(condition, seconds: float = 90) -> None:
         time.sleep(0.05)
 
 
-def owner_engine(url: str, name: str) -> tuple[Engine, RelayOwner]:
+def owner_engine(url: str, name: str, **options) -> tuple[Engine, RelayOwner]:
     engine = Engine()
     engine.store_create("redis", name, url=url)
     engine.set_default_store(name)
-    relay = RelayOwner(engine, name, owner="test", lease_ms=2000)
+    relay = RelayOwner(engine, name, owner="test", lease_ms=2000, **options)
     assert relay.acquire(timeout=5)
     return engine, relay
 
 
-def test_clients_publish_and_confirm_through_the_owner(shared) -> None:
-    url, name = shared
-    engine, relay = owner_engine(url, name)
+@contextmanager
+def serving_app_queue(url: str, name: str, **options):
+    """An owner in a thread of this process, routing queue "q" to destination "app"."""
+    engine, relay = owner_engine(url, name, **options)
     engine.queue_create("q")
     engine.selector_create("q").when_always().do_deliver("app").enable()
     stop = threading.Event()
     serving = threading.Thread(target=relay.serve, args=(stop,))
     serving.start()
     try:
+        yield engine, relay
+    finally:
+        stop.set()
+        serving.join()
+
+
+def test_clients_publish_and_confirm_through_the_owner(shared) -> None:
+    url, name = shared
+    with serving_app_queue(url, name) as (engine, relay):
         client = RelayClient(url, name)
         client.publish_many("q", [Message(body=str(n).encode()) for n in range(100)])
         got = []
@@ -77,9 +88,6 @@ def test_clients_publish_and_confirm_through_the_owner(shared) -> None:
         client.confirm(["q:1:nonsense.1"])  # a bad tag is noted, not fatal
         wait_until(lambda: engine.stats("q")["confirmed"] == 100, 10)
         wait_until(lambda: redis.Redis.from_url(url).llen(relay.errors) == 1, 10)
-    finally:
-        stop.set()
-        serving.join()
 
 
 def test_a_second_owner_waits_for_the_lease_and_a_stale_one_cannot_write(shared) -> None:
@@ -163,17 +171,7 @@ def test_two_publishers_two_confirmers_share_a_wolfpack_without_loss_or_duplicat
 
 def test_a_delivery_nobody_confirms_comes_back_after_the_timeout(shared) -> None:
     url, name = shared
-    engine = Engine()
-    engine.store_create("redis", name, url=url)
-    engine.set_default_store(name)
-    relay = RelayOwner(engine, name, owner="test", lease_ms=2000, delivery_timeout=1.0)
-    assert relay.acquire(timeout=5)
-    engine.queue_create("q")
-    engine.selector_create("q").when_always().do_deliver("app").enable()
-    stop = threading.Event()
-    serving = threading.Thread(target=relay.serve, args=(stop,))
-    serving.start()
-    try:
+    with serving_app_queue(url, name, delivery_timeout=1.0) as (engine, _):
         client = RelayClient(url, name)
         client.publish("q", Message(body=b"lost"))
         [first] = client.deliveries("app", wait=5)  # ...and the client "dies" holding it
@@ -182,6 +180,3 @@ def test_a_delivery_nobody_confirms_comes_back_after_the_timeout(shared) -> None
         assert (again.message.body, again.redelivered, again.delivery_count) == (b"lost", True, 2)
         client.confirm([again])
         wait_until(lambda: engine.stats("q")["confirmed"] == 1, 10)
-    finally:
-        stop.set()
-        serving.join()
