@@ -9,7 +9,9 @@ it lives in the stores.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(slots=True)
@@ -46,6 +48,23 @@ class SelectorSpec:
     credit: int = -1  # the credit set by set_credit; runtime credit lives in the store
 
 
+class Catalog(Protocol):
+    """Where an engine keeps its wiring. The engine writes every change through it, and an
+    engine created with a catalog that already holds wiring rebuilds that wiring (the same
+    queues and selector ids), so a new process finds the network the last one had."""
+
+    def store_specs(self) -> Iterable[StoreSpec]: ...
+    def queue_specs(self) -> Iterable[QueueSpec]: ...
+    def selector_specs(self, queue: str) -> Iterable[SelectorSpec]: ...
+    def save_store(self, spec: StoreSpec) -> None: ...
+    def delete_store(self, name: str) -> None: ...
+    def save_queue(self, spec: QueueSpec) -> None: ...
+    def delete_queue(self, name: str) -> None: ...
+    def next_selector_id(self, queue: str) -> int: ...
+    def save_selector(self, spec: SelectorSpec) -> None: ...
+    def delete_selector(self, queue: str, selector_id: int) -> None: ...
+
+
 @dataclass
 class MemoryCatalog:
     """Wiring held in dicts; what an embedded engine uses."""
@@ -54,6 +73,15 @@ class MemoryCatalog:
     queues: dict[str, QueueSpec] = field(default_factory=dict)
     selectors: dict[str, dict[int, SelectorSpec]] = field(default_factory=dict)
     last_selector_id: dict[str, int] = field(default_factory=dict)
+
+    def store_specs(self) -> Iterable[StoreSpec]:
+        return list(self.stores.values())
+
+    def queue_specs(self) -> Iterable[QueueSpec]:
+        return list(self.queues.values())
+
+    def selector_specs(self, queue: str) -> Iterable[SelectorSpec]:
+        return sorted(self.selectors.get(queue, {}).values(), key=lambda spec: spec.id)
 
     def save_store(self, spec: StoreSpec) -> None:
         self.stores[spec.name] = spec

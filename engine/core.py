@@ -16,13 +16,14 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from engine.catalog import MemoryCatalog, QueueSpec, SelectorSpec, StoreSpec
+from engine.catalog import Catalog, MemoryCatalog, QueueSpec, SelectorSpec, StoreSpec
 from engine.errors import (
     AlreadyExists,
     InvalidArgument,
     NotFound,
     QueueFull,
 )
+from engine.filters import compile_filter
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.router import QUEUE_ACTIONS, SelectorRuntime
@@ -82,7 +83,7 @@ class Engine(Routing):
         dead_letter: str | None = None,
         *,
         max_body: int = DEFAULT_MAX_BODY,
-        catalog: MemoryCatalog | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         if dead_letter is not None:
             check_name("dead-letter queue", dead_letter, allow_reserved=True)
@@ -105,6 +106,55 @@ class Engine(Routing):
         self._serials = itertools.count(1)
         self._prefix = secrets.token_hex(4)
         self.store_create("ram", "ram")
+        if catalog is not None:
+            self._load_wiring()
+
+    @property
+    def catalog(self) -> Catalog:
+        """The engine's wiring; give it to another Engine to rebuild the same network."""
+        return self._catalog
+
+    def _load_wiring(self) -> None:
+        """Rebuild stores, queues and selectors (same ids) from the catalog. Selector state a
+        persistent store kept (credit, outstanding deliveries) is taken over as it is; nothing
+        is routed until the next call (see `resume`)."""
+        catalog = self._catalog
+        for spec in catalog.store_specs():
+            if spec.name not in self._stores:
+                self._stores[spec.name] = self._open_store(spec.kind, spec.name, spec.url)
+        self._transactional = [s for s in self._stores.values() if s.transactional]
+        for spec in catalog.queue_specs():
+            store = self._stores[spec.store]
+            self._queues[spec.name] = QueueRuntime(spec, store.open_queue(spec.name))
+        for qrt in self._queues.values():
+            for spec in catalog.selector_specs(qrt.name):
+                known = qrt.state.has_selector(spec.id)
+                sel = self._selector_runtime(qrt, spec)
+                if not known:
+                    sel.state.credit = spec.credit
+                sel.refresh(compile_filter(spec.filter) if spec.filter is not None else None)
+                if spec.action in QUEUE_ACTIONS:
+                    self._targeted_by.setdefault(spec.target, set()).add(sel)  # type: ignore
+                    sel.resolve(self._queues.get(spec.target))  # type: ignore[arg-type]
+                if spec.enabled:
+                    qrt.router.add(sel)
+
+    def _selector_runtime(self, qrt: QueueRuntime, spec: SelectorSpec) -> SelectorRuntime:
+        sel = SelectorRuntime(spec, qrt.state.selector(spec.id), next(self._turns))
+        sel.tag_prefix = f"{qrt.name}:{spec.id}:{self._prefix}."
+        qrt.selectors[spec.id] = sel
+        return sel
+
+    def resume(self) -> list[Delivery]:
+        """Route every queue that holds unprocessed messages (after rebuilding from a
+        catalog, or when credit was set without routing); returns the Deliveries."""
+        with self._lock:
+            return self._run(self._resume)
+
+    def _resume(self) -> None:
+        for qrt in self._queues.values():
+            if qrt.state.depth():
+                self._schedule(qrt)
 
     # == stores ==============================================================================
     def store_create(self, kind: str, name: str, url: str | None = None) -> StoreInfo:
@@ -333,11 +383,7 @@ class Engine(Routing):
         with self._lock:
             qrt = self._queue(queue)
             spec = SelectorSpec(queue=queue, id=self._catalog.next_selector_id(queue))
-            state = qrt.state.selector(spec.id)
-            state.credit = -1
-            sel = SelectorRuntime(spec, state, next(self._turns))
-            sel.tag_prefix = f"{queue}:{spec.id}:{self._prefix}."
-            qrt.selectors[spec.id] = sel
+            self._selector_runtime(qrt, spec).state.credit = -1
             self._catalog.save_selector(spec)
             return Selector(self, queue, spec.id)
 

@@ -152,6 +152,11 @@ class QueueState(ABC):
         use."""
 
     @abstractmethod
+    def has_selector(self, selector_id: int) -> bool:
+        """Whether the store holds state for this selector (a persistent store may, from an
+        earlier process)."""
+
+    @abstractmethod
     def drop_selector(self, selector_id: int) -> None: ...
 
 

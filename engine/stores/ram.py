@@ -133,6 +133,9 @@ class RamQueueState(QueueState):
             state = self._selectors[selector_id] = SelectorState()
         return state
 
+    def has_selector(self, selector_id: int) -> bool:
+        return selector_id in self._selectors
+
     def drop_selector(self, selector_id: int) -> None:
         self._selectors.pop(selector_id, None)
 

@@ -155,3 +155,19 @@ def test_deliveries_outstanding_at_a_restart_can_be_expired_and_redelivered(data
     again = second.expire(0)
     assert [(d.message.body, d.redelivered) for d in again] == [(b"a", True), (b"b", True)]
     assert {d.tag for d in again}.isdisjoint(d.tag for d in sent)
+
+
+def test_an_engine_rebuilt_from_the_catalog_takes_over_held_and_outstanding_messages(
+    database,
+) -> None:
+    kind, url, name = database
+    first = engine_with_store(url, name, kind)
+    first.queue_create("q")
+    worker = first.selector_create("q").when_always().do_deliver("app").set_credit(1)
+    [taken] = worker.enable() + first.publish_many("q", [Message(body=b"1"), Message(body=b"2")])
+    assert first.queue_fetch("q").depth == 1
+
+    second = Engine(catalog=first.catalog)
+    assert second.selectors("q")[0].available_credit == 0  # kept, not reset to the setting
+    assert second.resume() == []  # no credit: "2" waits
+    assert [d.message.body for d in second.confirm(taken.tag)] == [b"2"]
