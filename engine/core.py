@@ -1,4 +1,5 @@
-"""The Engine: the public API of SPEC §3 over stores, queues and selectors.
+"""The Engine: the public API of SPEC §3 over stores, queues and selectors (messages in and
+out are in messaging.py, the routing rules in routing.py; the Engine inherits both).
 
 Every public call validates its input before it changes anything, takes the engine lock,
 makes its change and lets the routing layer (routing.py, SPEC §2) route whatever became
@@ -11,7 +12,6 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,21 +21,18 @@ from engine.errors import (
     AlreadyExists,
     InvalidArgument,
     NotFound,
-    QueueFull,
 )
 from engine.filters import compile_filter
-from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
+from engine.messaging import Messaging
 from engine.router import QUEUE_ACTIONS, SelectorRuntime
-from engine.routing import QueueRuntime, Routing, dead_lettered
+from engine.routing import QueueRuntime, by_seq
 from engine.selectors import Selector
-from engine.stores.base import Entry, Store
+from engine.stores.base import Store
 from engine.stores.ram import RamStore
 from engine.validation import (
     DEFAULT_MAX_BODY,
-    check_body,
     check_count,
-    check_headers,
     check_name,
     check_optional_count,
 )
@@ -63,19 +60,7 @@ class StoreInfo:
     url: str | None
 
 
-def _parse_tag(tag: object) -> tuple[str, int]:
-    """Delivery tags read `<queue>:<selector id>:<serial>` so any process can settle them."""
-    if isinstance(tag, Delivery):
-        tag = tag.tag
-    if not isinstance(tag, str):
-        raise NotFound(f"delivery tag must be a string or a Delivery, not {type(tag).__name__}")
-    parts = tag.rsplit(":", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
-        raise NotFound(f"delivery {tag!r} is not outstanding (not a delivery tag)")
-    return parts[0], int(parts[1])
-
-
-class Engine(Routing):
+class Engine(Messaging):
     """Queues joined by selectors. See SPEC §3 for the API and §2 for the rules."""
 
     def __init__(
@@ -427,7 +412,7 @@ class Engine(Routing):
                 # already taken further downstream: it is theirs now; done here
                 self._processed(qrt, entry)
         if returned:
-            returned.sort(key=_by_seq)
+            returned.sort(key=by_seq)
             qrt.state.push_front(returned)
             self._schedule(qrt)
         if qrt.spec.self_destruct and not qrt.selectors:
@@ -461,193 +446,6 @@ class Engine(Routing):
                 targeting.discard(sel)
                 if not targeting:
                     del self._targeted_by[sel.target]
-
-    # == messages ============================================================================
-    def publish(self, queue: str, message: Message) -> list[Delivery]:
-        """Publish `message` to `queue`; returns the Deliveries it caused.
-
-        Raises NotFound for an unknown queue (unless the engine has a dead-letter queue) and
-        QueueFull when the queue is full with no overflow selector and no dead-letter queue.
-        """
-        message = self._checked(message)
-        with self._lock:
-            qrt = self._queues.get(queue)
-            if qrt is None:
-                if self.dead_letter is None or not isinstance(queue, str):
-                    raise NotFound(f"queue {queue!r} does not exist")
-                message = dead_lettered(message, "no-such-queue", queue)
-                qrt = self._engine_dead_letter_queue()
-            return self._run(self._publish, qrt, message)
-
-    def _publish(self, qrt: QueueRuntime, message: Message) -> None:
-        self._visited.add((message.mid, qrt.name))
-        self._arrive(qrt, message, None, direct=True)
-
-    def publish_many(self, queue: str, messages: list[Message]) -> list[Delivery]:
-        """Publish messages to one queue in order, under one lock: faster than one call
-        each. All or nothing: a bad message, or a full queue (no overflow selector, no
-        dead-letter queue) without room for the whole batch, raises and publishes none."""
-        checked = [self._checked(message) for message in messages]
-        with self._lock:
-            qrt = self._queues.get(queue)
-            if qrt is None:
-                if self.dead_letter is None or not isinstance(queue, str):
-                    raise NotFound(f"queue {queue!r} does not exist")
-                checked = [dead_lettered(m, "no-such-queue", queue) for m in checked]
-                qrt = self._engine_dead_letter_queue()
-            limit = qrt.limit
-            if (
-                limit is not None
-                and not qrt.router.overflows
-                and qrt.dead_letter is None
-                and qrt.state.depth() + len(checked) > limit
-            ):
-                raise QueueFull(
-                    f"queue {qrt.name!r} has room for {limit - qrt.state.depth()} "
-                    f"of the {len(checked)} messages (limit {limit}); none published"
-                )
-            return self._run(self._publish_many, qrt, checked)
-
-    def _publish_many(self, qrt: QueueRuntime, messages: list[Message]) -> None:
-        visited, arrive, name = self._visited, self._arrive, qrt.name
-        for message in messages:
-            visited.add((message.mid, name))
-            arrive(qrt, message, None)
-
-    def _checked(self, message: object) -> Message:
-        if not isinstance(message, Message):
-            raise InvalidArgument(f"publish takes a Message, not {type(message).__name__}")
-        if not isinstance(message.address, str):
-            raise InvalidArgument(f"address must be a string, not {message.address!r}")
-        if message.return_address is not None and not isinstance(message.return_address, str):
-            raise InvalidArgument(
-                f"return_address must be a string or None, not {message.return_address!r}"
-            )
-        headers = message.headers
-        if headers is not EMPTY_HEADERS:
-            headers = check_headers(headers)
-        body = message.body
-        if type(body) is not bytes or len(body) > self.max_body:
-            body = check_body(body, self.max_body)
-        mid = f"{self._prefix}-{next(self._serials)}"
-        return Message(
-            message.address, headers, body, message.return_address, mid, None, time.time()
-        )
-
-    def _engine_dead_letter_queue(self) -> QueueRuntime:
-        name = self.dead_letter
-        qrt = self._queues.get(name)  # type: ignore[arg-type]
-        if qrt is None:
-            self._queue_create(name, None, None, 0, None, False)  # type: ignore[arg-type]
-            qrt = self._queues[name]  # type: ignore[index]
-        return qrt
-
-    def confirm(self, delivery: Delivery | str) -> list[Delivery]:
-        """Settle a delivery: the message is processed and the selector's credit returns."""
-        with self._lock:
-            qrt, sel, tag = self._outstanding(delivery)
-            return self._run(self._confirm, qrt, sel, tag)
-
-    def confirm_many(self, deliveries: list[Delivery | str]) -> list[Delivery]:
-        """Confirm several deliveries under one lock. All or nothing: an unknown, settled or
-        repeated tag raises NotFound and confirms none."""
-        with self._lock:
-            settling = []
-            seen: set[str] = set()
-            for delivery in deliveries:
-                found = self._outstanding(delivery)
-                if found[2] in seen:
-                    raise NotFound(f"delivery {found[2]!r} is listed twice")
-                seen.add(found[2])
-                settling.append(found)
-            return self._run(self._confirm_many, settling)
-
-    def _confirm_many(self, settling: list[tuple[QueueRuntime, SelectorRuntime, str]]) -> None:
-        for qrt, sel, tag in settling:
-            self._confirm(qrt, sel, tag)
-
-    def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
-        entry = sel.state.outstanding.pop(tag)
-        qrt.counters["confirmed"] += 1
-        self._credit_back(qrt, sel)
-        self._processed(qrt, entry)
-
-    def reject(self, delivery: Delivery | str, requeue: bool = True) -> list[Delivery]:
-        """Give a delivery back: to the head of its queue (requeue) or to the dead letters."""
-        if not isinstance(requeue, bool):
-            raise InvalidArgument(f"requeue must be True or False, not {requeue!r}")
-        with self._lock:
-            qrt, sel, tag = self._outstanding(delivery)
-            return self._run(self._reject, qrt, sel, tag, requeue)
-
-    def _reject(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str, requeue: bool) -> None:
-        entry = sel.state.outstanding.pop(tag)
-        qrt.counters["rejected"] += 1
-        if requeue:
-            self._give_back(qrt, sel, [entry])
-        else:
-            if not entry.replay:
-                self._dead_letter(qrt, entry, "rejected")
-            self._credit_back(qrt, sel)
-
-    def expire(self, older_than: float) -> list[Delivery]:
-        """Deliveries left unconfirmed for more than `older_than` seconds go back to the
-        front of their queues, in order, and are delivered again (`redelivered`); their
-        old tags stop working. The service calls this periodically: its delivery timeout."""
-        if (
-            not isinstance(older_than, int | float)
-            or isinstance(older_than, bool)
-            or (older_than < 0)
-        ):
-            raise InvalidArgument(f"older_than must be seconds >= 0, not {older_than!r}")
-        with self._lock:
-            return self._run(self._expire, time.time() - older_than)
-
-    def _expire(self, cutoff: float) -> None:
-        for qrt in list(self._queues.values()):
-            for sel in list(qrt.selectors.values()):
-                if sel.action != "deliver":
-                    continue
-                outstanding = sel.state.outstanding
-                tags = []
-                for tag, entry in outstanding.items():  # in the order they were delivered
-                    if entry.taken_at > cutoff:
-                        break
-                    tags.append(tag)
-                if tags:
-                    qrt.counters["expired"] += len(tags)
-                    self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags])
-
-    def _give_back(self, qrt: QueueRuntime, sel: SelectorRuntime, entries: list[Entry]) -> None:
-        """Taken entries return to the front of their queue in seq order, or, when they were
-        history being replayed, to the selector's replay; the selector's credit returns."""
-        returned = []
-        for entry in entries:
-            if not entry.replay:
-                returned.append(entry)
-            elif sel.replay_next is None:
-                sel.replay_next, sel.replay_end = entry.seq, entry.seq
-            else:
-                sel.replay_next = min(sel.replay_next, entry.seq)
-                sel.replay_end = max(sel.replay_end, entry.seq)
-        if returned:
-            returned.sort(key=_by_seq)
-            qrt.state.push_front(returned)
-            self._schedule(qrt)
-        for _ in entries:
-            self._credit_back(qrt, sel)
-
-    def _outstanding(self, delivery: Delivery | str) -> tuple[QueueRuntime, SelectorRuntime, str]:
-        queue, selector_id = _parse_tag(delivery)
-        tag = delivery.tag if isinstance(delivery, Delivery) else delivery
-        qrt = self._queues.get(queue)
-        sel = qrt.selectors.get(selector_id) if qrt is not None else None
-        if sel is None or sel.action != "deliver" or tag not in sel.state.outstanding:
-            raise NotFound(
-                f"delivery {tag!r} is not outstanding (already settled, or its "
-                "selector or queue was deleted)"
-            )
-        return qrt, sel, tag  # type: ignore[return-value]
 
     # == history =============================================================================
     def browse(
@@ -706,10 +504,6 @@ class Engine(Routing):
             counters["history_size"] = qrt.state.history_size()
             counters["outstanding"] = sum(len(s.state.outstanding) for s in qrt.selectors.values())
             return counters
-
-
-def _by_seq(entry: Entry) -> int:
-    return entry.seq
 
 
 def _describe_spec(spec: QueueSpec) -> str:

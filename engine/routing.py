@@ -394,6 +394,10 @@ def _choose_taker(takers: list[SelectorRuntime]) -> SelectorRuntime | None:
     return best
 
 
+def by_seq(entry: Entry) -> int:
+    return entry.seq
+
+
 def _bounced(message: Message) -> Message:
     """Rule 9: the new address is the return address; the old one is kept in a header."""
     address = message.return_address if message.return_address is not None else message.address
