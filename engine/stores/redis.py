@@ -1,10 +1,11 @@
 """The Redis store: queue state in Redis (redis-py with hiredis), durable with AOF.
 
 Theory of operation: a journaled store (journal.py): queue state in memory as the RAM store
-holds it, every change recorded as a Redis command, the commands of one engine operation
-sent in one MULTI/EXEC pipeline at `commit()`: one round trip, applied atomically, so no
-reader ever sees half an operation. With `appendonly yes` and `appendfsync always` on the
-server, an operation that returned survives a kill -9 of the server.
+holds it, every change recorded as a Redis command (coalesced per hash), the commands of
+one engine operation sent at `commit()` to one Lua script (_APPLY) that checks the lease and
+applies them: one round trip, atomic, so no reader ever sees half an operation. With
+`appendonly yes` and `appendfsync always` on the server, an operation that returned
+survives a kill -9 of the server.
 
 Key layout. Every key of a store carries the store's hash tag `{<store>}`, so one
 operation's keys share one Redis Cluster slot (shard by creating several stores):
