@@ -82,6 +82,10 @@ def cleanup(engine: Engine) -> None:
     for store in engine.stores():
         if store.url and store.url.startswith("postgresql"):
             drop_postgres_rows(store.url, store.name)
+            import psycopg
+
+            with psycopg.connect(store.url, autocommit=True) as connection:
+                connection.execute("DELETE FROM xump_store WHERE store = %s", (store.name,))
         elif store.kind == "redis":
             drop_redis_keys(store.url, store.name)
 
