@@ -307,7 +307,7 @@ class Engine(Messaging):
             spec = self._queue_spec(name, current.store, **values)  # type: ignore[arg-type]
             self._check_dead_letter(name, spec.dead_letter)
             qrt.apply(spec)
-            qrt.state.trim_history(spec.history)
+            self._run(qrt.state.trim_history, spec.history)
             self._catalog.save_queue(spec)
             return self._info(qrt)
 
@@ -368,7 +368,8 @@ class Engine(Messaging):
         with self._lock:
             qrt = self._queue(queue)
             spec = SelectorSpec(queue=queue, id=self._catalog.next_selector_id(queue))
-            self._selector_runtime(qrt, spec).state.credit = -1
+            state = self._selector_runtime(qrt, spec).state
+            self._run(setattr, state, "credit", -1)  # an operation: stores commit it
             self._catalog.save_selector(spec)
             return Selector(self, queue, spec.id)
 

@@ -206,7 +206,8 @@ class Selector:
         with self._engine._lock:
             sel = self._runtime()[1]
             sel.spec.credit = credit
-            sel.state.credit = credit
+            # inside an operation, so persistent stores commit the change
+            self._engine._run(setattr, sel.state, "credit", credit)
             self._engine._catalog.save_selector(sel.spec)
         return self
 
@@ -218,8 +219,12 @@ class Selector:
             qrt, sel = self._runtime()
             if sel.state.credit < 0:
                 return []  # unlimited already
-            sel.state.credit += n
-            return engine._run(engine._credit_arrived, qrt, sel)
+
+            def top_up() -> None:
+                sel.state.credit += n
+                engine._credit_arrived(qrt, sel)
+
+            return engine._run(top_up)
 
     def enable(self, enabled: bool = True) -> list[Delivery]:
         """Turn routing by this selector on (or off); returns the Deliveries it caused."""

@@ -70,7 +70,7 @@ def drop_postgres_rows(url: str, store: str) -> None:
         mids = connection.execute(
             "SELECT DISTINCT mid FROM xump_entry WHERE store = %s", (store,)
         ).fetchall()
-        for table in ("xump_entry", "xump_selector", "xump_queue"):
+        for table in ("xump_entry", "xump_selector", "xump_queue", "xump_store"):
             connection.execute(f"DELETE FROM {table} WHERE store = %s", (store,))
         for (mid,) in mids:
             connection.execute(

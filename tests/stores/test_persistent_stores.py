@@ -171,3 +171,13 @@ def test_an_engine_rebuilt_from_the_catalog_takes_over_held_and_outstanding_mess
     assert second.selectors("q")[0].available_credit == 0  # kept, not reset to the setting
     assert second.resume() == []  # no credit: "2" waits
     assert [d.message.body for d in second.confirm(taken.tag)] == [b"2"]
+
+
+def test_credit_set_between_operations_survives_a_restart(database) -> None:
+    kind, url, name = database
+    first = engine_with_store(url, name, kind)
+    first.queue_create("q")
+    first.selector_create("q").when_always().do_deliver("app").set_credit(4)
+    second = engine_with_store(url, name, kind)
+    second.queue_create("q")
+    assert second.backend(name).open_queue("q").selector(1).credit == 4
