@@ -197,22 +197,19 @@ class _ToAst:
 
     # conditions
     def or_(self, items: list) -> Node:
-        left, _, right = items
-        self._need_condition(left)
-        self._need_condition(right)
-        if isinstance(left, Or):  # flatten: a chain of ORs is one level deep
-            depth = max(self.depth(left), 1 + self.depth(right))
-            return self._node(Or((*left.operands, right)), depth=depth)
-        return self._node(Or((left, right)), left, right)
+        return self._junction(Or, items)
 
     def and_(self, items: list) -> Node:
+        return self._junction(And, items)
+
+    def _junction(self, kind: type[And] | type[Or], items: list) -> Node:
         left, _, right = items
         self._need_condition(left)
         self._need_condition(right)
-        if isinstance(left, And):  # flatten: a chain of ANDs is one level deep
+        if isinstance(left, kind):  # flatten: a chain of ANDs (or ORs) is one level deep
             depth = max(self.depth(left), 1 + self.depth(right))
-            return self._node(And((*left.operands, right)), depth=depth)
-        return self._node(And((left, right)), left, right)
+            return self._node(kind((*left.operands, right)), depth=depth)
+        return self._node(kind((left, right)), left, right)
 
     def not_(self, items: list) -> Node:
         operand = items[1]
