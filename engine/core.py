@@ -22,6 +22,7 @@ from engine.errors import (
     InvalidArgument,
     NotFound,
 )
+from engine.event_journal import EventJournal
 from engine.filters import compile_filter
 from engine.message import Delivery, Message
 from engine.messaging import Messaging
@@ -51,6 +52,7 @@ class QueueInfo:
     dead_letter: str | None
     self_destruct: bool
     outstanding: int = 0
+    journal: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +71,15 @@ class Engine(Messaging):
         *,
         max_body: int = DEFAULT_MAX_BODY,
         catalog: Catalog | None = None,
+        journal: bool | int = False,
+        stores: tuple[Store, ...] = (),
     ) -> None:
         if dead_letter is not None:
             check_name("dead-letter queue", dead_letter, allow_reserved=True)
         self.max_body = check_count("max_body", max_body, minimum=0)
         self.dead_letter = dead_letter
         self._lock = threading.RLock()
+        self._journal = _event_journal(journal, self._lock)
         self._catalog = catalog if catalog is not None else MemoryCatalog()
         self._stores: dict[str, Store] = {}
         self._transactional: list[Store] = []
@@ -91,8 +96,19 @@ class Engine(Messaging):
         self._serials = itertools.count(1)
         self._prefix = secrets.token_hex(4)
         self.store_create("ram", "ram")
+        # stores opened by the caller, e.g. a Redis store whose lease it already holds, so
+        # that the queues load their state under that lease
+        for store in stores:
+            self._stores[store.name] = store
+        self._transactional = [s for s in self._stores.values() if s.transactional]
         if catalog is not None:
             self._load_wiring()
+
+    @property
+    def journal(self) -> EventJournal | None:
+        """The event journal (event_journal.py) when the engine was made with `journal=`;
+        `eng.journal.drain()` takes its events. None when the engine keeps no journal."""
+        return self._journal
 
     @property
     def catalog(self) -> Catalog:
@@ -110,7 +126,9 @@ class Engine(Messaging):
         self._transactional = [s for s in self._stores.values() if s.transactional]
         for spec in catalog.queue_specs():
             store = self._stores[spec.store]
-            self._queues[spec.name] = QueueRuntime(spec, store.open_queue(spec.name))
+            self._queues[spec.name] = QueueRuntime(
+                spec, store.open_queue(spec.name), self._recorder()
+            )
         for qrt in self._queues.values():
             for spec in catalog.selector_specs(qrt.name):
                 known = qrt.state.has_selector(spec.id)
@@ -226,10 +244,12 @@ class Engine(Messaging):
         history: int = 0,
         dead_letter: str | None = None,
         self_destruct: bool = False,
+        journal: bool = True,
     ) -> QueueInfo:
-        """Create a queue; idempotent when it exists with the same settings."""
+        """Create a queue; idempotent when it exists with the same settings. `journal=False`
+        keeps its events out of the engine's event journal."""
         check_name("queue", name)
-        return self._queue_create(name, store, limit, history, dead_letter, self_destruct)
+        return self._queue_create(name, store, limit, history, dead_letter, self_destruct, journal)
 
     def _queue_create(
         self,
@@ -239,8 +259,9 @@ class Engine(Messaging):
         history: int,
         dead_letter: str | None,
         self_destruct: bool,
+        journal: bool = True,
     ) -> QueueInfo:
-        spec = self._queue_spec(name, store, limit, history, dead_letter, self_destruct)
+        spec = self._queue_spec(name, store, limit, history, dead_letter, self_destruct, journal)
         with self._lock:
             if spec.store not in self._stores:
                 raise NotFound(f"store {spec.store!r} does not exist; create it with store_create")
@@ -253,7 +274,7 @@ class Engine(Messaging):
                     f"queue {name!r} already exists with other settings "
                     f"({_describe_spec(existing.spec)})"
                 )
-            qrt = QueueRuntime(spec, self._stores[spec.store].open_queue(name))
+            qrt = QueueRuntime(spec, self._stores[spec.store].open_queue(name), self._recorder())
             self._queues[name] = qrt
             for sel in self._targeted_by.get(name, ()):
                 sel.resolve(qrt)
@@ -268,6 +289,7 @@ class Engine(Messaging):
         history: object,
         dead_letter: object,
         self_destruct: object,
+        journal: object = True,
     ) -> QueueSpec:
         store = self._default_store if store is None else store
         check_name("store", store)
@@ -277,7 +299,12 @@ class Engine(Messaging):
             check_name("dead-letter queue", dead_letter, allow_reserved=True)
         if not isinstance(self_destruct, bool):
             raise InvalidArgument(f"self_destruct must be True or False, not {self_destruct!r}")
-        return QueueSpec(name, store, limit, history, dead_letter, self_destruct)
+        if not isinstance(journal, bool):
+            raise InvalidArgument(f"journal must be True or False, not {journal!r}")
+        return QueueSpec(name, store, limit, history, dead_letter, self_destruct, journal)
+
+    def _recorder(self):  # type: ignore[no-untyped-def]
+        return self._journal.append if self._journal is not None else None
 
     def _check_dead_letter(self, name: str, dead_letter: str | None) -> None:
         """A queue's dead-letter queue must exist, except the engine's own, made on demand."""
@@ -288,8 +315,8 @@ class Engine(Messaging):
         self._engine_dead_letter_queue()
 
     def queue_update(self, name: str, **changes: object) -> QueueInfo:
-        """Change a queue's limit, history, dead_letter or self_destruct."""
-        unknown = set(changes) - {"limit", "history", "dead_letter", "self_destruct"}
+        """Change a queue's limit, history, dead_letter, self_destruct or journal."""
+        unknown = set(changes) - {"limit", "history", "dead_letter", "self_destruct", "journal"}
         if unknown:
             raise InvalidArgument(
                 f"queue setting(s) {', '.join(sorted(unknown))} cannot be changed"
@@ -302,6 +329,7 @@ class Engine(Messaging):
                 "history": current.history,
                 "dead_letter": current.dead_letter,
                 "self_destruct": current.self_destruct,
+                "journal": current.journal,
             }
             values.update(changes)
             spec = self._queue_spec(name, current.store, **values)  # type: ignore[arg-type]
@@ -360,6 +388,7 @@ class Engine(Messaging):
             dead_letter=spec.dead_letter,
             self_destruct=spec.self_destruct,
             outstanding=sum(len(s.state.outstanding) for s in qrt.selectors.values()),
+            journal=spec.journal,
         )
 
     # == selectors ===========================================================================
@@ -511,4 +540,15 @@ def _describe_spec(spec: QueueSpec) -> str:
     return (
         f"store={spec.store}, limit={spec.limit}, history={spec.history}, "
         f"dead_letter={spec.dead_letter}, self_destruct={spec.self_destruct}"
+        + ("" if spec.journal else ", journal=False")
     )
+
+
+def _event_journal(journal: object, lock: threading.RLock) -> EventJournal | None:
+    """`journal=False` keeps none; True keeps one of the default capacity; an int sets it."""
+    if journal is False:
+        return None
+    if journal is True:
+        return EventJournal(lock=lock)
+    capacity = check_count("journal capacity", journal, minimum=1)
+    return EventJournal(capacity, lock=lock)

@@ -33,6 +33,23 @@ def _parse_tag(tag: object) -> tuple[str, int]:
     return parts[0], int(parts[1])
 
 
+def _publish_event(message: Message, queue: str, unknown: str | None) -> tuple:
+    """The journal event of a publish; when `unknown` names a queue that does not exist, the
+    dead-lettering (rule 14) into `queue`, the engine's dead-letter queue."""
+    if unknown is None:
+        return (message.timestamp, "publish", message.mid, queue, None, None, None, message.address)
+    return (
+        message.timestamp,
+        "dead_letter",
+        message.mid,
+        unknown,
+        None,
+        queue,
+        "no-such-queue",
+        message.address,
+    )
+
+
 class Messaging(Routing):
     """Publishing and settling messages; the Engine inherits it."""
 
@@ -56,24 +73,34 @@ class Messaging(Routing):
                     raise NotFound(f"queue {queue!r} does not exist")
                 message = dead_lettered(message, "no-such-queue", queue)
                 qrt = self._engine_dead_letter_queue()
+                return self._run(self._publish, qrt, message, queue)
             return self._run(self._publish, qrt, message)
 
-    def _publish(self, qrt: QueueRuntime, message: Message) -> None:
+    def _publish(self, qrt: QueueRuntime, message: Message, unknown: str | None = None) -> None:
+        journal = qrt.journal
+        if journal is not None:
+            journal(_publish_event(message, qrt.name, unknown))
         self._visited.add((message.mid, qrt.name))
         self._arrive(qrt, message, None, direct=True)
 
-    def publish_many(self, queue: str, messages: list[Message]) -> list[Delivery]:
+    def publish_many(
+        self, queue: str, messages: list[Message], *, keep_mids: bool = False
+    ) -> list[Delivery]:
         """Publish messages to one queue in order, under one lock: faster than one call
         each. All or nothing: a bad message, or a full queue (no overflow selector, no
-        dead-letter queue) without room for the whole batch, raises and publishes none."""
-        checked = [self._checked(message) for message in messages]
+        dead-letter queue) without room for the whole batch, raises and publishes none.
+        `keep_mids` keeps the mids the messages carry (a relay client gave them out, so
+        the publisher knows them before routing); otherwise the engine gives new ones."""
+        checked = [self._checked(message, keep_mids) for message in messages]
         with self._lock:
             qrt = self._queues.get(queue)
+            unknown = None
             if qrt is None:
                 if self.dead_letter is None or not isinstance(queue, str):
                     raise NotFound(f"queue {queue!r} does not exist")
                 checked = [dead_lettered(m, "no-such-queue", queue) for m in checked]
                 qrt = self._engine_dead_letter_queue()
+                unknown = queue
             limit = qrt.limit
             if (
                 limit is not None
@@ -85,15 +112,20 @@ class Messaging(Routing):
                     f"queue {qrt.name!r} has room for {limit - qrt.state.depth()} "
                     f"of the {len(checked)} messages (limit {limit}); none published"
                 )
-            return self._run(self._publish_many, qrt, checked)
+            return self._run(self._publish_many, qrt, checked, unknown)
 
-    def _publish_many(self, qrt: QueueRuntime, messages: list[Message]) -> None:
+    def _publish_many(
+        self, qrt: QueueRuntime, messages: list[Message], unknown: str | None = None
+    ) -> None:
         visited, arrive, name = self._visited, self._arrive, qrt.name
+        journal = qrt.journal
         for message in messages:
+            if journal is not None:
+                journal(_publish_event(message, name, unknown))
             visited.add((message.mid, name))
             arrive(qrt, message, None)
 
-    def _checked(self, message: object) -> Message:
+    def _checked(self, message: object, keep_mid: bool = False) -> Message:
         if not isinstance(message, Message):
             raise InvalidArgument(f"publish takes a Message, not {type(message).__name__}")
         if not isinstance(message.address, str):
@@ -108,7 +140,9 @@ class Messaging(Routing):
         body = message.body
         if type(body) is not bytes or len(body) > self.max_body:
             body = check_body(body, self.max_body)
-        mid = f"{self._prefix}-{next(self._serials)}"
+        mid = message.mid
+        if not (keep_mid and isinstance(mid, str) and mid):
+            mid = f"{self._prefix}-{next(self._serials)}"
         return Message(
             message.address, headers, body, message.return_address, mid, None, time.time()
         )
@@ -148,6 +182,20 @@ class Messaging(Routing):
     def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
         entry = sel.state.outstanding.pop(tag)
         qrt.counters["confirmed"] += 1
+        journal = qrt.journal
+        if journal is not None:
+            journal(
+                (
+                    time.time(),
+                    "confirm",
+                    entry.message.mid,
+                    qrt.name,
+                    sel.id,
+                    sel.target,
+                    None,
+                    None,
+                )
+            )
         self._credit_back(qrt, sel)
         self._processed(qrt, entry)
 
@@ -162,6 +210,20 @@ class Messaging(Routing):
     def _reject(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str, requeue: bool) -> None:
         entry = sel.state.outstanding.pop(tag)
         qrt.counters["rejected"] += 1
+        journal = qrt.journal
+        if journal is not None:
+            journal(
+                (
+                    time.time(),
+                    "reject",
+                    entry.message.mid,
+                    qrt.name,
+                    sel.id,
+                    sel.target,
+                    "requeue" if requeue else None,
+                    None,
+                )
+            )
         if requeue:
             self._give_back(qrt, sel, [entry])
         else:
@@ -195,6 +257,12 @@ class Messaging(Routing):
                     tags.append(tag)
                 if tags:
                     qrt.counters["expired"] += len(tags)
+                    journal = qrt.journal
+                    if journal is not None:
+                        now = time.time()
+                        for tag in tags:
+                            mid = outstanding[tag].message.mid
+                            journal((now, "expire", mid, qrt.name, sel.id, sel.target, None, None))
                     self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags])
 
     def _give_back(self, qrt: QueueRuntime, sel: SelectorRuntime, entries: list[Entry]) -> None:

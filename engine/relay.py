@@ -14,10 +14,16 @@ caused into the outboxes. So:
 * a delivery reaches an outbox exactly once, in the order the owner made it;
 * FIFO holds across processes: the inbox is one list and one owner routes.
 
+Besides publish, confirm and reject, a client can **call** an operation the owner offers
+(`RelayOwner(calls=...)`: wiring changes, history pages, stats) and wait for its answer: the
+call is a command like the others, so it sees every command sent before it, and its answer
+is written to a reply list in the same atomic step as the changes it made.
+
 Keys (the store's hash tag keeps them in the store's slot):
     xump:{S}:inbox                 LIST  JSON commands, oldest first
     xump:{S}:outbox:<destination>  LIST  JSON deliveries, oldest first
     xump:{S}:errors                LIST  JSON {command, error} for commands that failed
+    xump:{S}:reply:<id>            LIST  the answer to one call, kept for a minute
 
 A client that takes a delivery and dies before confirming leaves it outstanding until the
 owner's delivery timeout (`delivery_timeout`, default 60 s) returns it to its queue; it is
@@ -27,24 +33,51 @@ then delivered again with `redelivered` set. At-least-once, as in SPEC §7.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
+import logging
+import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import MappingProxyType
 from typing import Any
 
 import redis
 
+from engine import errors
 from engine.core import Engine
 from engine.errors import StoreError, XumpError
 from engine.message import Delivery, Message
 from engine.stores.redis import RedisStore
 
 
+def relay_keys(store: str) -> tuple[str, str, str]:
+    """The store's inbox key, the prefix of its outbox keys (add the destination) and its
+    errors key, for clients that speak to Redis themselves (e.g. with redis.asyncio)."""
+    return _keys(store)
+
+
 def _keys(store: str) -> tuple[str, str, str]:
     prefix = f"xump:{{{store}}}:"
     return prefix + "inbox", prefix + "outbox:", prefix + "errors"
+
+
+# An operation a client may call: it gets the owner's engine and the call's arguments, and
+# returns a JSON-able answer and the Deliveries it caused (they go to the outboxes).
+Call = Callable[..., tuple[Any, list[Delivery]]]
+REPLY_TTL_MS = 60_000
+logger = logging.getLogger("xump.relay")
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A message as the relay writes it (the body in base64)."""
+    return _message_json(message)
+
+
+def delivery_from_json(raw: bytes | str) -> Delivery:
+    """A Delivery from an outbox item."""
+    return _delivery_from(raw)
 
 
 def _message_json(message: Message) -> dict[str, Any]:
@@ -90,7 +123,7 @@ def _delivery_json(delivery: Delivery) -> str:
     )
 
 
-def _delivery_from(raw: bytes) -> Delivery:
+def _delivery_from(raw: bytes | str) -> Delivery:
     data = json.loads(raw)
     return Delivery(
         data["tag"],
@@ -108,7 +141,11 @@ class RelayClient:
 
     def __init__(self, url: str, store: str) -> None:
         self.client = redis.Redis.from_url(url, socket_timeout=10)
+        self.store = store
         self.inbox, self._outbox, self.errors = _keys(store)
+        # mids are given out here, so a publisher knows them before the owner routes
+        self._mid_prefix = "r" + secrets.token_hex(5)
+        self._serials = itertools.count(1)
 
     def _send(self, command: dict[str, Any]) -> None:
         try:
@@ -116,13 +153,40 @@ class RelayClient:
         except redis.RedisError as error:
             raise StoreError(f"cannot reach the store's inbox: {error}") from None
 
-    def publish(self, queue: str, message: Message) -> None:
-        """Durably queued for the owner when this returns."""
-        self.publish_many(queue, [message])
+    def publish(self, queue: str, message: Message) -> str:
+        """Durably queued for the owner when this returns; the message's mid."""
+        return self.publish_many(queue, [message])[0]
 
-    def publish_many(self, queue: str, messages: Iterable[Message]) -> None:
-        batch = [_message_json(message) for message in messages]
+    def publish_many(self, queue: str, messages: Iterable[Message]) -> list[str]:
+        """Durably queued, in order, when this returns; the messages' mids."""
+        batch = []
+        for message in messages:
+            data = _message_json(message)
+            data["mid"] = f"{self._mid_prefix}-{next(self._serials)}"
+            batch.append(data)
         self._send({"op": "publish", "queue": queue, "messages": batch})
+        return [data["mid"] for data in batch]
+
+    def call(self, method: str, timeout: float = 10.0, **arguments: Any) -> Any:
+        """Run one of the owner's operations after every command sent before it; its
+        answer, or the XumpError it raised. StoreError when no owner answers in time."""
+        reply = f"{self.inbox[: -len('inbox')]}reply:{secrets.token_hex(8)}"
+        self._send({"op": "call", "method": method, "args": arguments, "reply": reply})
+        try:
+            answer = self.client.blpop([reply], timeout=timeout)
+        except redis.RedisError as error:
+            raise StoreError(f"cannot read the answer to {method!r}: {error}") from None
+        if answer is None:
+            raise StoreError(
+                f"no router answered {method!r} within {timeout:g} s: is a worker running?"
+            )
+        outcome = json.loads(answer[1])
+        if "error" in outcome:
+            kind = getattr(errors, outcome["error"], XumpError)
+            if not (isinstance(kind, type) and issubclass(kind, XumpError)):
+                kind = XumpError
+            raise kind(outcome["detail"])
+        return outcome["result"]
 
     def confirm(self, deliveries: Iterable[Delivery | str]) -> None:
         tags = [d.tag if isinstance(d, Delivery) else d for d in deliveries]
@@ -165,6 +229,7 @@ class RelayOwner:
         owner: str,
         lease_ms: int = 5000,
         delivery_timeout: float = 60.0,
+        calls: dict[str, Call] | None = None,
     ) -> None:
         backend = engine.backend(store)
         if not isinstance(backend, RedisStore):
@@ -175,6 +240,8 @@ class RelayOwner:
         self.lease_ms = lease_ms
         self.delivery_timeout = delivery_timeout
         self.inbox, self._outbox, self.errors = _keys(store)
+        self.calls = calls or {}
+        self._replies: list[tuple] = []
 
     def acquire(self, timeout: float = 30.0) -> bool:
         """Wait until this process holds the lease (the previous owner's must expire)."""
@@ -207,8 +274,12 @@ class RelayOwner:
             extra.extend(self._to_outboxes(deliveries))
             if failed:
                 extra.append(("RPUSH", self.errors, *failed))
+            for key, answer in self._replies:
+                extra.append(("RPUSH", key, answer))
+                extra.append(("PEXPIRE", key, REPLY_TTL_MS))
             self.store.add_commands(extra)
         finally:
+            self._replies.clear()
             self.store.release()
 
     def expire(self) -> int:
@@ -219,6 +290,18 @@ class RelayOwner:
             self.store.hold()
             try:
                 deliveries = self.engine.expire(self.delivery_timeout)
+                self.store.add_commands(self._to_outboxes(deliveries))
+            finally:
+                self.store.release()
+        return len(deliveries)
+
+    def resume(self) -> int:
+        """Route what waits in every queue (after taking over a store), in one atomic step
+        with the deliveries it causes; how many deliveries."""
+        with self.engine._lock:
+            self.store.hold()
+            try:
+                deliveries = self.engine.resume()
                 self.store.add_commands(self._to_outboxes(deliveries))
             finally:
                 self.store.release()
@@ -237,7 +320,9 @@ class RelayOwner:
         try:
             if op == "publish":
                 messages = [_message_from(data) for data in command["messages"]]
-                return engine.publish_many(command["queue"], messages)
+                return engine.publish_many(command["queue"], messages, keep_mids=True)
+            if op == "call":
+                return self._call(command)
             if op == "reject":
                 return engine.reject(command["tag"], requeue=bool(command.get("requeue", True)))
             if op != "confirm":
@@ -252,6 +337,31 @@ class RelayOwner:
             except XumpError as error:
                 failed.append(json.dumps({"command": {"op": "confirm", "tags": [tag]},
                                           "error": str(error)}))  # fmt: skip
+        return deliveries
+
+    def _call(self, command: dict[str, Any]) -> list[Delivery]:
+        """Run a called operation; its answer (or error) goes to the caller's reply list."""
+        reply = command["reply"]
+        if not isinstance(reply, str) or not reply.startswith(self.inbox[: -len("inbox")]):
+            raise XumpError("a call's reply key must be one of this store's keys")
+        method = self.calls.get(command.get("method"))  # type: ignore[arg-type]
+        deliveries: list[Delivery] = []
+        try:
+            if method is None:
+                raise XumpError(f"there is no operation {command.get('method')!r}")
+            arguments = command.get("args") or {}
+            if not isinstance(arguments, dict):
+                raise errors.InvalidArgument("a call's arguments must be a JSON object")
+            result, deliveries = method(self.engine, **arguments)
+            answer = _encode({"result": result})
+        except XumpError as error:
+            answer = _encode({"error": type(error).__name__, "detail": str(error)})
+        except TypeError as error:  # arguments that do not fit the operation
+            answer = _encode({"error": "InvalidArgument", "detail": str(error)})
+        except Exception:  # a defect must not wedge the inbox: answer, log, go on
+            logger.exception("operation %r failed", command.get("method"))
+            answer = _encode({"error": "XumpError", "detail": "internal error; see the log"})
+        self._replies.append((reply, answer))
         return deliveries
 
     def serve(self, stop: threading.Event, idle: float = 0.01) -> None:

@@ -1,6 +1,26 @@
+"""The ASGI application: Django for HTTP, Channels consumers for WebSockets.
+
+Serve it with `uvicorn xumpweb.asgi:application` (the Procfile does).
+"""
+
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xumpweb.settings")
-application = get_asgi_application()
+django_application = get_asgi_application()  # sets Django up before the consumers import
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from xumpweb.live.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_application,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

@@ -6,6 +6,15 @@ XUMP_DEBUG           "1" to turn Django's debug mode on (default off)
 XUMP_ALLOWED_HOSTS   comma-separated host names (default "127.0.0.1,localhost")
 DATABASE_URL         sqlite:///path or postgresql://user:pass@host:port/db
                      (default sqlite:///var/xump.sqlite3)
+XUMP_REDIS_URL       the Redis server for messages, the Celery broker and the Channels layer
+                     (default redis://127.0.0.1:6379/0)
+XUMP_STORE           name of the Redis store the service's queues live in (default "main")
+XUMP_ROUTING         "worker" (default): Celery workers route; "inline": the web process
+                     routes in a thread of its own (one process, the embedded case)
+XUMP_MAX_BODY        largest message body the API accepts, in bytes (default 1 MiB)
+XUMP_DELIVERY_TIMEOUT  seconds before an unconfirmed delivery is returned (default 60)
+XUMP_LEASE_MS        how long a router's lease on the store lasts unless renewed (default 5000)
+XUMP_CALL_TIMEOUT    seconds an API call waits for the router to answer (default 10)
 """
 
 from __future__ import annotations
@@ -62,6 +71,45 @@ ALLOWED_HOSTS = [
     if host.strip()
 ]
 
+
+def _number(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, not {value!r}") from None
+
+
+XUMP_REDIS_URL = os.environ.get("XUMP_REDIS_URL", "redis://127.0.0.1:6379/0")
+XUMP_STORE = os.environ.get("XUMP_STORE", "main")
+XUMP_ROUTING = os.environ.get("XUMP_ROUTING", "worker").strip().lower()
+if XUMP_ROUTING not in ("worker", "inline"):
+    raise SystemExit(f"XUMP_ROUTING must be 'worker' or 'inline', not {XUMP_ROUTING!r}")
+XUMP_MAX_BODY = int(_number("XUMP_MAX_BODY", 1024 * 1024))
+XUMP_DELIVERY_TIMEOUT = _number("XUMP_DELIVERY_TIMEOUT", 60.0)
+XUMP_LEASE_MS = int(_number("XUMP_LEASE_MS", 5000))
+XUMP_CALL_TIMEOUT = _number("XUMP_CALL_TIMEOUT", 10.0)
+
+# Celery: Redis broker; tasks are acknowledged after they ran, so a killed worker's task
+# is run again (every task is idempotent)
+CELERY_BROKER_URL = XUMP_REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_IGNORE_RESULT = True
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [XUMP_REDIS_URL], "prefix": "xump-asgi"},
+    }
+}
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -69,6 +117,11 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "channels",
+    "xumpweb.wiring",
+    "xumpweb.routing",
+    "xumpweb.api",
+    "xumpweb.live",
     "xumpweb.console",
 ]
 
@@ -118,3 +171,14 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "var" / "static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# a batch publish may carry many bodies of up to XUMP_MAX_BODY each; the API checks sizes
+DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024 * 1024
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"xump": {"level": "INFO"}},
+}

@@ -1,0 +1,5 @@
+"""WebSocket URLs (asgi.py mounts them)."""
+
+from __future__ import annotations
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RoutingConfig(AppConfig):
+    name = "xumpweb.routing"
+    verbose_name = "Xump routing"

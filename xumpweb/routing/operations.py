@@ -1,0 +1,321 @@
+"""The operations the router offers to every other process (engine.relay calls).
+
+Each takes the router's engine and JSON arguments and returns a JSON-able answer and the
+Deliveries it caused. They run inside the router's step, after every command sent before
+them, so a caller reads its own writes. An operation that makes several engine calls
+checks what it can first and undoes what it began when a later call fails, so a failed
+operation changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import patterns
+from engine.core import Engine, QueueInfo
+from engine.errors import InvalidArgument, NotFound, XumpError
+from engine.message import Delivery
+from engine.selectors import Selector
+from xumpweb.routing.codec import message_out
+
+Answer = tuple[Any, list[Delivery]]
+NONE: list[Delivery] = []
+
+WHEN_KINDS = ("match", "filter", "always", "default", "overflow")
+ACTIONS = ("copy", "move", "deliver", "delete", "bounce")
+
+
+# -- queues ------------------------------------------------------------------------------
+def queue_json(engine: Engine, info: QueueInfo) -> dict[str, Any]:
+    stats = engine.stats(info.name)
+    return {
+        "name": info.name,
+        "store": info.store,
+        "depth": info.depth,
+        "history_size": info.history_size,
+        "outstanding": info.outstanding,
+        "limit": info.limit,
+        "history": info.history,
+        "dead_letter": info.dead_letter,
+        "self_destruct": info.self_destruct,
+        "stats": stats,
+    }
+
+
+def queues(engine: Engine) -> Answer:
+    return [queue_json(engine, info) for info in engine.queues()], NONE
+
+
+def queue_get(engine: Engine, name: str) -> Answer:
+    answer = queue_json(engine, engine.queue_fetch(name))
+    answer["selectors"] = [selector_json(s) for s in engine.selectors(name)]
+    return answer, NONE
+
+
+def queue_create(engine: Engine, name: str, **settings: Any) -> Answer:
+    try:
+        engine.queue_fetch(name)
+        exists = True
+    except NotFound:
+        exists = False
+    info = engine.queue_create(name, **settings)
+    return {"queue": queue_json(engine, info), "created": not exists}, NONE
+
+
+def queue_update(engine: Engine, name: str, **changes: Any) -> Answer:
+    return queue_json(engine, engine.queue_update(name, **changes)), NONE
+
+
+def queue_delete(engine: Engine, name: str) -> Answer:
+    return {"deleted": name}, engine.queue_delete(name)
+
+
+# -- selectors ---------------------------------------------------------------------------
+def selector_json(selector: Selector) -> dict[str, Any]:
+    spec = selector.spec
+    operator, pattern, field = spec.match or (None, None, None)
+    when = spec.when
+    if when == "match" and spec.match is None:
+        when = "filter"
+    return {
+        "queue": selector.queue,
+        "id": selector.id,
+        "when": when,
+        "match": None if operator is None else
+        {"operator": operator, "pattern": pattern, "field": field},
+        "filter": spec.filter,
+        "action": spec.action,
+        "target": spec.target,
+        "enabled": spec.enabled,
+        "start": spec.start,
+        "credit": spec.credit,
+        "available_credit": selector.available_credit,
+        "outstanding": selector.outstanding,
+        "describe": repr(selector),
+    }  # fmt: skip
+
+
+def selectors(engine: Engine, queue: str) -> Answer:
+    return [selector_json(s) for s in engine.selectors(queue)], NONE
+
+
+def selector_get(engine: Engine, queue: str, id: int) -> Answer:
+    return selector_json(engine.selector_fetch(queue, id)), NONE
+
+
+def _configure(selector: Selector, settings: dict[str, Any]) -> None:
+    """Apply WHEN, DO, credit and start from `settings` (keys that are absent stay)."""
+    when = settings.get("when")
+    match = settings.get("match")
+    expression = settings.get("filter")
+    if when is not None:
+        if when not in WHEN_KINDS:
+            raise InvalidArgument(f"when must be one of {', '.join(WHEN_KINDS)}, not {when!r}")
+        if when in ("match", "filter"):
+            if match is None and expression is None:
+                raise InvalidArgument("a match or filter selector needs `match` or `filter`")
+            if match is not None:
+                if not isinstance(match, dict):
+                    raise InvalidArgument("match must be {operator, pattern, field}")
+                selector.when_match(
+                    match.get("operator"), match.get("pattern"), match.get("field") or "address"
+                )
+                if expression is not None:
+                    selector.when_filter(expression)
+            else:
+                selector.when_filter(expression)
+        else:
+            getattr(selector, f"when_{when}")()
+    action = settings.get("action")
+    if action is not None:
+        if action not in ACTIONS:
+            raise InvalidArgument(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
+        if action == "delete":
+            selector.do_delete()
+        else:
+            getattr(selector, f"do_{action}")(settings.get("target"))
+    if settings.get("start") is not None:
+        selector.start_at(settings["start"])
+    if settings.get("credit") is not None:
+        selector.set_credit(settings["credit"])
+
+
+SELECTOR_SETTINGS = {"when", "match", "filter", "action", "target", "start", "credit", "enabled"}
+
+
+def _check_settings(settings: dict[str, Any]) -> None:
+    unknown = set(settings) - SELECTOR_SETTINGS
+    if unknown:
+        raise InvalidArgument(f"unknown selector setting(s): {', '.join(sorted(unknown))}")
+    enabled = settings.get("enabled")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise InvalidArgument(f"enabled must be true or false, not {enabled!r}")
+
+
+def selector_create(engine: Engine, queue: str, **settings: Any) -> Answer:
+    """A configured selector in one call; enabled when `enabled` is true."""
+    _check_settings(settings)
+    selector = engine.selector_create(queue)
+    try:
+        _configure(selector, settings)
+        deliveries = selector.enable() if settings.get("enabled") else []
+    except XumpError:
+        engine.selector_delete(queue, selector.id)
+        raise
+    return selector_json(selector), deliveries
+
+
+def selector_update(engine: Engine, queue: str, id: int, **settings: Any) -> Answer:
+    """Change some of a selector's settings. Disabled while it changes, so a half-changed
+    selector never routes; on a bad setting the old ones come back."""
+    _check_settings(settings)
+    selector = engine.selector_fetch(queue, id)
+    before = selector.spec
+    deliveries: list[Delivery] = []
+    was_enabled = before.enabled
+    if was_enabled:
+        deliveries.extend(selector.enable(False))
+    try:
+        _configure(selector, settings)
+    except XumpError:
+        _restore(selector, before)
+        if was_enabled:
+            deliveries.extend(selector.enable())
+        raise
+    enabled = settings.get("enabled", was_enabled)
+    if enabled:
+        deliveries.extend(selector.enable())
+    return selector_json(selector), deliveries
+
+
+def _restore(selector: Selector, spec: Any) -> None:
+    if spec.when == "match":
+        if spec.match is not None:
+            selector.when_match(*spec.match)
+        if spec.filter is not None:
+            selector.when_filter(spec.filter)
+    elif spec.when is not None:
+        getattr(selector, f"when_{spec.when}")()
+    if spec.action == "delete":
+        selector.do_delete()
+    elif spec.action is not None:
+        getattr(selector, f"do_{spec.action}")(spec.target)
+    selector.start_at(spec.start)
+    selector.set_credit(spec.credit)
+
+
+def selector_delete(engine: Engine, queue: str, id: int) -> Answer:
+    return {"deleted": id, "queue": queue}, engine.selector_delete(queue, id)
+
+
+def selector_credit(engine: Engine, queue: str, id: int, n: int) -> Answer:
+    selector = engine.selector_fetch(queue, id)
+    deliveries = selector.credit(n)
+    return selector_json(selector), deliveries
+
+
+# -- messages ----------------------------------------------------------------------------
+def browse(
+    engine: Engine,
+    queue: str,
+    start: str | None = None,
+    before: int | None = None,
+    after: int | None = None,
+    count: int = 50,
+) -> Answer:
+    found = engine.browse(queue, start, count, before=before, after=after)
+    return [message_out(m) for m in found], NONE
+
+
+def since(engine: Engine, queue: str, timestamp: float, count: int = 50) -> Answer:
+    found = []
+    for message in engine.since(queue, timestamp):
+        found.append(message_out(message))
+        if len(found) >= count:
+            break
+    return found, NONE
+
+
+def peek(engine: Engine, queue: str, count: int = 50) -> Answer:
+    return [message_out(m) for m in engine.peek(queue, count)], NONE
+
+
+def stats(engine: Engine, queue: str) -> Answer:
+    return engine.stats(queue), NONE
+
+
+def confirm(engine: Engine, tags: list[str]) -> Answer:
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise InvalidArgument("tags must be a list of delivery tags")
+    return {"confirmed": len(tags)}, engine.confirm_many(tags)
+
+
+def reject(engine: Engine, tag: str, requeue: bool = True) -> Answer:
+    if not isinstance(requeue, bool):
+        raise InvalidArgument(f"requeue must be true or false, not {requeue!r}")
+    return {"rejected": tag, "requeued": requeue}, engine.reject(tag, requeue=requeue)
+
+
+def expire(engine: Engine, older_than: float) -> Answer:
+    deliveries = engine.expire(older_than)
+    return {"redelivered": len(deliveries)}, deliveries
+
+
+def trim(engine: Engine) -> Answer:
+    """Hold every queue's history to its setting (history is trimmed as it grows; this
+    catches up after a setting was lowered elsewhere)."""
+    for info in engine.queues():
+        engine.queue_update(info.name, history=info.history)
+    return {"queues": len(engine.queues())}, NONE
+
+
+# -- patterns ----------------------------------------------------------------------------
+def pattern_build(
+    engine: Engine, kind: str, name: str, router: str, topic: str = "", credit: int = 1
+) -> Answer:
+    if kind == "housecat":
+        wiring = patterns.housecat(engine, name, router=router)
+    elif kind == "parrot":
+        wiring = patterns.parrot(engine, name, topic, router=router)
+    elif kind == "wolfpack":
+        wiring = patterns.wolfpack(engine, router, name, credit=credit)
+    else:
+        raise InvalidArgument(f"kind must be housecat, parrot or wolfpack, not {kind!r}")
+    answer = {"queue": wiring.queue, "selectors": [list(pair) for pair in wiring.selectors]}
+    return answer, list(wiring.deliveries)
+
+
+def pattern_remove(engine: Engine, queue: str, selectors: list[list[Any]]) -> Answer:
+    """Delete the selectors a pattern built and its private queue (the router stays: other
+    patterns share it)."""
+    deliveries: list[Delivery] = []
+    for owner, number in selectors:
+        if owner != queue:
+            try:
+                deliveries.extend(engine.selector_delete(owner, number))
+            except NotFound:
+                pass
+    try:
+        deliveries.extend(engine.queue_delete(queue))
+    except NotFound:
+        pass
+    return {"removed": queue}, deliveries
+
+
+CALLS = {
+    name: function
+    for name, function in globals().items()
+    if name
+    in {
+        "queues", "queue_get", "queue_create", "queue_update", "queue_delete",
+        "selectors", "selector_get", "selector_create", "selector_update", "selector_delete",
+        "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
+        "trim", "pattern_build", "pattern_remove",
+    }
+}  # fmt: skip
+
+# operations that change the wiring: the router tells every process when one ran
+WIRING_CALLS = {
+    "queue_create", "queue_update", "queue_delete", "selector_create", "selector_update",
+    "selector_delete", "pattern_build", "pattern_remove",
+}  # fmt: skip

@@ -1,0 +1,373 @@
+"""The one place that builds what a process needs to reach Xump's engine.
+
+Theory of operation. The service's queues live in one Redis store (`XUMP_STORE`, default
+"main"). One process at a time routes it: the **router**, which holds the store's lease and
+runs the engine (engine.relay.RelayOwner) with its wiring rebuilt from the Django models
+(wiring/catalog.py). Every process, the router's included, reaches the queues as a
+**client** (`service()`): publishes, confirms and rejects are appended to the store's
+durable inbox and return at once; everything else (wiring changes, history pages, stats) is
+an operation the router runs and answers (routing/operations.py), after every command sent
+before it.
+
+Who routes: with `XUMP_ROUTING=worker` (the default) a Celery task (routing/tasks.py)
+becomes the router for a burst of traffic: a client that sends a command while no router is
+busy schedules one task (`kick`), which drains the inbox and lingers a little before it
+lets the lease go. With `XUMP_ROUTING=inline` the web process routes in a thread of its own.
+
+A router keeps its engine between bursts while nobody else held the lease in between (the
+lease's fencing number tells); otherwise it rebuilds it from the catalog and the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from engine import Engine, Message
+from engine.errors import NotFound, StoreError
+from engine.message import Delivery
+from engine.relay import RelayClient, RelayOwner, relay_keys
+from engine.stores.redis import RedisStore
+from xumpweb.routing import operations
+
+logger = logging.getLogger("xump.runtime")
+
+LINGER = 2.0  # seconds a router waits for more work before it lets the lease go
+SNAPSHOT_EVERY = 0.5  # seconds between stats snapshots for the console
+RECENT = 50  # deliveries remembered for the console's live feed
+
+
+def keys(store: str) -> dict[str, str]:
+    """The store's Redis keys that the service uses beside the relay's own."""
+    inbox, outbox, errors = relay_keys(store)
+    prefix = f"xump:{{{store}}}:"
+    return {
+        "inbox": inbox,
+        "outbox": outbox,
+        "errors": errors,
+        "kicked": prefix + "kicked",  # a router task is scheduled or running
+        "wiring": prefix + "wiring",  # wiring version: bumped on every wiring change
+        "snapshot": prefix + "snapshot",  # JSON stats of every queue, from the router
+        "lease": prefix + "lease",
+        "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
+    }
+
+
+# -- the client side: every process ---------------------------------------------------------
+class Service:
+    """What a web process, a worker or a command uses to reach the queues."""
+
+    def __init__(self, url: str, store: str, routing: str, call_timeout: float) -> None:
+        self.url = url
+        self.store = store
+        self.routing = routing
+        self.call_timeout = call_timeout
+        self.relay = RelayClient(url, store)
+        self.redis: redis.Redis = self.relay.client
+        self.keys = keys(store)
+        self._queues: tuple[int, frozenset[str]] = (-1, frozenset())
+
+    # commands: durable in the inbox when these return
+    def publish_many(self, queue: str, messages: list[Message]) -> list[str]:
+        """Queue messages for routing; their mids. NotFound for an unknown queue."""
+        if queue not in self.queue_names():
+            raise NotFound(f"queue {queue!r} does not exist")
+        mids = self.relay.publish_many(queue, messages)
+        self.kick()
+        return mids
+
+    def confirm_later(self, tags: list[str]) -> None:
+        """Confirm without waiting for the answer (WebSocket acks)."""
+        self.relay.confirm(tags)
+        self.kick()
+
+    def reject_later(self, tag: str, requeue: bool = True) -> None:
+        self.relay.reject(tag, requeue)
+        self.kick()
+
+    # operations: run by the router, answered
+    def call(self, method: str, **arguments: Any) -> Any:
+        self.kick()
+        return self.relay.call(method, timeout=self.call_timeout, **arguments)
+
+    def kick(self) -> None:
+        """Make sure a router will read the inbox: schedule one routing task per burst."""
+        if self.routing != "worker":
+            return
+        try:
+            scheduled = self.redis.set(self.keys["kicked"], "1", nx=True, ex=30)
+        except redis.RedisError as error:
+            raise StoreError(f"cannot reach Redis: {error}") from None
+        if scheduled:
+            from xumpweb.routing.tasks import route
+
+            route.delay(self.store)
+
+    # what every process may read without the router
+    def wiring_version(self) -> int:
+        return int(self.redis.get(self.keys["wiring"]) or 0)
+
+    def queue_names(self) -> frozenset[str]:
+        """Names of the queues the wiring has, re-read when the wiring version moves."""
+        version = self.wiring_version()
+        if version != self._queues[0]:
+            from xumpweb.wiring.models import Queue
+
+            self._queues = (version, frozenset(Queue.objects.values_list("name", flat=True)))
+        return self._queues[1]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The router's latest stats of every queue (may be up to a second old), with the
+        number of commands waiting in the inbox."""
+        raw, waiting = self.redis.pipeline().get(self.keys["snapshot"]).llen(
+            self.keys["inbox"]).execute()  # fmt: skip
+        found = json.loads(raw) if raw else {"time": None, "queues": [], "recent": []}
+        found["inbox"] = waiting
+        return found
+
+    def health(self) -> dict[str, Any]:
+        report: dict[str, Any] = {}
+        try:
+            self.redis.ping()
+            report["redis"] = {"ok": True}
+        except redis.RedisError as error:
+            report["redis"] = {"ok": False, "detail": str(error)}
+            report["workers"] = {"ok": False, "detail": "Redis is unreachable"}
+            return report
+        workers = sorted(
+            key.decode().removeprefix(self.keys["workers"])
+            for key in self.redis.scan_iter(self.keys["workers"] + "*", count=100)
+        )
+        router = self.redis.get(self.keys["lease"])
+        report["workers"] = {
+            "ok": bool(workers) or self.routing == "inline",
+            "routing": self.routing,
+            "workers": workers,
+            "router": router.decode().split("#")[0] if router else None,
+        }
+        return report
+
+
+_service: Service | None = None
+_service_lock = threading.Lock()
+
+
+def service() -> Service:
+    """This process's Service (and, with XUMP_ROUTING=inline, its router thread)."""
+    global _service
+    if _service is None:
+        with _service_lock:
+            if _service is None:
+                _service = Service(
+                    settings.XUMP_REDIS_URL,
+                    settings.XUMP_STORE,
+                    settings.XUMP_ROUTING,
+                    settings.XUMP_CALL_TIMEOUT,
+                )
+                if settings.XUMP_ROUTING == "inline":
+                    start_inline_router()
+    return _service
+
+
+# -- the router side --------------------------------------------------------------------------
+class _Owner(RelayOwner):
+    """The relay owner, remembering recent deliveries for the console."""
+
+    recent: deque
+
+    def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
+        now = time.time()
+        for delivery in deliveries[-RECENT:]:
+            self.recent.append({
+                "time": now, "tag": delivery.tag, "queue": delivery.queue,
+                "destination": delivery.destination, "mid": delivery.message.mid,
+                "address": delivery.message.address, "redelivered": delivery.redelivered,
+            })  # fmt: skip
+        return super()._to_outboxes(deliveries)
+
+
+class Router:
+    """Routes the service's store while it holds the lease (see the module doc)."""
+
+    def __init__(self, url: str, store: str, lease_ms: int, delivery_timeout: float) -> None:
+        self.url = url
+        self.store = store
+        self.lease_ms = lease_ms
+        self.delivery_timeout = delivery_timeout
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        self.owner: _Owner | None = None
+        self._fence = -1  # the fencing number of the lease this router last held
+        self._wiring_changed = False
+        self._recent: deque = deque(maxlen=RECENT)
+        self.keys = keys(store)
+        self.calls = {name: self._watch(name, fn) for name, fn in operations.CALLS.items()}
+
+    def _watch(self, name: str, function: Any) -> Any:
+        if name not in operations.WIRING_CALLS:
+            return function
+
+        def changing_wiring(engine: Engine, **arguments: Any) -> Any:
+            self._wiring_changed = True
+            return function(engine, **arguments)
+
+        return changing_wiring
+
+    def acquire(self, wait: float = 0.0) -> bool:
+        """Take the store's lease (waiting up to `wait` seconds for it to be free) and make
+        sure the engine holds the store's state as the last router left it."""
+        deadline = time.monotonic() + wait
+        if self.owner is not None:
+            backend = self.owner.store
+            while not backend.acquire_lease(self.name, self.lease_ms):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+            if _fence(backend.lease_token) == self._fence + 1:
+                self._fence += 1  # nobody held it in between: the engine is current
+                return True
+            backend.release_lease()
+            self._discard()
+        store = RedisStore(self.store, self.url)
+        while not store.acquire_lease(self.name, self.lease_ms):
+            if time.monotonic() >= deadline:
+                store.close()
+                return False
+            time.sleep(0.05)
+        try:
+            self.owner = self._build(store)
+        except BaseException:
+            store.release_lease()
+            store.close()
+            raise
+        self._fence = _fence(store.lease_token)
+        return True
+
+    def _build(self, store: RedisStore) -> _Owner:
+        from engine.catalog import StoreSpec
+        from xumpweb.wiring.catalog import DjangoCatalog
+
+        catalog = DjangoCatalog()
+        catalog.save_store(StoreSpec("redis", self.store, self.url))
+        engine = Engine(catalog=catalog, stores=(store,))
+        engine.set_default_store(self.store)
+        owner = _Owner(
+            engine, self.store, owner=self.name, lease_ms=self.lease_ms,
+            delivery_timeout=self.delivery_timeout, calls=self.calls,
+        )  # fmt: skip
+        owner.recent = self._recent
+        owner.resume()
+        self._bump_wiring(store.client)  # other processes re-read what this one rebuilt
+        return owner
+
+    def _discard(self) -> None:
+        if self.owner is not None:
+            self.owner.store.close()
+            self.owner = None
+
+    def release(self) -> None:
+        if self.owner is not None:
+            try:
+                with self.owner.engine._lock:
+                    self.owner.store.release_lease()
+            except StoreError:
+                self._discard()
+
+    def drain(self, linger: float = LINGER, stop: threading.Event | None = None) -> int:
+        """Apply commands until the inbox has stayed empty for `linger` seconds (or `stop`
+        is set); how many. StoreError (and the engine discarded) if the lease is lost."""
+        owner = self.owner
+        if owner is None:
+            raise StoreError("the router does not hold the lease; call acquire() first")
+        applied = 0
+        idle_since = time.monotonic()
+        next_expiry = next_snapshot = 0.0
+        expire_every = min(1.0, self.delivery_timeout / 2)
+        try:
+            while stop is None or not stop.is_set():
+                done = owner.run_once()
+                applied += done
+                now = time.monotonic()
+                if self._wiring_changed:
+                    self._wiring_changed = False
+                    self._bump_wiring(owner.store.client)
+                if now >= next_expiry:
+                    owner.expire()
+                    next_expiry = now + expire_every
+                if now >= next_snapshot:
+                    self._snapshot(owner)
+                    next_snapshot = now + SNAPSHOT_EVERY
+                if done:
+                    idle_since = now
+                elif now - idle_since >= linger:
+                    break
+                else:
+                    time.sleep(0.001)
+        except StoreError:
+            self._discard()
+            raise
+        self._snapshot(owner)
+        return applied
+
+    def _bump_wiring(self, client: redis.Redis) -> None:
+        client.incr(self.keys["wiring"])
+
+    def _snapshot(self, owner: _Owner) -> None:
+        engine = owner.engine
+        with engine._lock:
+            queues = [
+                {
+                    "name": info.name,
+                    "depth": info.depth,
+                    "history_size": info.history_size,
+                    "outstanding": info.outstanding,
+                    "limit": info.limit,
+                    "dead_letter": info.dead_letter,
+                    "stats": engine.stats(info.name),
+                }
+                for info in engine.queues()
+            ]
+        found = {"time": time.time(), "queues": queues, "recent": list(self._recent)}
+        owner.store.client.set(self.keys["snapshot"], json.dumps(found))
+
+
+def _fence(token: str) -> int:
+    return int(token.rsplit("#", 1)[1])
+
+
+def router() -> Router:
+    """A new router for this process's store, from the settings."""
+    return Router(
+        settings.XUMP_REDIS_URL,
+        settings.XUMP_STORE,
+        settings.XUMP_LEASE_MS,
+        settings.XUMP_DELIVERY_TIMEOUT,
+    )
+
+
+def start_inline_router() -> threading.Thread:
+    """XUMP_ROUTING=inline: route in a daemon thread of this process, for as long as it
+    lives (taking the lease over whenever another holder lets it go)."""
+
+    def run() -> None:
+        routing = router()
+        while True:
+            try:
+                if routing.acquire(wait=settings.XUMP_LEASE_MS / 1000 * 2):
+                    routing.drain(linger=float("inf"))
+            except Exception:
+                logger.exception("inline router failed; starting again")
+                routing._discard()
+                time.sleep(1)
+
+    thread = threading.Thread(target=run, name="xump-router", daemon=True)
+    thread.start()
+    return thread

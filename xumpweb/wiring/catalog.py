@@ -1,0 +1,111 @@
+"""The engine's catalog kept in Django models (engine/catalog.py defines the protocol).
+
+The routing process's engine writes every wiring change through this catalog, so the models
+always hold what the engine runs, and a process that builds a new engine from them rebuilds
+the same network (selector ids included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import transaction
+from django.db.models import F
+
+from engine.catalog import QueueSpec, SelectorSpec, StoreSpec
+from xumpweb.wiring import models
+
+
+class DjangoCatalog:
+    def store_specs(self) -> Iterable[StoreSpec]:
+        return [StoreSpec(s.kind, s.name, s.url or None) for s in models.Store.objects.all()]
+
+    def queue_specs(self) -> Iterable[QueueSpec]:
+        return [queue_spec(q) for q in models.Queue.objects.select_related("store")]
+
+    def selector_specs(self, queue: str) -> Iterable[SelectorSpec]:
+        rows = models.Selector.objects.filter(queue__name=queue).order_by("number")
+        return [selector_spec(row, queue) for row in rows]
+
+    def save_store(self, spec: StoreSpec) -> None:
+        models.Store.objects.update_or_create(
+            name=spec.name, defaults={"kind": spec.kind, "url": spec.url or ""}
+        )
+
+    def delete_store(self, name: str) -> None:
+        models.Store.objects.filter(name=name).delete()
+
+    def save_queue(self, spec: QueueSpec) -> None:
+        store, _ = models.Store.objects.get_or_create(name=spec.store, defaults={"kind": "ram"})
+        models.Queue.objects.update_or_create(
+            name=spec.name,
+            defaults={
+                "store": store,
+                "limit": spec.limit,
+                "history": spec.history,
+                "dead_letter": spec.dead_letter,
+                "self_destruct": spec.self_destruct,
+            },
+        )
+
+    def delete_queue(self, name: str) -> None:
+        models.Queue.objects.filter(name=name).delete()
+
+    def next_selector_id(self, queue: str) -> int:
+        with transaction.atomic():
+            models.Queue.objects.filter(name=queue).update(
+                last_selector_id=F("last_selector_id") + 1
+            )
+            return models.Queue.objects.values_list("last_selector_id", flat=True).get(name=queue)
+
+    def save_selector(self, spec: SelectorSpec) -> None:
+        operator, pattern, field = spec.match or ("", "", "address")
+        models.Selector.objects.update_or_create(
+            queue=models.Queue.objects.get(name=spec.queue),
+            number=spec.id,
+            defaults={
+                "when": spec.when,
+                "match_operator": operator,
+                "match_pattern": pattern,
+                "match_field": field,
+                "filter": spec.filter,
+                "action": spec.action,
+                "target": spec.target,
+                "enabled": spec.enabled,
+                "start": str(spec.start),
+                "credit": spec.credit,
+            },
+        )
+
+    def delete_selector(self, queue: str, selector_id: int) -> None:
+        models.Selector.objects.filter(queue__name=queue, number=selector_id).delete()
+
+
+def queue_spec(row: models.Queue) -> QueueSpec:
+    return QueueSpec(
+        name=row.name,
+        store=row.store.name,
+        limit=row.limit,
+        history=row.history,
+        dead_letter=row.dead_letter or None,
+        self_destruct=row.self_destruct,
+    )
+
+
+def selector_spec(row: models.Selector, queue: str) -> SelectorSpec:
+    match = None
+    if row.match_operator:
+        match = (row.match_operator, row.match_pattern, row.match_field or "address")
+    start: str | int = int(row.start) if row.start.isdigit() else row.start
+    return SelectorSpec(
+        queue=queue,
+        id=row.number,
+        when=row.when or None,
+        match=match,
+        filter=row.filter,
+        action=row.action or None,
+        target=row.target,
+        enabled=row.enabled,
+        start=start,
+        credit=row.credit,
+    )

@@ -1,0 +1,190 @@
+"""The wiring as Django models: the engine's catalog in the service (catalog.py adapts them).
+
+Stores, queues and selectors are written by the routing process's engine through
+`DjangoCatalog`, so they always say what the engine runs; people change them through the
+API, the console or the admin, which send the change to that engine (xumpweb/runtime.py).
+Patterns are declarations that compile to queues and selectors; ApiTokens carry per-queue
+rights; AuditEvents record who changed what.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+class Store(models.Model):
+    KINDS = [("redis", "Redis"), ("sql", "SQL"), ("ram", "RAM")]
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=10, choices=KINDS)
+    url = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Queue(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    store = models.ForeignKey(Store, on_delete=models.PROTECT, related_name="queues")
+    limit = models.PositiveIntegerField(null=True, blank=True, help_text="empty: unbounded")
+    history = models.PositiveIntegerField(default=0)
+    dead_letter = models.CharField(max_length=200, null=True, blank=True)
+    self_destruct = models.BooleanField(default=False)
+    last_selector_id = models.PositiveIntegerField(default=0, editable=False)
+    created = models.DateTimeField(auto_now_add=True)
+    changed = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Selector(models.Model):
+    WHEN = [("match", "match / filter"), ("always", "always"), ("default", "default"),
+            ("overflow", "overflow")]  # fmt: skip
+    OPERATORS = [("eq", "eq"), ("topic", "topic"), ("prefix", "prefix"), ("regex", "regex")]
+    ACTIONS = [("copy", "copy"), ("move", "move"), ("deliver", "deliver"),
+               ("delete", "delete"), ("bounce", "bounce")]  # fmt: skip
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="selectors")
+    number = models.PositiveIntegerField(help_text="the selector id, per queue")
+    when = models.CharField(max_length=10, choices=WHEN, null=True, blank=True)
+    match_operator = models.CharField(max_length=10, choices=OPERATORS, blank=True, default="")
+    match_pattern = models.CharField(max_length=1000, blank=True, default="")
+    match_field = models.CharField(max_length=200, blank=True, default="address")
+    filter = models.TextField(null=True, blank=True)
+    action = models.CharField(max_length=10, choices=ACTIONS, null=True, blank=True)
+    target = models.CharField(max_length=200, null=True, blank=True)
+    enabled = models.BooleanField(default=False)
+    start = models.CharField(max_length=30, default="current")
+    credit = models.IntegerField(default=-1, help_text="-1: unlimited")
+
+    class Meta:
+        ordering = ["queue__name", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "number"], name="selector_number_per_queue")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue.name}#{self.number}"
+
+    def describe(self) -> str:
+        """WHEN -> DO in one line, as the console shows it."""
+        when = self.when or "?"
+        if when == "match":
+            parts = []
+            if self.match_operator:
+                on = "" if self.match_field == "address" else f" on {self.match_field}"
+                parts.append(f"{self.match_operator} {self.match_pattern!r}{on}")
+            if self.filter:
+                parts.append(f"filter {self.filter}")
+            when = " and ".join(parts) or "match"
+        action = self.action or "?"
+        return f"{when} -> {action}" + (f" {self.target}" if self.target else "")
+
+
+class Pattern(models.Model):
+    """A housecat, parrot or wolfpack declaration; saving it builds its queues and
+    selectors through engine.patterns (idempotent), deleting it removes what it built."""
+
+    KINDS = [("housecat", "housecat (direct)"), ("parrot", "parrot (publish/subscribe)"),
+             ("wolfpack", "wolfpack (work distribution)")]  # fmt: skip
+
+    kind = models.CharField(max_length=10, choices=KINDS)
+    name = models.CharField(max_length=200, help_text="recipient, subscriber or worker")
+    router = models.CharField(max_length=200, help_text="router or service queue")
+    topic = models.CharField(max_length=1000, blank=True, default="")
+    credit = models.IntegerField(default=1)
+    built_queue = models.CharField(max_length=200, blank=True, default="", editable=False)
+    built_selectors = models.JSONField(default=list, editable=False)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["kind", "router", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "router", "name"], name="one_pattern_each")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.router} -> {self.name}"
+
+
+class ApiToken(models.Model):
+    """A program's credentials. Only a hash of the secret is kept; the secret is shown once.
+    `rights` maps a queue name or glob ("*", "orders.*") to a list of rights among
+    publish, consume and manage."""
+
+    RIGHTS = ("publish", "consume", "manage")
+
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=12, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    rights = models.JSONField(default=dict)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    revoked = models.DateTimeField(null=True, blank=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}...)"
+
+    @classmethod
+    def issue(cls, name: str, rights: dict[str, list[str]], user=None) -> tuple[ApiToken, str]:
+        """A new token and its secret (`xump_<prefix>_<secret>`), which is never stored."""
+        prefix = secrets.token_hex(4)
+        secret = secrets.token_urlsafe(24)
+        token = cls.objects.create(
+            name=name, prefix=prefix, secret_hash=_digest(secret), rights=rights, user=user
+        )
+        return token, f"xump_{prefix}_{secret}"
+
+    @classmethod
+    def find(cls, presented: str) -> ApiToken | None:
+        """The live token `presented` stands for, or None."""
+        parts = presented.split("_", 2)
+        if len(parts) != 3 or parts[0] != "xump":
+            return None
+        token = cls.objects.filter(prefix=parts[1], revoked__isnull=True).first()
+        if token is None or not secrets.compare_digest(token.secret_hash, _digest(parts[2])):
+            return None
+        return token
+
+    def allows(self, right: str, queue: str) -> bool:
+        return any(
+            right in granted and fnmatch.fnmatchcase(queue, pattern)
+            for pattern, granted in self.rights.items()
+        )
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class AuditEvent(models.Model):
+    when = models.DateTimeField(auto_now_add=True, db_index=True)
+    who = models.CharField(max_length=200)
+    action = models.CharField(max_length=100)
+    subject = models.CharField(max_length=500, blank=True, default="")
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-when", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.when:%Y-%m-%d %H:%M:%S} {self.who} {self.action} {self.subject}"
