@@ -1,0 +1,151 @@
+"""The service as users meet it: the ASGI server in a subprocess on a free port, on the
+session's private redis-server, with its own SQLite database and its own Redis store name.
+
+`service` routes inline (in the server process); `worker_service` routes in a real Celery
+worker process. The test process also sets Django up on the same database (not the same
+Redis keys), so tests can make users and tokens through the models.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+
+
+@dataclass
+class Service:
+    url: str
+    ws_url: str
+    env: dict[str, str]
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    admin_token: str = ""
+
+    def client(self, token: str | None = None, **options) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token or self.admin_token}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30, **options)
+
+    def manage(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+
+    def start_worker(self, name: str = "worker") -> subprocess.Popen:
+        """A Celery worker process (threads pool), logging to the service's directory."""
+        log = open(Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log", "ab")  # noqa: SIM115
+        process = subprocess.Popen(
+            [PYTHON, "-m", "celery", "-A", "xumpweb", "worker", "--pool", "threads",
+             "--concurrency", "4", "--loglevel", "WARNING", "--without-gossip",
+             "--without-mingle", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h"],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.processes[name] = process
+        return process
+
+    def stop(self, name: str, kill: bool = False) -> None:
+        process = self.processes.pop(name, None)
+        if process is None:
+            return
+        if kill:
+            process.kill()
+        else:
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def close(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
+
+def _environment(redis_url: str, directory: Path, routing: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XUMP_", "DJANGO_"))}
+    env.update(
+        XUMP_REDIS_URL=redis_url,
+        XUMP_STORE=f"t{uuid.uuid4().hex[:10]}",
+        XUMP_ROUTING=routing,
+        XUMP_SECRET_KEY="test-secret-key-not-for-production",
+        XUMP_ALLOWED_HOSTS="127.0.0.1,localhost",
+        XUMP_LEASE_MS="2000",
+        XUMP_DELIVERY_TIMEOUT="60",
+        DATABASE_URL=f"sqlite:///{directory}/xump.sqlite3",
+        DJANGO_SETTINGS_MODULE="xumpweb.settings",
+        XUMP_TEST_DIR=str(directory),
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def start_service(redis_url: str, directory: Path, routing: str) -> Service:
+    env = _environment(redis_url, directory, routing)
+    port = free_port()
+    service = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", env)
+    migrated = service.manage("migrate", "--noinput", "--verbosity", "0")
+    assert migrated.returncode == 0, migrated.stderr
+    made = service.manage(
+        "shell", "-c",
+        "from xumpweb.wiring.models import ApiToken\n"
+        "from django.contrib.auth.models import User\n"
+        "User.objects.create_superuser('admin', '', 'admin-password')\n"
+        "print(ApiToken.issue('tests', {'*': ['publish', 'consume', 'manage']})[1])",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    service.admin_token = made.stdout.strip().splitlines()[-1]
+    log = open(directory / "server.log", "ab")  # noqa: SIM115
+    service.processes["server"] = subprocess.Popen(
+        [PYTHON, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(service.url + "/api/health", timeout=2).status_code < 500:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or service.processes["server"].poll() is not None:
+            service.close()
+            raise RuntimeError(f"the server did not start; see {directory / 'server.log'}")
+        time.sleep(0.1)
+    return service
+
+
+@pytest.fixture(scope="session")
+def service(redis_server, tmp_path_factory):
+    """The service routing inline, shared by the tests of a session (use unique names)."""
+    running = start_service(redis_server.url, tmp_path_factory.mktemp("service"), "inline")
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def worker_service(redis_server, tmp_path_factory):
+    """The service with routing in a real Celery worker (one per test module)."""
+    running = start_service(redis_server.url, tmp_path_factory.mktemp("worker"), "worker")
+    running.start_worker()
+    yield running
+    running.close()
+
+
+def unique(prefix: str = "q") -> str:
+    """A queue or destination name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
