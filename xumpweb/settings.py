@@ -127,6 +127,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # /static/ under uvicorn without DEBUG (see WHITENOISE_USE_FINDERS)
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -170,6 +172,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "var" / "static"
+# WhiteNoise serves static files straight from the apps and static/ too, so a server
+# works (tests included) without `collectstatic`; `make run` still collects into STATIC_ROOT
+WHITENOISE_USE_FINDERS = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # a batch publish may carry many bodies of up to XUMP_MAX_BODY each; the API checks sizes
