@@ -526,6 +526,42 @@ class Engine(Messaging):
             state = self._queue(queue).state
             return [entry.message.with_seq(entry.seq) for entry in state.unprocessed(count)]
 
+    def purge(self, queue: str, seqs: list[int] | None = None) -> list[Delivery]:
+        """Remove unprocessed messages from `queue` (all, or those with the given seqs) and
+        count them as dropped; messages moved here are settled upstream, which may route
+        and deliver there. NotFound, changing nothing, when a seq is not waiting."""
+        if seqs is not None:
+            if not isinstance(seqs, list | tuple):
+                raise InvalidArgument(f"seqs must be a list of numbers, not {seqs!r}")
+            for seq in seqs:
+                check_count("seq", seq, minimum=1)
+        with self._lock:
+            qrt = self._queue(queue)
+            state = qrt.state
+            waiting = state.unprocessed(state.depth())
+            if seqs is None:
+                chosen = waiting
+            else:
+                by_seq_number = {entry.seq: entry for entry in waiting}
+                missing = [seq for seq in seqs if seq not in by_seq_number]
+                if missing:
+                    raise NotFound(
+                        f"queue {queue!r} holds no unprocessed message with seq "
+                        + ", ".join(str(seq) for seq in missing[:5])
+                    )
+                chosen = [by_seq_number[seq] for seq in dict.fromkeys(seqs)]
+            return self._run(self._purge, qrt, chosen, seqs is None)
+
+    def _purge(self, qrt: QueueRuntime, entries: list, everything: bool) -> None:
+        state = qrt.state
+        for entry in entries:
+            if everything:
+                state.pop_head()  # the entries are the queue's, in order: no search
+            else:
+                state.remove(entry.seq)
+            qrt.counters["dropped"] += 1
+            self._settle(entry.origin)
+
     def stats(self, queue: str) -> dict[str, int]:
         with self._lock:
             qrt = self._queue(queue)

@@ -140,7 +140,8 @@ class RelayClient:
     """What any process uses to reach a shared Redis store's queues."""
 
     def __init__(self, url: str, store: str) -> None:
-        self.client = redis.Redis.from_url(url, socket_timeout=10)
+        # longer than any wait of `call` or `deliveries`, which block inside Redis
+        self.client = redis.Redis.from_url(url, socket_timeout=120)
         self.store = store
         self.inbox, self._outbox, self.errors = _keys(store)
         # mids are given out here, so a publisher knows them before the owner routes

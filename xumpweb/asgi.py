@@ -14,7 +14,10 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from xumpweb import runtime  # noqa: E402
 from xumpweb.live.routing import websocket_urlpatterns  # noqa: E402
+
+runtime.service()  # with XUMP_ROUTING=inline, this starts the router thread now
 
 application = ProtocolTypeRouter(
     {

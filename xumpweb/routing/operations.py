@@ -14,7 +14,7 @@ from typing import Any
 from engine import patterns
 from engine.core import Engine, QueueInfo
 from engine.errors import InvalidArgument, NotFound, XumpError
-from engine.message import Delivery
+from engine.message import Delivery, Message
 from engine.selectors import Selector
 from xumpweb.routing.codec import message_out
 
@@ -240,6 +240,59 @@ def peek(engine: Engine, queue: str, count: int = 50) -> Answer:
     return [message_out(m) for m in engine.peek(queue, count)], NONE
 
 
+def purge(engine: Engine, queue: str, seqs: list[int] | None = None) -> Answer:
+    """Drop a queue's unprocessed messages (all, or the given seqs)."""
+    before = engine.queue_fetch(queue).depth
+    deliveries = engine.purge(queue, seqs)
+    return {"purged": before - engine.queue_fetch(queue).depth}, deliveries
+
+
+DEAD_LETTER_HEADERS = ("x-reason", "x-original-queue")
+
+
+def dead_letter_send(
+    engine: Engine,
+    queue: str,
+    seqs: list[int],
+    target: str | None = None,
+    bounce: bool = False,
+) -> Answer:
+    """Send waiting dead letters on: to `target`, or back to the queue each came from
+    (`x-original-queue`); `bounce` addresses them to their return address. The dead-letter
+    headers are taken off (the mid stays, for tracing); the dead letters leave `queue`.
+    All or nothing: an unknown seq or target queue changes nothing."""
+    if not isinstance(seqs, list) or not seqs:
+        raise InvalidArgument("seqs must be a non-empty list of seqs")
+    waiting = {m.seq: m for m in engine.peek(queue, engine.queue_fetch(queue).depth)}
+    missing = [seq for seq in seqs if seq not in waiting]
+    if missing:
+        raise NotFound(f"queue {queue!r} holds no waiting message with seq {missing[0]}")
+    plan: dict[str, list[Message]] = {}
+    for seq in dict.fromkeys(seqs):
+        message = waiting[seq]
+        destination = target or message.headers.get("x-original-queue")
+        if not isinstance(destination, str):
+            raise InvalidArgument(f"message {seq} has no x-original-queue; choose a target")
+        engine.queue_fetch(destination)  # NotFound before anything changes
+        headers = {k: v for k, v in message.headers.items() if k not in DEAD_LETTER_HEADERS}
+        address = message.address
+        if bounce:
+            if not message.return_address:
+                raise InvalidArgument(f"message {seq} has no return address to bounce to")
+            headers["x-original-address"] = address
+            address = message.return_address
+        plan.setdefault(destination, []).append(
+            Message(address, headers, message.body, message.return_address, message.mid)
+        )
+    # publish first: a full target raises before anything changed; the purge cannot fail
+    deliveries: list[Delivery] = []
+    for destination, messages in plan.items():
+        deliveries.extend(engine.publish_many(destination, messages, keep_mids=True))
+    deliveries.extend(engine.purge(queue, list(dict.fromkeys(seqs))))
+    counts = {destination: len(messages) for destination, messages in plan.items()}
+    return {"sent": sum(counts.values()), "to": counts}, deliveries
+
+
 def stats(engine: Engine, queue: str) -> Answer:
     return engine.stats(queue), NONE
 
@@ -310,7 +363,7 @@ CALLS = {
         "queues", "queue_get", "queue_create", "queue_update", "queue_delete",
         "selectors", "selector_get", "selector_create", "selector_update", "selector_delete",
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
-        "trim", "pattern_build", "pattern_remove",
+        "trim", "pattern_build", "pattern_remove", "purge", "dead_letter_send",
     }
 }  # fmt: skip
 
