@@ -11,8 +11,11 @@ tag), credit and counters where the last one left them.
 
 Sections of an entry: "u" unprocessed (with a position giving FIFO order, so push_front is
 a smaller position), "h" history, "o" outstanding at a selector under a tag. An entry that
-moves between sections is deleted and written again under a new key. Bodies are counted by
-`mid`: the store keeps each body once and drops it when its last entry goes.
+moves between sections is deleted and written again under a new key. Each store counts the
+entries holding a body (by `mid`) in its own records, so it keeps each body once and drops
+it with its last entry. A store may keep a section its own way by subclassing
+JournaledQueueState (`JournaledStore.queue_class`): the Redis store keeps the unprocessed
+section as a list.
 
 One process owns a journaled store's queues at a time; the engine's lock orders its calls.
 """
@@ -22,7 +25,6 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any
 
-from engine.message import Message
 from engine.stores.base import Entry, SelectorState
 from engine.stores.ram import RamQueueState, RamStore
 
@@ -38,7 +40,9 @@ class _Counters(dict):
 
     def __setitem__(self, name: str, value: int) -> None:
         super().__setitem__(name, value)
-        self._queue.touch()
+        queue = self._queue
+        if not queue._dirty:  # a hot path: saves a call per counter change
+            queue.touch()
 
 
 class _Outstanding(dict):
@@ -135,14 +139,12 @@ class JournaledQueueState(RamQueueState):
             self.delete_entry(entry)
         entry.key = self.store.next_key()
         self.store.record_entry(self, entry, section, position, selector_id, tag)
-        self.store.body_added(entry.message)
 
     def delete_entry(self, entry: Entry) -> None:
         if entry.key is None or self.loading:
             return
         self.store.record_deletion(self, entry)
         entry.key = None
-        self.store.body_released(entry.message)
 
     # -- loading helpers (the store calls these from load_queue) -----------------------
     def restore(self, entry: Entry, section: str, selector_id: int | None, tag: str | None) -> None:
@@ -230,12 +232,11 @@ class JournaledStore(RamStore):
     """A store whose queues are journaled; subclasses make the records durable."""
 
     transactional = True
+    queue_class: type[JournaledQueueState] = JournaledQueueState
 
     def __init__(self, name: str, url: str | None = None) -> None:
         super().__init__(name, url)
         self.dirty: list[JournaledQueueState] = []
-        # mid -> (change in the number of entries holding it, its body) for this operation
-        self.body_changes: dict[str | None, tuple[int, bytes]] = {}
         self._last_key = 0
         self._holding = 0  # > 0 while a caller batches several operations into one commit
 
@@ -246,25 +247,14 @@ class JournaledStore(RamStore):
     def open_queue(self, name: str) -> JournaledQueueState:  # type: ignore[override]
         state = self._queues.get(name)
         if state is None:
-            state = self._queues[name] = JournaledQueueState(self, name)  # type: ignore
+            state = self._queues[name] = self.queue_class(self, name)  # type: ignore
         return state  # type: ignore[return-value]
 
     def drop_queue(self, name: str) -> None:
         state = self._queues.get(name)
         if state is not None:
-            for entry in state.held_entries():  # type: ignore[attr-defined]
-                if entry.key is not None:
-                    self.body_released(entry.message)
             self.record_queue_dropped(state)  # type: ignore[arg-type]
         super().drop_queue(name)
-
-    def body_added(self, message: Message) -> None:
-        change, body = self.body_changes.get(message.mid, (0, message.body))
-        self.body_changes[message.mid] = (change + 1, body)
-
-    def body_released(self, message: Message) -> None:
-        change, body = self.body_changes.get(message.mid, (0, message.body))
-        self.body_changes[message.mid] = (change - 1, body)
 
     # -- transactions --------------------------------------------------------------------
     def begin(self) -> None:
@@ -288,8 +278,7 @@ class JournaledStore(RamStore):
             self.record_meta(state)
             state.saved()
         self.dirty.clear()
-        changes, self.body_changes = self.body_changes, {}
-        self.flush(changes)
+        self.flush()
 
     def rollback(self) -> None:
         """The operation raised. The engine does not undo what it changed in memory, so the
@@ -327,12 +316,14 @@ class JournaledStore(RamStore):
     def record_selector_dropped(self, state: JournaledQueueState, selector_id: int) -> None: ...
 
     @abstractmethod
-    def record_queue_dropped(self, state: JournaledQueueState) -> None: ...
+    def record_queue_dropped(self, state: JournaledQueueState) -> None:
+        """Forget the queue; the bodies its entries held are released by the store."""
 
     @abstractmethod
     def discard_records(self) -> None:
         """Forget records not yet flushed (a new operation starts)."""
 
     @abstractmethod
-    def flush(self, body_changes: dict[str | None, tuple[int, bytes]]) -> None:
-        """Make this operation's records and body count changes durable, atomically."""
+    def flush(self) -> None:
+        """Make this operation's records (and the body counts they change) durable,
+        atomically."""

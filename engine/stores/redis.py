@@ -1,28 +1,43 @@
 """The Redis store: queue state in Redis (redis-py with hiredis), durable with AOF.
 
 Theory of operation: a journaled store (journal.py): queue state in memory as the RAM store
-holds it, every change recorded as a Redis command (coalesced per hash), the commands of
-one engine operation sent at `commit()` to one Lua script (_APPLY) that checks the lease and
-applies them: one round trip, atomic, so no reader ever sees half an operation. With
-`appendonly yes` and `appendfsync always` on the server, an operation that returned
-survives a kill -9 of the server.
+holds it, every change recorded, and the records of one engine operation sent at `commit()`
+to one Lua script (_APPLY) that checks the lease and applies them: one round trip, atomic, so
+no reader ever sees half an operation. With `appendonly yes` and `appendfsync always` on the
+server, an operation that returned survives a kill -9 of the server.
 
 Key layout. Every key of a store carries the store's hash tag `{<store>}`, so one
 operation's keys share one Redis Cluster slot (shard by creating several stores):
 
-    xump:{S}:q:<queue>:meta      HASH  last_seq, head, tail, one field per counter
-    xump:{S}:q:<queue>:entries   HASH  entry key -> JSON array of the entry without its
-                                       body: [section (u/h/o), position, selector_id, tag,
-                                       seq, mid, address, headers, return_address,
-                                       timestamp, origin, delivery_count, replay,
-                                       downstream, taken_at]
-    xump:{S}:q:<queue>:credit    HASH  selector id -> credit
-    xump:{S}:bodies              HASH  mid -> body (stored once however many entries)
-    xump:{S}:refs                HASH  mid -> number of entries holding the body, when
-                                       above 1 (a body without a count is held once)
-    xump:{S}:lastkey             STRING highest entry key given out
-    xump:{S}:queues              SET   queue names with state here
-    xump:{S}:lease, :fence       the owner's lease token (with expiry) and fencing counter
+    xump:{S}:q:<queue>:unprocessed  LIST  entry records, oldest first
+    xump:{S}:q:<queue>:entries      HASH  entry key -> record, for history and outstanding
+    xump:{S}:q:<queue>:meta         HASH  last_seq, one field per counter
+    xump:{S}:q:<queue>:credit       HASH  selector id -> credit
+    xump:{S}:bodies                 HASH  mid -> b"<count>:<body>", bodies held by reference
+    xump:{S}:lastkey                STRING highest entry key given out
+    xump:{S}:queues                 SET   queue names with state here
+    xump:{S}:lease, :fence          the owner's lease token (with expiry) and fencing counter
+
+Records are text fields joined by \\x1f, empty trailing fields left out (see _record):
+section, seq, mid, address, timestamp, headers (JSON), return address, selector id, tag,
+origin, delivery count, taken at, replay, downstream. An address with control characters
+makes the record a JSON array of the same fields instead.
+
+Bodies. A body is stored once: in the one entry that holds it (the record, a newline, the
+body) or, when several entries hold it, by reference in the bodies hash with their count.
+The choice is made at commit for each entry written: inline when it is the only entry of its
+message written in the operation and no entry holds the body by reference; an inline entry
+keeps its own copy for its life (a history entry that a start_at selector replays is then
+stored twice). Python knows the count of every body born in this process (all its entries
+were written here) and writes it outright; for bodies loaded from Redis, whose other entries
+may sit in queues this process never opened, the script adds the change to the stored count.
+A stored entry's key is negative when its body is inline; list entries get keys only in
+memory (their records carry none).
+
+The unprocessed section is a list because it is one: appends, pops at the head and
+give-backs at the head become RPUSH, LTRIM and LPUSH; in memory, an unprocessed entry whose
+key is None is not in the list yet. Withdrawing an entry from the middle (rare: a MOVE
+selector deleted) rewrites the list.
 
 Sharing: one process routes a store's queues at a time. It takes the store's lease
 (`acquire_lease`: a key with an expiry and a fencing number); every write checks the token
@@ -34,24 +49,27 @@ and outbox lists). Without a lease the store behaves as a private one.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
 import redis
 
 from engine.errors import StoreError
+from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Message
 from engine.stores.base import COUNTERS, Entry
 from engine.stores.journal import JournaledQueueState, JournaledStore
 from engine.stores.sql import mask_password
 
 # One engine operation's writes, applied atomically, fenced by the owner's lease.
-# KEYS: lease key, refs hash, bodies hash.
+# KEYS: lease key, bodies hash.
 # ARGV: lease token ('' when the store is not leased), lease ttl in ms, then commands, each
-#       as a count n followed by n words; the command "BODIES" carries (mid, change, body)
-#       triples: a body is stored when its count becomes positive and dropped with its last
-#       entry. The refs hash holds counts above 1 only (a stored body without one is held
-#       once), which saves a field for the common message held by one entry.
+#       as a count n followed by n words. The command "BODIES" carries (mid, change, body)
+#       triples for bodies loaded from Redis: their count (before the ':' of the stored
+#       value) changes by `change`; the body is stored with a first count and dropped when
+#       the count reaches 0.
 _APPLY = """
 if ARGV[1] ~= '' then
     if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -64,24 +82,19 @@ while i <= #ARGV do
     local n = tonumber(ARGV[i])
     if ARGV[i + 1] == 'BODIES' then
         for j = i + 2, i + n, 3 do
-            local mid, change = ARGV[j], tonumber(ARGV[j + 1])
-            local held = tonumber(redis.call('HGET', KEYS[2], mid))
-            if held == nil then
-                held = redis.call('HEXISTS', KEYS[3], mid)
+            local mid, change, body = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2]
+            local held = 0
+            local stored = redis.call('HGET', KEYS[2], mid)
+            if stored then
+                local colon = string.find(stored, ':', 1, true)
+                held = tonumber(string.sub(stored, 1, colon - 1))
+                body = string.sub(stored, colon + 1)
             end
             local left = held + change
             if left <= 0 then
                 redis.call('HDEL', KEYS[2], mid)
-                redis.call('HDEL', KEYS[3], mid)
             else
-                if held == 0 then
-                    redis.call('HSET', KEYS[3], mid, ARGV[j + 2])
-                end
-                if left == 1 then
-                    redis.call('HDEL', KEYS[2], mid)
-                else
-                    redis.call('HSET', KEYS[2], mid, left)
-                end
+                redis.call('HSET', KEYS[2], mid, left .. ':' .. body)
             end
         end
     else
@@ -103,15 +116,94 @@ redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
 return token
 """
 
+_SEP = "\x1f"  # between the fields of a record
+_SUB = "\x1e"  # between the parts of a field (origin, downstream)
+_FIELDS = 14
+_LOAD_CHUNK = 10_000
+
+
+class RedisQueueState(JournaledQueueState):
+    """A journaled queue whose unprocessed section is a Redis list (see the module doc).
+
+    Between commits it counts what happened to the list: entries given back at the head
+    (`_front`, not in the list yet), list entries popped from the head (`_popped`) and
+    entries appended (`_tail`, not in the list yet); `_stored` is the list's length at the
+    last commit."""
+
+    __slots__ = ("_front", "_listed", "_popped", "_rewrite", "_stored", "_tail", "dropped", "keys")
+
+    def __init__(self, store: RedisStore, name: str) -> None:
+        prefix = f"{store.prefix}q:{name}:"
+        self.keys = (prefix + "unprocessed", prefix + "entries", prefix + "meta",
+                     prefix + "credit")  # fmt: skip
+        self._front = self._popped = self._tail = self._stored = 0
+        self._listed = self._rewrite = self.dropped = False
+        super().__init__(store, name)
+        self._stored = len(self._unprocessed)
+
+    def _changed(self) -> None:
+        if not self._listed and not self.loading:
+            self._listed = True
+            self.store._lists.append(self)  # type: ignore[attr-defined]
+
+    def listed(self) -> None:
+        """The list now holds the unprocessed section (called at commit)."""
+        self._front = self._popped = self._tail = 0
+        self._listed = self._rewrite = False
+        self._stored = len(self._unprocessed)
+
+    def append(self, entry: Entry) -> None:
+        self._unprocessed.append(entry)
+        self._tail += 1
+        if not self._listed:
+            self._changed()
+
+    def pop_head(self) -> Entry:
+        entry = self._unprocessed.popleft()
+        if self._front:
+            self._front -= 1
+        elif self._popped < self._stored:
+            self._popped += 1
+            self.store.released(entry)  # type: ignore[attr-defined]
+        else:
+            self._tail -= 1
+        entry.key = None
+        if not self._listed:
+            self._changed()
+        return entry
+
+    def push_front(self, entries: list[Entry]) -> None:
+        self._unprocessed.extendleft(reversed(entries))
+        self._front += len(entries)
+        self._changed()
+
+    def remove(self, seq: int) -> bool:
+        at = next((at for at, entry in enumerate(self._unprocessed) if entry.seq == seq), None)
+        if at is None:
+            return False
+        entry = self._unprocessed[at]
+        del self._unprocessed[at]
+        if at < self._front:
+            self._front -= 1
+        elif at < self._front + self._stored - self._popped:
+            self._rewrite = True  # from the middle of the list: written again whole
+            self.store.released(entry)  # type: ignore[attr-defined]
+        else:
+            self._tail -= 1
+        entry.key = None
+        self._changed()
+        return True
+
 
 class RedisStore(JournaledStore):
     kind = "redis"
+    queue_class = RedisQueueState
 
     def __init__(self, name: str, url: str | None = None) -> None:
         super().__init__(name, url)
         if not url:
             raise StoreError("a Redis store needs a URL: redis://host:port/db")
-        self._prefix = f"xump:{{{name}}}:"
+        self.prefix = f"xump:{{{name}}}:"
         try:
             self.client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
             self.client.ping()
@@ -123,18 +215,22 @@ class RedisStore(JournaledStore):
             ) from None
         self._apply = self.client.register_script(_APPLY)
         self._acquire = self.client.register_script(_ACQUIRE)
-        self._commands: list[tuple] = []  # this operation's commands, in order
         self.lease_token = ""  # set while this process holds the store's lease
         self.lease_ms = 0
-        # one operation's entry changes, coalesced per hash: key -> JSON, or None to delete
-        self._entries: dict[str, dict[str, str | None]] = {}
-        self._credits: dict[str, dict[str, int]] = {}  # credit hash -> selector id -> credit
+        # what the operation(s) since the last commit changed:
+        self._commands: list[tuple] = []  # commands to send before the entries' writes
+        self._writes: dict[int, tuple] = {}  # key -> (state, entry, section, selector, tag)
+        self._deletes: list[tuple] = []  # (state or None for a list entry, key, message)
+        self._lists: list[RedisQueueState] = []  # queues whose unprocessed list changed
+        self._credits: dict[tuple[RedisQueueState, int], int] = {}
+        # bodies: by-reference count of each body born here (see the module doc), and the
+        # mids of bodies loaded from Redis
+        self._refs: dict[str | None, int] = {}
+        self._foreign: set[str | None] = set()
+        self._registered: set[str] = set()  # queues known to be in the `queues` set
 
     def _key(self, *parts: str) -> str:
-        return self._prefix + ":".join(parts)
-
-    def _queue_key(self, state: JournaledQueueState, part: str) -> str:
-        return f"{self._prefix}q:{state.name}:{part}"
+        return self.prefix + ":".join(parts)
 
     # -- records -------------------------------------------------------------------------
     def record_entry(
@@ -146,87 +242,200 @@ class RedisStore(JournaledStore):
         selector_id: int | None,
         tag: str | None,
     ) -> None:
-        message = entry.message
-        record = [
-            section, position, selector_id, tag, entry.seq, message.mid, message.address,
-            dict(message.headers), message.return_address, message.timestamp, entry.origin,
-            entry.delivery_count, entry.replay, entry.downstream, entry.taken_at,
-        ]  # fmt: skip
-        changes = self._entries.setdefault(self._queue_key(state, "entries"), {})
-        changes[str(entry.key)] = _encode(record)
+        # encoded at commit: an entry written again in the same operation costs nothing
+        self._writes[entry.key] = (state, entry, section, selector_id, tag)  # type: ignore
 
     def record_deletion(self, state: JournaledQueueState, entry: Entry) -> None:
-        changes = self._entries.setdefault(self._queue_key(state, "entries"), {})
-        key = str(entry.key)
-        if changes.get(key) is not None:
-            del changes[key]  # written and deleted within this operation: never stored
-        else:
-            changes[key] = None  # every write has a new key, so this one is stored
+        key: int = entry.key  # type: ignore[assignment]
+        if self._writes.pop(key, None) is None:  # not written within this commit: stored
+            self._deletes.append((state, key, entry.message))
+
+    def released(self, entry: Entry) -> None:
+        """A stored list entry left (no hash field to delete)."""
+        if entry.key is not None and entry.key > 0:
+            self._deletes.append((None, entry.key, entry.message))
 
     def record_meta(self, state: JournaledQueueState) -> None:
-        meta: dict[str, Any] = {
-            "last_seq": state.last_seq(),
-            "head": state.head_position,
-            "tail": state.tail_position,
-        }
-        meta.update((name, state.counters[name]) for name in COUNTERS)
-        self._commands.append(("HSET", self._queue_key(state, "meta"), *_flat(meta)))
-        self._commands.append(("SADD", self._key("queues"), state.name))
+        if state.dropped:  # type: ignore[attr-defined]
+            return
+        counters = state.counters
+        self._commands.append(
+            ("HSET", state.keys[2], "last_seq", state.last_seq(),  # type: ignore[attr-defined]
+             *[word for name in COUNTERS for word in (name, counters[name])])
+        )  # fmt: skip
+        if state.name not in self._registered:
+            self._registered.add(state.name)
+            self._commands.append(("SADD", self._key("queues"), state.name))
 
     def record_credit(self, state: JournaledQueueState, selector_id: int, credit: int) -> None:
-        # only the last credit of an operation is sent
-        self._credits.setdefault(self._queue_key(state, "credit"), {})[str(selector_id)] = credit
+        self._credits[(state, selector_id)] = credit  # type: ignore[index]
 
     def record_selector_dropped(self, state: JournaledQueueState, selector_id: int) -> None:
-        self._credits.get(self._queue_key(state, "credit"), {}).pop(str(selector_id), None)
-        self._commands.append(("HDEL", self._queue_key(state, "credit"), str(selector_id)))
+        self._credits.pop((state, selector_id), None)  # type: ignore[arg-type]
+        self._commands.append(("HDEL", state.keys[3], selector_id))  # type: ignore[attr-defined]
 
     def record_queue_dropped(self, state: JournaledQueueState) -> None:
-        self._entries.pop(self._queue_key(state, "entries"), None)
-        self._credits.pop(self._queue_key(state, "credit"), None)
-        for part in ("meta", "entries", "credit"):
-            self._commands.append(("DEL", self._queue_key(state, part)))
+        state.dropped = True  # type: ignore[attr-defined]
+        pending = {key for key, write in self._writes.items() if write[0] is state}
+        for key in pending:
+            del self._writes[key]
+        for entry in state.held_entries():  # what the queue's keys held leaves with them
+            key = entry.key
+            if key is not None and key > 0 and key not in pending:
+                self._deletes.append((None, key, entry.message))
+        self._deletes = [(None if s is state else s, k, m) for s, k, m in self._deletes]
+        self._lists = [listed for listed in self._lists if listed is not state]
+        self._credits = {key: c for key, c in self._credits.items() if key[0] is not state}
+        self._commands.append(("DEL", *state.keys))  # type: ignore[attr-defined]
         self._commands.append(("SREM", self._key("queues"), state.name))
+        self._registered.discard(state.name)
 
     def discard_records(self) -> None:
-        self._commands.clear()
-        self._entries.clear()
-        self._credits.clear()
+        """Nothing to discard: what was recorded between operations (a new selector's
+        credit) is written with the next commit."""
 
     def add_commands(self, commands: list[tuple]) -> None:
         """Redis commands to apply in the same atomic step as the next commit (the relay
         uses it to take commands off an inbox and put deliveries in an outbox)."""
         self._commands.extend(commands)
 
-    def flush(self, body_changes: dict[str | None, tuple[int, bytes]]) -> None:
+    # -- commit --------------------------------------------------------------------------
+    def flush(self) -> None:
         commands = self._commands
-        for hash_key, changes in self._entries.items():
-            written = {key: value for key, value in changes.items() if value is not None}
-            deleted = [key for key, value in changes.items() if value is None]
-            if written:
-                commands.append(("HSET", hash_key, *_flat(written)))
-            if deleted:
-                commands.append(("HDEL", hash_key, *deleted))
-        self._entries.clear()
-        for hash_key, credits in self._credits.items():
-            if credits:
-                commands.append(("HSET", hash_key, *_flat(credits)))
-        self._credits.clear()
+        writes, deletes, lists = self._writes, self._deletes, self._lists
+        # the body changes: first what left, then where each new entry keeps its body
+        change: dict[str | None, int] = {}
+        bodies: dict[str | None, bytes] = {}
+        removed: dict[str, list[str]] = {}  # entries hash -> fields to delete
+        for state, key, message in deletes:
+            if state is not None:
+                field_list = removed.get(state.keys[1])
+                if field_list is None:
+                    field_list = removed[state.keys[1]] = []
+                field_list.append(str(key))
+            if key > 0:
+                mid = message.mid
+                change[mid] = change.get(mid, 0) - 1
+                bodies[mid] = message.body
+        written_here: dict[str | None, int] = {}
+        for write in writes.values():
+            mid = write[1].message.mid
+            written_here[mid] = written_here.get(mid, 0) + 1
+        new_in_lists = []
+        for state in lists:
+            fresh = _unstored(state)
+            new_in_lists.append(fresh)
+            for entry in fresh:
+                mid = entry.message.mid
+                written_here[mid] = written_here.get(mid, 0) + 1
+        refs, foreign = self._refs, self._foreign
+
+        def inline(message: Message) -> bool:
+            """Whether a new entry keeps this body itself (else: by reference, counted)."""
+            mid = message.mid
+            if (
+                written_here[mid] == 1
+                and mid not in foreign
+                and refs.get(mid, 0) + change.get(mid, 0) == 0
+            ):
+                return True
+            change[mid] = change.get(mid, 0) + 1
+            bodies[mid] = message.body
+            return False
+
+        added: dict[str, list[Any]] = {}  # entries hash -> field, value, ...
+        for key, (state, entry, section, selector_id, tag) in writes.items():
+            header = _record(entry, section, selector_id, tag)
+            message = entry.message
+            if inline(message):
+                key = entry.key = -key
+                value: Any = b"%s\n%s" % (header.encode(), message.body)
+            else:
+                value = header
+            words = added.get(state.keys[1])
+            if words is None:
+                words = added[state.keys[1]] = []
+            words.append(key)
+            words.append(value)
+        for state, fresh in zip(lists, new_in_lists, strict=True):
+            self._list_commands(state, fresh, inline, commands)
+        for hash_key, words in added.items():
+            commands.append(("HSET", hash_key, *words))
+        for hash_key, fields in removed.items():
+            commands.append(("HDEL", hash_key, *fields))
+        for (state, selector_id), credit in self._credits.items():
+            commands.append(("HSET", state.keys[3], selector_id, credit))
+        self._writes, self._deletes, self._lists, self._credits = {}, [], [], {}
         counted: list[Any] = []
-        for mid, (change, body) in body_changes.items():
-            if change:
-                counted.extend((mid, change, body if change > 0 else b""))
+        stored: list[Any] = []
+        dropped: list[Any] = []
+        for mid, delta in change.items():
+            if not delta:
+                continue
+            if mid in foreign:
+                counted.extend((mid, delta, bodies[mid] if delta > 0 else b""))
+                continue
+            held = refs.get(mid, 0) + delta
+            if held > 0:
+                refs[mid] = held
+                stored.extend((mid, b"%d:%s" % (held, bodies[mid])))
+            else:
+                refs.pop(mid, None)
+                dropped.append(mid)
+        if stored:
+            commands.append(("HSET", self._key("bodies"), *stored))
+        if dropped:
+            commands.append(("HDEL", self._key("bodies"), *dropped))
         if counted:
             commands.append(("BODIES", *counted))
         if not commands:
             return
         commands.append(("SET", self._key("lastkey"), self._last_key))
+        self._commands = []
+        self._send(commands)
+
+    def _list_commands(
+        self, state: RedisQueueState, fresh: list[Entry], inline: Any, commands: list[tuple]
+    ) -> None:
+        """The commands that make `state`'s list hold its unprocessed section again."""
+        list_key = state.keys[0]
+        if state._rewrite:
+            values = [self._list_value(entry, inline) for entry in state._unprocessed]
+            commands.append(("DEL", list_key))
+            if values:
+                commands.append(("RPUSH", list_key, *values))
+        else:
+            if state._popped:
+                commands.append(("LTRIM", list_key, state._popped, -1))
+            front, tail = fresh[: state._front], fresh[state._front :]
+            if front:
+                values = [self._list_value(entry, inline) for entry in front]
+                commands.append(("LPUSH", list_key, *reversed(values)))
+            if tail:
+                values = [self._list_value(entry, inline) for entry in tail]
+                commands.append(("RPUSH", list_key, *values))
+        state.listed()
+
+    def _list_value(self, entry: Entry, inline: Any) -> Any:
+        """The record of an unprocessed entry; a stored one keeps its body where it is."""
+        key = entry.key
+        message = entry.message
+        header = _record(entry, "u", None, None)
+        if key is None:
+            key = self.next_key()
+            if inline(message):
+                key = -key
+            entry.key = key
+        if key < 0:
+            return b"%s\n%s" % (header.encode(), message.body)
+        return header
+
+    def _send(self, commands: list[tuple]) -> None:
         words: list[Any] = [self.lease_token, self.lease_ms]
         for command in _chunked(commands):
             words.append(len(command))
             words.extend(command)
-        self._commands = []
-        keys = [self._key("lease"), self._key("refs"), self._key("bodies")]
+        keys = [self._key("lease"), self._key("bodies")]
         try:
             self._apply(keys=keys, args=words)
         except redis.RedisError as error:
@@ -257,20 +466,39 @@ class RedisStore(JournaledStore):
     def renew_lease(self) -> None:
         """Extend the lease; StoreError if it was lost."""
         self._commands.append(("PEXPIRE", self._key("lease"), self.lease_ms))
-        self.flush({})
+        self.flush()
 
     def release_lease(self) -> None:
         if self.lease_token:
             self._commands.append(("DEL", self._key("lease")))
-            self.flush({})
+            self.flush()
             self.lease_token = ""
 
     # -- loading -------------------------------------------------------------------------
     def load_queue(self, state: JournaledQueueState) -> None:
+        list_key, entries_key, meta_key, credit_key = state.keys  # type: ignore[attr-defined]
+        client = self.client
         try:
-            meta = self.client.hgetall(self._queue_key(state, "meta"))
-            credits = self.client.hgetall(self._queue_key(state, "credit"))
-            stored = self.client.hgetall(self._queue_key(state, "entries"))
+            meta = client.hgetall(meta_key)
+            credits = client.hgetall(credit_key)
+            stored = client.hgetall(entries_key)
+            listed: list[bytes] = []
+            while True:
+                chunk = client.lrange(list_key, len(listed), len(listed) + _LOAD_CHUNK - 1)
+                listed.extend(chunk)
+                if len(chunk) < _LOAD_CHUNK:
+                    break
+            taken = [(int(key), *_decoded(raw)) for key, raw in stored.items()]
+            waiting = [_decoded(raw) for raw in listed]
+            wanted = sorted(
+                {fields[2] for _, fields, body in taken if body is None}
+                | {fields[2] for fields, body in waiting if body is None}
+            )
+            bodies: dict[str, bytes] = {}
+            for at in range(0, len(wanted), _LOAD_CHUNK):
+                mids = wanted[at : at + _LOAD_CHUNK]
+                found = client.hmget(self._key("bodies"), mids)
+                bodies.update((mid, value) for mid, value in zip(mids, found, strict=True) if value)
         except redis.RedisError as error:
             raise StoreError(
                 f"reading queue {state.name!r} from Redis at {mask_password(self.url or '')} "
@@ -279,41 +507,129 @@ class RedisStore(JournaledStore):
         if meta:
             values = {key.decode(): int(value) for key, value in meta.items()}
             state.restore_meta(
-                values.get("last_seq", 0),
-                values.get("head", 0),
-                values.get("tail", 0),
-                {name: values.get(name, 0) for name in COUNTERS},
+                values.get("last_seq", 0), 0, 0, {name: values.get(name, 0) for name in COUNTERS}
             )
+            self._registered.add(state.name)
         for selector_id, credit in credits.items():
             state.restore_credit(int(selector_id), int(credit))
-        records = [(int(key), json.loads(value)) for key, value in stored.items()]
-        mids = sorted({record[_MID] for _, record in records})
-        found = self.client.hmget(self._key("bodies"), mids) if mids else []
-        bodies = dict(zip(mids, found, strict=True))
-        order = {"u": 0, "h": 1, "o": 2}
-        # FIFO positions for unprocessed, seq for history, key (order taken) for outstanding
-        records.sort(key=lambda item: (order[item[1][0]], item[1][1], item[1][4], item[0]))
-        for key, record in records:
-            section, _position, selector_id, tag = record[:4]
-            entry = _entry(key, record, bodies.get(record[_MID]) or b"")
-            state.restore(entry, section, selector_id, tag)
+        foreign = self._foreign
+        for fields, body in waiting:
+            entry = _entry(fields, _body(body, fields, bodies))
+            key = self.next_key()
+            entry.key = key if body is None else -key
+            foreign.add(entry.message.mid)
+            state.restore(entry, "u", None, None)
+        # history in seq order; outstanding in the order taken (seq, then key)
+        taken.sort(key=lambda item: (item[1][0], int(item[1][1]), abs(item[0])))
+        for key, fields, body in taken:
+            entry = _entry(fields, _body(body, fields, bodies))
+            entry.key = key
+            foreign.add(entry.message.mid)
+            selector_id = int(fields[7]) if fields[7] else None
+            state.restore(entry, fields[0], selector_id, fields[8] or None)
 
     def close(self) -> None:
         self.client.close()
 
 
-_MID = 5  # position of the mid in a stored entry record
+def _unstored(state: RedisQueueState) -> list[Entry]:
+    """The entries of `state`'s unprocessed section not in its list yet: given back at the
+    head, then appended (all of them when the list is written again)."""
+    entries = state._unprocessed
+    if state._rewrite:
+        return [entry for entry in entries if entry.key is None]
+    front = list(islice(entries, state._front))
+    tail = list(islice(reversed(entries), state._tail))
+    tail.reverse()
+    return front + tail
 
 
 # json.dumps with separators builds a new encoder per call; one shared encoder is faster
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
-_SPLITTABLE = {"HSET": 2, "HDEL": 1, "RPUSH": 1}  # variadic commands: words per item
+
+def _record(entry: Entry, section: str, selector_id: int | None, tag: str | None) -> str:
+    """An entry's record without its body (see the module docstring for the fields)."""
+    message = entry.message
+    address = message.address
+    return_address = message.return_address
+    headers = message.headers
+    origin = entry.origin
+    downstream = entry.downstream
+    timestamp = message.timestamp
+    fields = (
+        section,
+        str(entry.seq),
+        message.mid or "",
+        address,
+        "" if timestamp is None else repr(timestamp),
+        _encode(dict(headers)) if headers else "",
+        "" if return_address is None else "=" + return_address,
+        "" if selector_id is None else str(selector_id),
+        tag or "",
+        "" if origin is None else f"{origin[0]}{_SUB}{origin[1]}{_SUB}{origin[2]}",
+        str(entry.delivery_count) if entry.delivery_count else "",
+        repr(entry.taken_at) if entry.taken_at else "",
+        "1" if entry.replay else "",
+        "" if downstream is None else f"{downstream[0]}{_SUB}{downstream[1]}",
+    )
+    if address.isprintable() and (return_address is None or return_address.isprintable()):
+        return _SEP.join(fields).rstrip(_SEP)
+    return _encode(fields)  # JSON escapes the control characters the separators need
+
+
+def _decoded(raw: bytes) -> tuple[list[str], bytes | None]:
+    """A stored record's fields and its inline body (None when held by reference)."""
+    head, newline, body = raw.partition(b"\n")
+    text = head.decode()
+    fields = json.loads(text) if text.startswith("[") else text.split(_SEP)
+    fields.extend([""] * (_FIELDS - len(fields)))
+    return fields, body if newline else None
+
+
+def _body(inline: bytes | None, fields: list[str], bodies: dict[str, bytes]) -> bytes:
+    if inline is not None:
+        return inline
+    stored = bodies.get(fields[2], b"0:")
+    return stored[stored.index(b":") + 1 :]
+
+
+def _entry(fields: list[str], body: bytes) -> Entry:
+    """An Entry from its stored record's fields."""
+    (
+        _section, seq, mid, address, timestamp, headers, return_address, _selector_id, _tag,
+        origin, delivery_count, taken_at, replay, downstream,
+    ) = fields  # fmt: skip
+    message = Message(
+        address,
+        MappingProxyType(json.loads(headers)) if headers else EMPTY_HEADERS,
+        body,
+        return_address[1:] if return_address else None,
+        mid or None,
+        None,
+        float(timestamp) if timestamp else None,
+    )
+    from_origin = None
+    if origin:
+        queue, selector_id, tag = origin.split(_SUB)
+        from_origin = (queue, int(selector_id), tag)
+    entry = Entry(int(seq), message, from_origin)
+    entry.delivery_count = int(delivery_count or 0)
+    entry.replay = replay == "1"
+    entry.taken_at = float(taken_at) if taken_at else 0.0
+    if downstream:
+        queue, downstream_seq = downstream.split(_SUB)
+        entry.downstream = (queue, int(downstream_seq))
+    return entry
+
+
+_SPLITTABLE = {"HSET": 2, "HDEL": 1, "RPUSH": 1, "LPUSH": 1}  # variadic: words per item
 _MOST_WORDS = 1000  # Lua's unpack() has a limit of about 8,000 values
 
 
-def _chunked(commands: list[tuple]) -> list[tuple]:
-    """Long variadic commands split into several, so the apply script can unpack each."""
+def _chunked(commands: Iterable[tuple]) -> list[tuple]:
+    """Long variadic commands split into several, so the apply script can unpack each (an
+    LPUSH of items given in reverse still leaves them in order, chunk after chunk)."""
     out: list[tuple] = []
     for command in commands:
         step = _SPLITTABLE.get(command[0])
@@ -324,28 +640,3 @@ def _chunked(commands: list[tuple]) -> list[tuple]:
         size = _MOST_WORDS - _MOST_WORDS % step
         out.extend((name, key, *items[at : at + size]) for at in range(0, len(items), size))
     return out
-
-
-def _flat(mapping: dict) -> list[Any]:
-    return [word for pair in mapping.items() for word in pair]
-
-
-def _entry(key: int, record: list[Any], body: bytes) -> Entry:
-    """An Entry from its stored record: [section, position, selector_id, tag, seq, mid,
-    address, headers, return_address, timestamp, origin, delivery_count, replay,
-    downstream, taken_at]."""
-    (
-        _section, _position, _selector_id, _tag, seq, mid, address, headers, return_address,
-        timestamp, origin, delivery_count, replay, downstream, taken_at,
-    ) = record  # fmt: skip
-    message = Message(
-        address, MappingProxyType(headers), body, return_address, mid, None, timestamp
-    )
-    entry = Entry(seq, message, tuple(origin) if origin else None)  # type: ignore[arg-type]
-    entry.key = key
-    entry.delivery_count = delivery_count
-    entry.replay = replay
-    entry.taken_at = taken_at
-    if downstream:
-        entry.downstream = tuple(downstream)  # type: ignore[assignment]
-    return entry

@@ -304,8 +304,7 @@ class SqlStore(JournaledStore):
         self._queue_drops: list[str] = []
         self._dropped: list[JournaledQueueState] = []
         # mid -> [change in the number of entries holding it, body], counted by the records
-        # themselves (the journal counts after recording), so that a record made between
-        # operations can be committed at once
+        # as they are made, so that a record made between operations can be committed at once
         self._bodies: dict[str | None, list] = {}
         # id -> position of every 'o' row, and the (entry, position) just deleted to be set
         # again (see the module docstring)
@@ -441,8 +440,7 @@ class SqlStore(JournaledStore):
         self._dropped.append(state)
         self._between_operations()
 
-    def flush(self, body_changes: dict[str | None, tuple[int, bytes]]) -> None:
-        # body_changes (the journal's count) is not used: the records counted (_bodies)
+    def flush(self) -> None:
         name = self.name
         statements: list[tuple[str, list[tuple]]] = []
         for queue in self._queue_drops:

@@ -30,6 +30,11 @@ def engine_on(url: str, name: str) -> Engine:
     return engine
 
 
+def bodies(url: str, name: str) -> list[bytes]:
+    """The bodies hash: each body held by reference, after its count and a colon."""
+    return list(redis.Redis.from_url(url).hvals(f"xump:{{{name}}}:bodies"))
+
+
 def test_a_body_copied_to_three_queues_is_stored_once_and_freed_with_its_last_copy(
     store,
 ) -> None:
@@ -40,16 +45,68 @@ def test_a_body_copied_to_three_queues_is_stored_once_and_freed_with_its_last_co
         engine.queue_create(queue)
         engine.selector_create("src").when_always().do_copy(queue).enable()
     engine.publish("src", Message(body=b"shared"))
-    client = redis.Redis.from_url(url)
-    assert list(client.hvals(f"xump:{{{name}}}:bodies")) == [b"shared"]
-    assert list(client.hvals(f"xump:{{{name}}}:refs")) == [b"3"]
+    assert bodies(url, name) == [b"3:shared"]
     engine.queue_delete("a")
     engine.queue_delete("b")
-    assert list(client.hvals(f"xump:{{{name}}}:bodies")) == [b"shared"]
-    assert client.hlen(f"xump:{{{name}}}:refs") == 0  # held once: no count kept
+    assert bodies(url, name) == [b"1:shared"]
     engine.selector_create("c").when_always().do_delete().enable()
-    assert client.hlen(f"xump:{{{name}}}:bodies") == 0
-    assert client.hlen(f"xump:{{{name}}}:refs") == 0
+    assert bodies(url, name) == []
+
+
+def test_a_body_held_by_one_entry_is_stored_in_that_entry(store) -> None:
+    url, name = store
+    engine = engine_on(url, name)
+    engine.queue_create("held")
+    engine.publish("held", Message(body=b"alone"))
+    client = redis.Redis.from_url(url)
+    [record] = client.lrange(f"xump:{{{name}}}:q:held:unprocessed", 0, -1)
+    assert record.endswith(b"\nalone")
+    assert bodies(url, name) == []
+
+
+def test_a_body_shared_with_a_queue_not_opened_after_a_restart_is_kept_for_it(store) -> None:
+    url, name = store
+    first = engine_on(url, name)
+    first.queue_create("src")
+    for queue in ("a", "b"):
+        first.queue_create(queue)
+        first.selector_create("src").when_always().do_copy(queue).enable()
+    first.publish("src", Message(body=b"shared"))
+    assert bodies(url, name) == [b"2:shared"]
+
+    second = engine_on(url, name)
+    second.queue_create("a")  # "b" is not opened in this process
+    second.selector_create("a").when_always().do_delete().enable()
+    assert bodies(url, name) == [b"1:shared"]
+    third = engine_on(url, name)
+    third.queue_create("b")
+    assert [m.body for m in third.peek("b")] == [b"shared"]
+
+
+def test_addresses_with_control_characters_and_every_entry_field_survive_a_restart(
+    store,
+) -> None:
+    url, name = store
+    first = engine_on(url, name)
+    first.queue_create("q", history=5)
+    first.queue_create("down")
+    first.selector_create("q").when_always().do_move("down").enable()
+    message = Message(
+        address="a\x1fb\nc", headers={"k": "v\x1e", "n": 2, "f": 1.5, "b": True},
+        body=b"x\ny", return_address="",
+    )  # fmt: skip
+    first.publish("q", message)
+    first.publish("down", Message(address="plain", return_address="r\x1f"))
+    second = Engine(catalog=first.catalog)  # the same wiring, as a new process builds it
+    [moved, plain] = second.peek("down", 10)
+    assert (moved.address, dict(moved.headers), moved.body, moved.return_address) == (
+        "a\x1fb\nc", {"k": "v\x1e", "n": 2, "f": 1.5, "b": True}, b"x\ny", "",
+    )  # fmt: skip
+    assert (plain.address, plain.return_address, plain.body) == ("plain", "r\x1f", b"")
+    assert second.queue_fetch("q").outstanding == 1  # until its move is settled below
+    second.selector_create("down").when_always().do_delete().enable()
+    assert second.queue_fetch("q").outstanding == 0
+    assert [m.body for m in second.browse("q")] == [b"x\ny"]
 
 
 def test_every_key_carries_the_store_hash_tag(store) -> None:
