@@ -19,12 +19,10 @@ $(STAMP): $(REQUIREMENTS)
 	$(BIN)/python -m pip install --quiet $(addprefix -r ,$(REQUIREMENTS))
 	@touch $(STAMP)
 
+# migrate, collect static files, an admin login, Redis (XUMP_REDIS_URL, or a redis-server
+# started under var/redis/), then web + worker + beat from the Procfile until Ctrl-C
 run: venv
-	@mkdir -p var
-	$(BIN)/python manage.py migrate --noinput --verbosity 0
-	$(BIN)/python manage.py ensure_admin
-	@echo "Xump console: http://$(ADDRESS)/  (Ctrl-C stops it)"
-	$(BIN)/python manage.py runserver $(ADDRESS)
+	@ADDRESS=$(ADDRESS) VENV=$(VENV) bash scripts/run.sh
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -14,10 +14,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, **options: object) -> None:
         users = get_user_model()
-        if users.objects.filter(is_superuser=True).exists():
-            self.stdout.write("Admin user exists; log in with your password.")
+        existing = list(
+            users.objects.filter(is_superuser=True).values_list("username", flat=True)[:3]
+        )
+        if existing:
+            names = ", ".join(repr(name) for name in existing)
+            self.stdout.write(
+                f"Login: {names} with the password set earlier "
+                "(forgotten? python manage.py changepassword <login>)"
+            )
             return
-        password = os.environ.get("XUMP_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+        given = os.environ.get("XUMP_ADMIN_PASSWORD")
+        password = given or secrets.token_urlsafe(12)
         users.objects.create_superuser("admin", "", password)
-        shown = "from XUMP_ADMIN_PASSWORD" if os.environ.get("XUMP_ADMIN_PASSWORD") else password
-        self.stdout.write(f"Created admin user: login 'admin', password {shown} (shown once)")
+        shown = "from XUMP_ADMIN_PASSWORD" if given else f"{password}  (shown this once)"
+        self.stdout.write(f"Created the admin login: user 'admin', password {shown}")
