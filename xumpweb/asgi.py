@@ -12,18 +12,17 @@ django_application = get_asgi_application()  # sets Django up before the consume
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from xumpweb import runtime  # noqa: E402
 from xumpweb.live.routing import websocket_urlpatterns  # noqa: E402
+from xumpweb.live.security import origin_validator  # noqa: E402
 
 runtime.service()  # with XUMP_ROUTING=inline, this starts the router thread now
 
 application = ProtocolTypeRouter(
     {
         "http": django_application,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # browsers only from ALLOWED_HOSTS; programs (no Origin) authenticate by token
+        "websocket": origin_validator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

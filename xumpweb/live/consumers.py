@@ -1,0 +1,494 @@
+"""WebSocket consumers: /ws/subscribe/<destination>/ and /ws/monitor/ (docs/websocket.md).
+
+Theory of operation (subscribe). The router appends a DELIVER selector's deliveries to its
+destination's **outbox**, a Redis list (engine/relay.py). Each connection runs one pump task
+that, while the client's window is open, takes up to `credit` items off that list with one
+BLMPOP (short timeout, on a Redis connection of its own), notes them as unsettled and sends
+them: a frame per delivery, or frames of up to `batch` deliveries. Connections on the same
+destination compete for the same list, so they share its work by credit. Nothing crosses
+the Channels layer: it would cost a Redis round trip per message.
+
+Acks are gathered for a few milliseconds and go to the router as ONE relay confirm command
+per batch (an RPUSH to the store's inbox, the JSON engine.relay.RelayClient.confirm writes)
+plus a kick when no router task is scheduled (runtime.Service.kick, without a thread hop).
+When the connection ends, every delivery it took and did not see settled, sent or not yet
+sent, is rejected with requeue, in the order it was delivered: each goes back to the head
+of its queue and out again (redelivered=true) to whoever subscribes to the destination.
+
+Rules this file keeps:
+* no credit, no sends: each delivery sent uses one credit; `credit` frames add to the
+  window; acks do not (the client grants more credit as it finishes work);
+* a pop in flight is never cancelled (its items would vanish from the list unseen):
+  closing waits for it to return, at most POP_WAIT;
+* a client settles only tags this connection sent it; a bad frame gets an error frame and
+  the connection stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from channels.consumer import AsyncConsumer, get_handler_name
+from channels.exceptions import StopConsumer
+from django.conf import settings
+from uvicorn.protocols.utils import ClientDisconnected
+
+from engine.errors import InvalidName
+from engine.relay import delivery_from_json
+from engine.validation import check_name
+from xumpweb.live import monitor
+from xumpweb.live.security import find_token, query_number, query_token, session_user
+from xumpweb.routing.codec import delivery_out
+from xumpweb.runtime import service
+
+logger = logging.getLogger("xump.live")
+
+POP_WAIT = 1.0  # seconds a pop waits for the outbox; also the longest a close waits for it
+MAX_POP = 1000  # deliveries taken off the outbox at once
+MAX_CREDIT = 100_000  # the widest window a client may open
+MAX_BATCH = 1000  # the most deliveries in one "deliveries" frame
+MAX_TAGS = 10_000  # tags in one ack frame
+ACK_DELAY = 0.005  # seconds acks are gathered before they go to the router as one command
+ACK_BATCH = 1000  # ...or as soon as this many are waiting
+AUTH_WAIT = 10.0  # seconds a connection may stay open without authenticating
+HEARTBEAT = 15.0  # seconds of silence after which the server sends a heartbeat
+CLOSE_BAD_TARGET, CLOSE_UNAUTHORIZED, CLOSE_FORBIDDEN = 4400, 4401, 4403
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_HEARTBEAT_FRAME = _encode({"type": "heartbeat"})
+
+
+class FrameError(Exception):
+    """A client frame that cannot be obeyed: answered with an error frame, never a close."""
+
+    def __init__(self, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.extra = extra
+
+
+def _whole(frame: dict[str, Any], name: str, low: int, high: int, default: Any = None) -> Any:
+    value = frame.get(name, default)
+    if value is default and name not in frame:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise FrameError("invalid_argument", f"{name} must be a whole number from {low} to {high}")
+    return value
+
+
+class LiveSocket(AsyncConsumer):
+    """What both consumers share: the handshake, authentication (a token in the query
+    string or in a first `auth` frame, or the console's session), JSON frames whose
+    mistakes are answered with error frames, and heartbeats."""
+
+    # never the Channels layer: no layer channel (and no Redis reader) per connection
+    channel_layer_alias = "xump-live-none"
+    kind = "live"
+    frames: dict[str, str] = {}  # frame type -> name of the method that obeys it
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # channels' own dispatch closes stale database connections around every event, a
+        # thread hop per frame; the database is used only in database_sync_to_async here
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for {message['type']!r}")
+        await handler(message)
+
+    # -- the connection's life ---------------------------------------------------------------
+    async def websocket_connect(self, message: dict[str, Any]) -> None:
+        self.closed = False
+        self.authorized = False
+        self.finished = False
+        self.who = ""
+        self.last_sent = time.monotonic()
+        self.tasks: list[asyncio.Task] = []
+        await self.send({"type": "websocket.accept"})
+        problem = self.check_target()
+        if problem is None:
+            problem = self.read_options()
+        if problem is not None:
+            await self.fail("invalid_argument", problem, CLOSE_BAD_TARGET)
+            return
+        self.tasks.append(asyncio.create_task(self._heartbeats()))
+        token = query_token(self.scope)
+        user = session_user(self.scope)
+        if token is not None:
+            await self.authorize_token(token)
+        elif user is not None and self.allows_user(user):
+            await self.authorized_as(user.get_username())
+        else:
+            self.tasks.append(asyncio.create_task(self._auth_deadline()))
+
+    async def websocket_receive(self, message: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        text = message.get("text")
+        if text is None:
+            await self.error("bad_frame", "frames are JSON text, not binary")
+            return
+        try:
+            frame = json.loads(text)
+        except ValueError as problem:
+            await self.error("bad_json", f"the frame is not JSON: {problem}")
+            return
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            await self.error("bad_frame", 'a frame is a JSON object with a "type"')
+            return
+        kind = frame["type"]
+        try:
+            if kind == "heartbeat":
+                return
+            if kind == "auth":
+                await self.auth_frame(frame)
+                return
+            method = self.frames.get(kind)
+            if method is None:
+                known = ", ".join(["auth", "heartbeat", *self.frames])
+                raise FrameError("unknown_type", f"unknown frame type {kind!r}; known: {known}")
+            if not self.authorized:
+                raise FrameError("not_authenticated", 'send {"type":"auth","token":...} first')
+            await getattr(self, method)(frame)
+        except FrameError as problem:
+            await self.error(problem.code, problem.detail, frame=kind, **problem.extra)
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        self.closed = True
+        await self.finish()
+        raise StopConsumer
+
+    async def finish(self) -> None:
+        """Stop this connection's tasks and settle what it holds (once)."""
+        if self.finished:
+            return
+        self.finished = True
+        current = asyncio.current_task()
+        for task in self.tasks:
+            if task is not current:
+                task.cancel()
+        await self.stop()
+
+    # -- sending -----------------------------------------------------------------------------
+    async def send_text(self, text: str) -> bool:
+        """Send one frame; False when the connection is gone (nothing more will be sent)."""
+        if self.closed:
+            return False
+        try:
+            await self.send({"type": "websocket.send", "text": text})
+        except ClientDisconnected:
+            self.closed = True
+            return False
+        self.last_sent = time.monotonic()
+        return True
+
+    async def error(self, code: str, detail: str, **extra: Any) -> None:
+        await self.send_text(_encode({"type": "error", "error": code, "detail": detail, **extra}))
+
+    async def fail(self, code: str, detail: str, close_code: int) -> None:
+        """Tell the client why, then close the connection."""
+        await self.error(code, detail)
+        if not self.closed:
+            self.closed = True
+            try:
+                await self.send({"type": "websocket.close", "code": close_code})
+            except ClientDisconnected:
+                pass
+        await self.finish()
+
+    async def _heartbeats(self) -> None:
+        while not self.closed:
+            quiet = time.monotonic() - self.last_sent
+            if quiet >= self.heartbeat_every:
+                await self.send_text(_HEARTBEAT_FRAME)
+            else:
+                await asyncio.sleep(self.heartbeat_every - quiet)
+
+    # -- authentication ----------------------------------------------------------------------
+    async def auth_frame(self, frame: dict[str, Any]) -> None:
+        if self.authorized:
+            raise FrameError("already_authenticated", "this connection is authenticated")
+        secret = frame.get("token")
+        if not isinstance(secret, str):
+            raise FrameError("invalid_argument", "token must be a string")
+        await self.authorize_token(secret)
+
+    async def authorize_token(self, secret: str) -> None:
+        token = await find_token(secret)
+        if token is None:
+            await self.fail("unauthorized", "unknown or revoked token", CLOSE_UNAUTHORIZED)
+        elif not self.allows_token(token):
+            await self.fail("forbidden", self.forbidden_detail(), CLOSE_FORBIDDEN)
+        else:
+            await self.authorized_as(f"token:{token.name}")
+
+    async def authorized_as(self, who: str) -> None:
+        self.authorized = True
+        self.who = who
+        await self.start()
+
+    async def _auth_deadline(self) -> None:
+        await asyncio.sleep(AUTH_WAIT)
+        if not self.authorized and not self.closed:
+            await self.fail("unauthorized", f"no token within {AUTH_WAIT:g} s", CLOSE_UNAUTHORIZED)
+
+    def read_options(self) -> str | None:
+        """Query-string options; a problem to report, or None."""
+        raw = query_number(self.scope, "heartbeat")
+        self.heartbeat_every = HEARTBEAT
+        if raw is not None:
+            try:
+                self.heartbeat_every = float(raw)
+            except ValueError:
+                self.heartbeat_every = 0.0
+            if not 1.0 <= self.heartbeat_every <= 300.0:
+                return "heartbeat must be a number of seconds from 1 to 300"
+        return None
+
+    # -- what each consumer fills in ---------------------------------------------------------
+    def check_target(self) -> str | None:
+        return None
+
+    def allows_token(self, token: Any) -> bool:
+        raise NotImplementedError
+
+    def allows_user(self, user: Any) -> bool:
+        return True
+
+    def forbidden_detail(self) -> str:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+
+class SubscribeConsumer(LiveSocket):
+    """/ws/subscribe/<destination>/: deliveries for one destination (see the module doc)."""
+
+    kind = "subscribe"
+    frames = {"credit": "credit_frame", "ack": "ack_frame", "reject": "reject_frame"}
+
+    def check_target(self) -> str | None:
+        try:
+            self.destination = check_name(
+                "destination", self.scope["url_route"]["kwargs"]["destination"]
+            )
+        except InvalidName as problem:
+            return str(problem)
+        return None
+
+    def allows_token(self, token: Any) -> bool:
+        return token.allows("consume", self.destination)
+
+    def forbidden_detail(self) -> str:
+        return f"the token has no consume right on {self.destination!r}"
+
+    async def start(self) -> None:
+        found = service()
+        self.outbox = found.keys["outbox"] + self.destination
+        self.inbox = found.keys["inbox"]
+        self.kicked = found.keys["kicked"]
+        self.store = found.store
+        self.worker_routing = found.routing == "worker"
+        self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
+        self.credit = 0
+        self.batch = 0  # 0: a frame per delivery; n: "deliveries" frames of up to n
+        self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
+        self.acks: list[str] = []
+        self.ack_task: asyncio.Task | None = None
+        self.window_open = asyncio.Event()
+        self.popping = False
+        self.stopping = False
+        self.pump = asyncio.create_task(self._pump())
+        await self.send_text(_encode({"type": "subscribed", "destination": self.destination}))
+
+    # -- deliveries out ------------------------------------------------------------------------
+    async def _pump(self) -> None:
+        while not self.stopping:
+            if self.credit <= 0:
+                self.window_open.clear()
+                await self.window_open.wait()
+                continue
+            self.popping = True
+            try:
+                popped = await self.redis.blmpop(
+                    POP_WAIT, 1, self.outbox, direction="LEFT", count=min(self.credit, MAX_POP)
+                )
+            except redis.RedisError as problem:
+                logger.warning("cannot read outbox %r: %s", self.outbox, problem)
+                popped = None
+                await self.error("store_unavailable", f"cannot read deliveries: {problem}")
+                await asyncio.sleep(POP_WAIT)
+            finally:
+                self.popping = False
+            if not popped:
+                continue
+            deliveries = [delivery_from_json(raw) for raw in popped[1]]
+            for delivery in deliveries:
+                self.unsettled[delivery.tag] = None
+            self.credit -= len(deliveries)
+            if self.stopping or not await self._send_deliveries(deliveries):
+                return
+
+    async def _send_deliveries(self, deliveries: list) -> bool:
+        batch = self.batch
+        if not batch:
+            for delivery in deliveries:
+                if not await self.send_text(_encode(delivery_out(delivery))):
+                    return False
+            return True
+        for start in range(0, len(deliveries), batch):
+            items = [delivery_out(d) for d in deliveries[start : start + batch]]
+            if not await self.send_text(_encode({"type": "deliveries", "items": items})):
+                return False
+        return True
+
+    # -- client frames ---------------------------------------------------------------------------
+    async def credit_frame(self, frame: dict[str, Any]) -> None:
+        more = _whole(frame, "n", 0, MAX_CREDIT, default=0)
+        batch = _whole(frame, "batch", 0, MAX_BATCH)
+        if self.credit + more > MAX_CREDIT:
+            raise FrameError(
+                "invalid_argument",
+                f"credit would reach {self.credit + more}; the window is at most {MAX_CREDIT}",
+            )
+        if batch is not None:
+            self.batch = batch
+        self.credit += more
+        if self.credit > 0:
+            self.window_open.set()
+
+    async def ack_frame(self, frame: dict[str, Any]) -> None:
+        tags = self._tags(frame)
+        unknown = []
+        for tag in tags:
+            if tag in self.unsettled:
+                del self.unsettled[tag]
+                self.acks.append(tag)
+            else:
+                unknown.append(tag)
+        if len(self.acks) >= ACK_BATCH:
+            await self._flush_acks()
+        elif self.acks and self.ack_task is None:
+            self.ack_task = asyncio.create_task(self._flush_acks_soon())
+        if unknown:
+            raise FrameError(
+                "unknown_tag",
+                f"{len(unknown)} tag(s) were not delivered on this connection or are settled",
+                tags=unknown[:20],
+            )
+
+    def _tags(self, frame: dict[str, Any]) -> list[str]:
+        if "tags" in frame:
+            tags = frame["tags"]
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                raise FrameError("invalid_argument", "tags must be a list of delivery tags")
+            if len(tags) > MAX_TAGS:
+                raise FrameError("invalid_argument", f"at most {MAX_TAGS} tags in one frame")
+            return tags
+        tag = frame.get("tag")
+        if not isinstance(tag, str):
+            raise FrameError("invalid_argument", 'an ack needs "tag" (a string) or "tags"')
+        return [tag]
+
+    async def reject_frame(self, frame: dict[str, Any]) -> None:
+        tag = frame.get("tag")
+        requeue = frame.get("requeue", True)
+        if not isinstance(tag, str):
+            raise FrameError("invalid_argument", 'a reject needs "tag" (a string)')
+        if not isinstance(requeue, bool):
+            raise FrameError("invalid_argument", "requeue must be true or false")
+        if tag not in self.unsettled:
+            raise FrameError(
+                "unknown_tag", "the tag was not delivered on this connection or is settled",
+                tags=[tag],
+            )  # fmt: skip
+        del self.unsettled[tag]
+        await self._flush_acks()  # the router sees settlements in the client's order
+        await self._send_commands([{"op": "reject", "tag": tag, "requeue": requeue}])
+
+    # -- commands to the router ------------------------------------------------------------------
+    async def _flush_acks_soon(self) -> None:
+        await asyncio.sleep(ACK_DELAY)
+        self.ack_task = None
+        await self._flush_acks()
+
+    async def _flush_acks(self) -> None:
+        tags, self.acks = self.acks, []
+        if tags:
+            await self._send_commands([{"op": "confirm", "tags": tags}])
+
+    async def _send_commands(self, commands: list[dict[str, Any]]) -> None:
+        """Append commands to the store's inbox (as engine.relay.RelayClient does) and make
+        sure a router will read them (as runtime.Service.kick does)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpush(self.inbox, *[_encode(command) for command in commands])
+        if self.worker_routing:
+            pipe.set(self.kicked, "1", nx=True, ex=30)
+        try:
+            answers = await pipe.execute()
+        except redis.RedisError as problem:
+            # the deliveries stay outstanding; the router's delivery timeout returns them
+            logger.warning("cannot send %d command(s) to the router: %s", len(commands), problem)
+            await self.error("store_unavailable", f"cannot reach the router: {problem}")
+            return
+        if self.worker_routing and answers[1]:
+            from xumpweb.routing.tasks import route
+
+            await sync_to_async(route.delay, thread_sensitive=False)(self.store)
+
+    async def stop(self) -> None:
+        if not self.authorized:
+            return
+        self.stopping = True
+        self.window_open.set()
+        if not self.popping:
+            self.pump.cancel()
+        await asyncio.wait({self.pump}, timeout=POP_WAIT + 5)
+        if self.pump.done() and not self.pump.cancelled() and self.pump.exception():
+            logger.error("subscriber pump for %r failed", self.destination,
+                         exc_info=self.pump.exception())  # fmt: skip
+        if self.ack_task is not None:
+            self.ack_task.cancel()
+            self.ack_task = None
+        await self._flush_acks()
+        if self.unsettled:
+            await self._send_commands(
+                [{"op": "reject", "tag": tag, "requeue": True} for tag in self.unsettled]
+            )
+            self.unsettled.clear()
+        await self.redis.aclose()
+
+
+class MonitorConsumer(LiveSocket):
+    """/ws/monitor/: the console's live feed (xumpweb/live/monitor.py makes the frames)."""
+
+    kind = "monitor"
+
+    def allows_token(self, token: Any) -> bool:
+        return token.allows("manage", "*")
+
+    def forbidden_detail(self) -> str:
+        return 'the monitor needs a token with the manage right on "*"'
+
+    async def start(self) -> None:
+        self.feed = monitor.hub().join()
+        self.tasks.append(asyncio.create_task(self._forward()))
+
+    async def _forward(self) -> None:
+        while not self.closed:
+            text = await self.feed.get()
+            await self.send_text(text)
+
+    async def stop(self) -> None:
+        if self.authorized:
+            monitor.hub().leave(self.feed)

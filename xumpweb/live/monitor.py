@@ -1,0 +1,164 @@
+"""The console's live feed: one poller per process, frames shared by every /ws/monitor/.
+
+Theory of operation. The router writes a snapshot of every queue's counters to Redis about
+every 500 ms (runtime.Router._snapshot). One task per web process reads it every EVERY
+seconds while anybody watches, turns counter deltas into per-second rates (RateMeter) and
+offers the frame to every monitor connection. A frame goes out when something in it
+changed, or every QUIET_EVERY seconds otherwise, so an idle console costs almost nothing.
+Each connection keeps only the newest frame it has not sent yet: a slow browser skips
+frames instead of piling them up.
+
+Frame: {"type": "monitor", "time": push time, "snapshot_time": the router's time or null,
+"queues": [{name, depth, history_size, outstanding, dead_letter, limit, counters: {...},
+rates: {published, delivered, confirmed}}], "recent": [...], "inbox": n}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+logger = logging.getLogger("xump.live")
+
+EVERY = 0.5  # seconds between reads of the snapshot (and at most this often a frame)
+QUIET_EVERY = 5.0  # seconds between frames when nothing changes
+STALE = 2.0  # a snapshot this old, unchanged, means nobody routes: the rates are zero
+RATES = ("published", "delivered", "confirmed")
+COUNTERS = ("published", "routed", "delivered", "confirmed", "rejected", "dead_lettered",
+            "dropped", "expired")  # fmt: skip
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+class RateMeter:
+    """Per-second rates of each queue's counters, from consecutive snapshots."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, dict[str, int]]] = {}
+        self._rates: dict[str, dict[str, float]] = {}
+
+    def rates(self, snapshot: dict[str, Any], now: float) -> dict[str, dict[str, float]]:
+        taken = snapshot.get("time")
+        found: dict[str, dict[str, float]] = {}
+        for queue in snapshot.get("queues", []):
+            name = queue["name"]
+            stats = queue.get("stats", {})
+            last = self._last.get(name)
+            if taken is None:
+                rates = dict.fromkeys(RATES, 0.0)
+            elif last is not None and taken > last[0]:
+                elapsed = taken - last[0]
+                rates = {
+                    key: round(max(0, stats.get(key, 0) - last[1].get(key, 0)) / elapsed, 1)
+                    for key in RATES
+                }
+            elif last is not None and now - taken < STALE:
+                rates = self._rates.get(name, dict.fromkeys(RATES, 0.0))
+            else:
+                rates = dict.fromkeys(RATES, 0.0)
+            if taken is not None and (last is None or taken > last[0]):
+                self._last[name] = (taken, dict(stats))
+            found[name] = rates
+        for gone in set(self._last) - set(found):
+            del self._last[gone]
+        self._rates = found
+        return found
+
+
+def frame(snapshot: dict[str, Any], rates: dict[str, dict[str, float]], now: float) -> dict:
+    """The monitor frame for one snapshot."""
+    queues = []
+    for queue in sorted(snapshot.get("queues", []), key=lambda q: q["name"]):
+        stats = queue.get("stats", {})
+        queues.append({
+            "name": queue["name"],
+            "depth": queue.get("depth", 0),
+            "history_size": queue.get("history_size", 0),
+            "outstanding": queue.get("outstanding", 0),
+            "dead_letter": queue.get("dead_letter"),
+            "limit": queue.get("limit"),
+            "counters": {key: stats.get(key, 0) for key in COUNTERS},
+            "rates": rates.get(queue["name"], dict.fromkeys(RATES, 0.0)),
+        })  # fmt: skip
+    return {
+        "type": "monitor",
+        "time": now,
+        "snapshot_time": snapshot.get("time"),
+        "queues": queues,
+        "recent": snapshot.get("recent", []),
+        "inbox": snapshot.get("inbox", 0),
+    }
+
+
+class MonitorHub:
+    """Reads the snapshot while anybody watches and hands frames to every watcher."""
+
+    def __init__(self, read: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        self.read = read
+        self.loop = asyncio.get_running_loop()
+        self.watchers: set[asyncio.Queue] = set()
+        self.latest: str | None = None
+        self.task: asyncio.Task | None = None
+        self.meter = RateMeter()
+
+    def join(self) -> asyncio.Queue:
+        """A feed of frames for one connection (it holds the newest unsent frame only)."""
+        feed: asyncio.Queue = asyncio.Queue(maxsize=1)
+        if self.latest is not None:
+            feed.put_nowait(self.latest)
+        self.watchers.add(feed)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run())
+        return feed
+
+    def leave(self, feed: asyncio.Queue) -> None:
+        self.watchers.discard(feed)
+        if not self.watchers and self.task is not None:
+            self.task.cancel()
+            self.task = None
+            self.latest = None
+
+    def _offer(self, text: str) -> None:
+        self.latest = text
+        for feed in self.watchers:
+            if feed.full():
+                feed.get_nowait()
+            feed.put_nowait(text)
+
+    async def _run(self) -> None:
+        last_content: str | None = None
+        last_push = 0.0
+        while self.watchers:
+            started = time.monotonic()
+            try:
+                snapshot = await self.read()
+            except Exception as problem:  # Redis away: say so, keep watching
+                logger.warning("cannot read the monitor snapshot: %s", problem)
+                snapshot = None
+            if snapshot is not None:
+                now = time.time()
+                made = frame(snapshot, self.meter.rates(snapshot, now), now)
+                content = _encode([made["queues"], made["recent"], made["inbox"]])
+                if content != last_content or started - last_push >= QUIET_EVERY:
+                    last_content, last_push = content, started
+                    self._offer(_encode(made))
+            await asyncio.sleep(max(0.0, EVERY - (time.monotonic() - started)))
+
+
+_hub: MonitorHub | None = None
+
+
+def hub() -> MonitorHub:
+    """This process's hub (one per event loop)."""
+    global _hub
+    if _hub is None or _hub.loop is not asyncio.get_running_loop():
+        from xumpweb.runtime import service
+
+        _hub = MonitorHub(sync_to_async(lambda: service().snapshot(), thread_sensitive=False))
+    return _hub
