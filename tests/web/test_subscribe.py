@@ -187,6 +187,17 @@ def issue_token(service, rights: dict) -> str:
     return made.stdout.strip().splitlines()[-1]
 
 
+def session_cookie(service) -> str:
+    """The Cookie header of the admin's login session (as a browser would hold it)."""
+    with httpx.Client(base_url=service.url, follow_redirects=True) as browser:
+        form = browser.get("/admin/login/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+        browser.post("/admin/login/?next=/admin/", data={
+            "username": "admin", "password": "admin-password", "csrfmiddlewaretoken": csrf,
+        })  # fmt: skip
+        return f"sessionid={browser.cookies['sessionid']}"
+
+
 # -- the credit window ------------------------------------------------------------------------
 def test_it_sends_no_more_deliveries_than_the_credit_granted(service, xump):
     queue, destination = unique(), unique("d")
@@ -430,13 +441,7 @@ def test_browsers_from_foreign_origins_are_refused(service):
 
 
 def test_the_console_session_authenticates(service):
-    with httpx.Client(base_url=service.url, follow_redirects=True) as browser:
-        form = browser.get("/admin/login/")
-        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
-        browser.post("/admin/login/?next=/admin/", data={
-            "username": "admin", "password": "admin-password", "csrfmiddlewaretoken": csrf,
-        })  # fmt: skip
-        cookie = f"sessionid={browser.cookies['sessionid']}"
+    cookie = session_cookie(service)
     url = f"{service.ws_url}/ws/subscribe/{unique('d')}/"
     with connect(url, origin=service.url, additional_headers={"Cookie": cookie}) as socket:
         assert receive(socket)["type"] == "subscribed"
