@@ -1,0 +1,78 @@
+"""Queues: list, create, read, change, delete, stats."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest
+from ninja import Router
+
+from xumpweb.api.auth import allowed, need
+from xumpweb.api.common import call, record
+from xumpweb.api.errors import ApiError
+from xumpweb.api.schemas import ErrorOut, QueueCreate, QueueUpdate
+
+router = Router(tags=["queues"])
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+
+
+@router.get("/queues", response={200: dict, **ERRORS}, summary="List queues")
+def queue_list(request: HttpRequest):
+    """Every queue the caller has a right on, with its depth, history size, outstanding
+    deliveries and counters."""
+    found = [
+        queue for queue in call("queues")
+        if any(allowed(request, right, queue["name"]) for right in ("consume", "manage", "publish"))
+    ]  # fmt: skip
+    return {"queues": found}
+
+
+@router.post("/queues", response={200: dict, 201: dict, **ERRORS}, summary="Create a queue")
+def queue_create(request: HttpRequest, payload: QueueCreate):
+    """201 with the new queue; 200 when one with the same settings exists already; 409
+    when the name is taken by a queue with other settings."""
+    need(request, payload.name, "manage")
+    settings_ = payload.dict()
+    settings_["store"] = settings_["store"] or settings.XUMP_STORE
+    answer = call("queue_create", **settings_)
+    if not answer["created"]:
+        return 200, answer["queue"]
+    record(request, "queue.create", payload.name, None, answer["queue"])
+    return 201, answer["queue"]
+
+
+@router.get("/queues/{path:queue}/stats", response={200: dict, **ERRORS}, summary="Queue stats")
+def queue_stats(request: HttpRequest, queue: str):
+    """Counters: published, routed, delivered, confirmed, dropped, dead_lettered, depth."""
+    need(request, queue, "consume", "manage")
+    return call("stats", queue=queue)
+
+
+@router.get("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Read a queue")
+def queue_get(request: HttpRequest, queue: str):
+    """The queue's settings, state and counters, with its selectors in routing order."""
+    need(request, queue, "consume", "manage")
+    return call("queue_get", name=queue)
+
+
+@router.patch("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Change a queue")
+def queue_update(request: HttpRequest, queue: str, payload: QueueUpdate):
+    """Change limit, history, dead_letter or self_destruct (the fields given)."""
+    need(request, queue, "manage")
+    changes = payload.dict(exclude_unset=True)
+    if not changes:
+        raise ApiError(400, "invalid_argument", "give at least one setting to change")
+    before = call("queue_get", name=queue)
+    before.pop("selectors", None)
+    after = call("queue_update", name=queue, **changes)
+    record(request, "queue.update", queue, before, after)
+    return after
+
+
+@router.delete("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Delete a queue")
+def queue_delete(request: HttpRequest, queue: str):
+    """Deletes the queue, its selectors and its messages."""
+    need(request, queue, "manage")
+    before = call("queue_get", name=queue)
+    answer = call("queue_delete", name=queue)
+    record(request, "queue.delete", queue, before, None)
+    return answer

@@ -1,0 +1,132 @@
+"""Request and response bodies as the OpenAPI schema shows them.
+
+Requests are strict about their keys (an unknown key is a 400, so a typo never passes
+silently). The publish endpoints do not validate through these models (see publishing.py:
+per-message pydantic costs too much at 20,000 messages a second); their schemas are here
+for the documentation only and match what publishing.py accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+HeaderValue = str | int | float | bool
+
+
+class Strict(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorOut(Schema):
+    error: str = Field(description="a stable code, e.g. not_found, invalid_selector")
+    detail: str = Field(description="what went wrong, for a person")
+    column: int | None = Field(None, description="invalid_selector: where the error is")
+
+
+# -- queues ------------------------------------------------------------------------------
+class QueueCreate(Strict):
+    name: str
+    store: str | None = Field(None, description="default: the service's store (XUMP_STORE)")
+    limit: int | None = Field(None, description="max unprocessed messages; null: unbounded")
+    history: int = Field(0, description="processed messages kept for browsing")
+    dead_letter: str | None = None
+    self_destruct: bool = False
+
+
+class QueueUpdate(Strict):
+    limit: int | None = None
+    history: int | None = None
+    dead_letter: str | None = None
+    self_destruct: bool | None = None
+
+
+# -- selectors ---------------------------------------------------------------------------
+class MatchIn(Strict):
+    operator: Literal["eq", "topic", "prefix", "regex"]
+    pattern: str
+    field: str = "address"
+
+
+class SelectorCreate(Strict):
+    when: Literal["match", "filter", "always", "default", "overflow"]
+    match: MatchIn | None = None
+    filter: str | None = Field(None, description="JMS/SQL-92 expression over headers")
+    action: Literal["copy", "move", "deliver", "delete", "bounce"]
+    target: str | None = Field(None, description="queue or destination; not for delete")
+    start: Literal["current", "head"] | int | None = None
+    credit: int | None = Field(None, description="-1: unlimited (the default)")
+    enabled: bool = False
+
+
+class SelectorUpdate(Strict):
+    when: Literal["match", "filter", "always", "default", "overflow"] | None = None
+    match: MatchIn | None = None
+    filter: str | None = None
+    action: Literal["copy", "move", "deliver", "delete", "bounce"] | None = None
+    target: str | None = None
+    start: Literal["current", "head"] | int | None = None
+    credit: int | None = None
+    enabled: bool | None = None
+
+
+class CreditIn(Strict):
+    n: int = Field(description="credit to add (tops up; routes what waited for it)")
+
+
+# -- messages ----------------------------------------------------------------------------
+class PublishIn(Strict):
+    """One message; give at most one of body, body_base64 and json (none: empty body)."""
+
+    address: str = ""
+    headers: dict[str, HeaderValue] = {}
+    body: str | None = Field(None, description="text, stored as UTF-8")
+    body_base64: str | None = Field(None, description="binary body, base64")
+    json_: Any = Field(None, alias="json", description="any JSON value, stored as JSON text")
+    return_address: str | None = None
+
+
+class PublishBatchIn(Strict):
+    messages: list[PublishIn] = Field(description="up to 10,000 messages, published in order")
+
+
+class MidOut(Schema):
+    mid: str
+
+
+class MidsOut(Schema):
+    mids: list[str]
+
+
+class ConfirmIn(Strict):
+    tags: list[str] = Field(min_length=1, max_length=10_000)
+
+
+class RejectIn(Strict):
+    tag: str
+    requeue: bool = True
+
+
+class FilterIn(Strict):
+    expression: str
+
+
+# -- patterns and tokens -----------------------------------------------------------------
+class PatternIn(Strict):
+    kind: Literal["housecat", "parrot", "wolfpack"]
+    name: str = Field(description="recipient, subscriber or worker")
+    router: str | None = Field(
+        None, description="router or service queue (default: housecat / parrot; required "
+        "for wolfpack)"
+    )  # fmt: skip
+    topic: str = Field("", description="parrot: the topic pattern")
+    credit: int = Field(1, description="wolfpack: the worker's credit")
+
+
+class TokenIn(Strict):
+    name: str = Field(min_length=1, max_length=200)
+    rights: dict[str, list[Literal["publish", "consume", "manage"]]] = Field(
+        description='queue name or glob -> rights, e.g. {"orders.*": ["publish"]}'
+    )

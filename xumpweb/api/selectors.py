@@ -1,0 +1,76 @@
+"""Selectors of a queue: list, create, read, change, delete, credit."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import Router
+
+from xumpweb.api.auth import need
+from xumpweb.api.common import call, record
+from xumpweb.api.errors import ApiError
+from xumpweb.api.schemas import CreditIn, ErrorOut, SelectorCreate, SelectorUpdate
+
+router = Router(tags=["selectors"])
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut}
+ONE = "/queues/{path:queue}/selectors/{int:id}"
+
+
+@router.get(
+    "/queues/{path:queue}/selectors", response={200: dict, **ERRORS}, summary="List selectors"
+)
+def selector_list(request: HttpRequest, queue: str):
+    """The queue's selectors in routing order."""
+    need(request, queue, "consume", "manage")
+    return {"queue": queue, "selectors": call("selectors", queue=queue)}
+
+
+@router.post(
+    "/queues/{path:queue}/selectors", response={201: dict, **ERRORS}, summary="Create a selector"
+)
+def selector_create(request: HttpRequest, queue: str, payload: SelectorCreate):
+    """A configured selector in one call (WHEN, DO, credit, start); it routes once
+    `enabled` is true. A bad filter is a 400 `invalid_selector` with the `column`."""
+    need(request, queue, "manage")
+    created = call("selector_create", queue=queue, **payload.dict(exclude_unset=True))
+    record(request, "selector.create", f"{queue}#{created['id']}", None, created)
+    return 201, created
+
+
+@router.post(ONE + "/credit", response={200: dict, **ERRORS}, summary="Add credit")
+def selector_credit(request: HttpRequest, queue: str, id: int, payload: CreditIn):
+    """Top the selector's credit up by `n`; what waited for credit is routed."""
+    need(request, queue, "manage")
+    before = call("selector_get", queue=queue, id=id)
+    after = call("selector_credit", queue=queue, id=id, n=payload.n)
+    record(request, "selector.credit", f"{queue}#{id}", before, after)
+    return after
+
+
+@router.get(ONE, response={200: dict, **ERRORS}, summary="Read a selector")
+def selector_get(request: HttpRequest, queue: str, id: int):
+    need(request, queue, "consume", "manage")
+    return call("selector_get", queue=queue, id=id)
+
+
+@router.patch(ONE, response={200: dict, **ERRORS}, summary="Change a selector")
+def selector_update(request: HttpRequest, queue: str, id: int, payload: SelectorUpdate):
+    """Change the settings given; the selector is disabled while it changes and keeps its
+    old settings when a new one is refused."""
+    need(request, queue, "manage")
+    changes = payload.dict(exclude_unset=True)
+    if not changes:
+        raise ApiError(400, "invalid_argument", "give at least one setting to change")
+    before = call("selector_get", queue=queue, id=id)
+    after = call("selector_update", queue=queue, id=id, **changes)
+    record(request, "selector.update", f"{queue}#{id}", before, after)
+    return after
+
+
+@router.delete(ONE, response={200: dict, **ERRORS}, summary="Delete a selector")
+def selector_delete(request: HttpRequest, queue: str, id: int):
+    """Its outstanding messages go back to the front of the queue."""
+    need(request, queue, "manage")
+    before = call("selector_get", queue=queue, id=id)
+    answer = call("selector_delete", queue=queue, id=id)
+    record(request, "selector.delete", f"{queue}#{id}", before, None)
+    return answer
