@@ -29,6 +29,7 @@ class QueueSpec:
     history: int = 0
     dead_letter: str | None = None
     self_destruct: bool = False
+    journal: bool = True  # record this queue's events in the engine's journal, if it keeps one
 
 
 @dataclass(slots=True)

@@ -79,7 +79,11 @@ class Messaging(Routing):
     def _publish(self, qrt: QueueRuntime, message: Message, unknown: str | None = None) -> None:
         journal = qrt.journal
         if journal is not None:
-            journal(_publish_event(message, qrt.name, unknown))
+            if unknown is None:
+                t = message.timestamp
+                journal((t, "publish", message.mid, qrt.name, None, None, None, message.address))
+            else:
+                journal(_publish_event(message, qrt.name, unknown))
         self._visited.add((message.mid, qrt.name))
         self._arrive(qrt, message, None, direct=True)
 
@@ -186,7 +190,7 @@ class Messaging(Routing):
         if journal is not None:
             journal(
                 (
-                    time.time(),
+                    self._clock,
                     "confirm",
                     entry.message.mid,
                     qrt.name,
@@ -214,7 +218,7 @@ class Messaging(Routing):
         if journal is not None:
             journal(
                 (
-                    time.time(),
+                    self._clock,
                     "reject",
                     entry.message.mid,
                     qrt.name,

@@ -28,11 +28,13 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from types import MappingProxyType
 
 from engine.catalog import QueueSpec
 from engine.errors import QueueFull
+from engine.event_journal import EventJournal
 from engine.message import Delivery, Message
 from engine.router import Router, SelectorRuntime
 from engine.stores.base import Entry, QueueState, Store
@@ -58,8 +60,10 @@ class QueueRuntime:
         "dead_letter",
         "deleted",
         "history",
+        "journal",
         "limit",
         "name",
+        "recorder",
         "router",
         "scheduled",
         "selectors",
@@ -67,8 +71,11 @@ class QueueRuntime:
         "state",
     )
 
-    def __init__(self, spec: QueueSpec, state: QueueState) -> None:
+    def __init__(
+        self, spec: QueueSpec, state: QueueState, recorder: Callable[[tuple], None] | None = None
+    ) -> None:
         self.name = spec.name
+        self.recorder = recorder  # the engine's event journal append, if it keeps one
         self.spec = spec
         self.state = state
         self.counters = state.counters  # the store's counters, held here for speed
@@ -84,6 +91,8 @@ class QueueRuntime:
         self.limit = spec.limit
         self.history = spec.history
         self.dead_letter = spec.dead_letter
+        # where this queue's events go (event_journal.py); None records nothing
+        self.journal = self.recorder if spec.journal else None
 
 
 class Routing:
@@ -97,10 +106,17 @@ class Routing:
     _turns: itertools.count[int]
     _serials: itertools.count[int]
     _transactional: list[Store]  # stores that want begin/commit around each operation
+    _journal: EventJournal | None
+    _clock = 0.0  # when the current call started, for its journal events
 
     def _run(self, operation, *args) -> list[Delivery]:  # type: ignore[no-untyped-def]
         """Run one state change, route what it made routable, return the Deliveries."""
         transactional = self._transactional
+        journal = self._journal
+        if journal is not None:
+            self._clock = _now()  # one time for the events of one call: cheaper than each
+            buffer = journal.buffer
+            mark = len(buffer)
         try:
             for store in transactional:
                 store.begin()
@@ -109,10 +125,14 @@ class Routing:
                 self._drain()
             for store in transactional:
                 store.commit()
+            if journal is not None and len(buffer) > journal.capacity:
+                journal.enforce_capacity()
             return self._out
         except BaseException:
             for store in transactional:
                 store.rollback()
+            if journal is not None:
+                journal.take_back(mark)
             raise
         finally:
             self._out = []
@@ -176,16 +196,21 @@ class Routing:
             mid = message.mid
             for sel in copies:
                 if (mid, sel.target) not in visited:
-                    self._copy(sel, message)
+                    self._copy(qrt, sel, message)
         if taker is None:
             self._processed(qrt, entry)
         else:
             self._take(qrt, taker, entry)
         return True
 
-    def _copy(self, sel: SelectorRuntime, message: Message) -> None:
+    def _copy(self, qrt: QueueRuntime, sel: SelectorRuntime, message: Message) -> None:
         target = sel.target_queue
         if target is not None:
+            journal = qrt.journal
+            if journal is not None:
+                journal(
+                    (self._clock, "route", message.mid, qrt.name, sel.id, target.name, "copy", None)
+                )
             self._visited.add((message.mid, target.name))
             self._arrive(target, message, None)
 
@@ -193,6 +218,11 @@ class Routing:
         state = sel.state
         action = sel.action
         if action == "delete":
+            journal = qrt.journal
+            if journal is not None:
+                journal(
+                    (self._clock, "delete", entry.message.mid, qrt.name, sel.id, None, None, None)
+                )
             self._processed(qrt, entry)
             return
         message = entry.message
@@ -212,6 +242,20 @@ class Routing:
             state.outstanding[tag] = entry
             destination = sel.target
             qrt.counters["delivered"] += 1
+            journal = qrt.journal
+            if journal is not None:
+                journal(
+                    (
+                        entry.taken_at,
+                        "deliver",
+                        message.mid,
+                        qrt.name,
+                        sel.id,
+                        destination,
+                        "redelivered" if count > 1 else None,
+                        None,
+                    )
+                )
             self._out.append(
                 _new_delivery(
                     (
@@ -239,6 +283,11 @@ class Routing:
             return
         outstanding = state.outstanding
         outstanding[tag] = entry
+        journal = qrt.journal
+        if journal is not None:
+            journal(
+                (self._clock, "route", message.mid, qrt.name, sel.id, target.name, action, None)
+            )
         if action == "bounce":
             message = _bounced(message)
         self._visited.add((message.mid, target.name))
@@ -297,7 +346,7 @@ class Routing:
                 qrt.counters["routed"] += 1
                 for sel in copies:
                     if (message.mid, sel.target) not in self._visited:
-                        self._copy(sel, message)
+                        self._copy(qrt, sel, message)
                 if taker is None:
                     self._processed(qrt, entry)
                     return None
@@ -315,9 +364,27 @@ class Routing:
     def _dead_letter(self, qrt: QueueRuntime, entry: Entry, reason: str) -> None:
         """Send `entry` to `qrt`'s dead-letter queue, or drop it; either way it leaves."""
         target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
+        journal = qrt.journal
         if target is None or target is qrt or (entry.message.mid, target.name) in self._visited:
             qrt.counters["dropped"] += 1
+            if journal is not None:
+                journal(
+                    (self._clock, "drop", entry.message.mid, qrt.name, None, None, reason, None)
+                )
         else:
+            if journal is not None:
+                journal(
+                    (
+                        self._clock,
+                        "dead_letter",
+                        entry.message.mid,
+                        qrt.name,
+                        None,
+                        target.name,
+                        reason,
+                        None,
+                    )
+                )
             self._visited.add((entry.message.mid, target.name))
             qrt.counters["dead_lettered"] += 1
             self._arrive(target, dead_lettered(entry.message, reason, qrt.name), None)
@@ -373,7 +440,7 @@ class Routing:
             kept = found[0]
             sel.replay_next = kept.seq + 1
             if sel.is_copy:
-                self._copy(sel, kept.message)
+                self._copy(qrt, sel, kept.message)
             else:
                 entry = Entry(kept.seq, kept.message, None)
                 entry.replay = True
