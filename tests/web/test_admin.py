@@ -1,0 +1,209 @@
+"""The Django admin, as an operator uses it in a browser (httpx with a session and CSRF):
+wiring changes go through the router's engine, engine errors show on the form, every
+change is audited, tokens show their secret once and can be revoked."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import time
+
+import httpx
+import pytest
+
+from engine import Message
+from engine.errors import NotFound
+from engine.relay import RelayClient
+from tests.web.conftest import unique
+
+HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
+
+
+@pytest.fixture(scope="module")
+def browser(service):
+    """A logged-in admin session."""
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        page = client.get("/admin/login/")
+        form = dict(HIDDEN.findall(page.text))
+        form.update(username="admin", password="admin-password", next="/admin/")
+        answer = client.post("/admin/login/", data=form)
+        assert answer.status_code == 302 and answer.headers["location"] == "/admin/"
+        yield client
+
+
+@pytest.fixture(scope="module")
+def relay(service):
+    client = RelayClient(service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"])
+    yield client
+    client.close()
+
+
+def submit(browser: httpx.Client, path: str, fields: dict) -> httpx.Response:
+    """Fill the admin form at `path` as a browser would (its hidden fields included)."""
+    form = dict(HIDDEN.findall(browser.get(path).text))
+    form.update(fields)
+    return browser.post(path, data=form)
+
+
+def errors(page: httpx.Response) -> str:
+    found = re.findall(r'<ul class="errorlist[^"]*"[^>]*>(.*?)</ul>', page.text, re.S)
+    return html.unescape(" ".join(re.sub(r"<[^>]+>", " ", item) for item in found))
+
+
+def row_id(browser: httpx.Client, model: str, search: str) -> str:
+    page = browser.get(f"/admin/wiring/{model}/", params={"q": search})
+    [found] = set(re.findall(rf'href="/admin/wiring/{model}/(\d+)/change/', page.text))
+    return found
+
+
+def audit_actions(browser: httpx.Client, subject: str) -> list[str]:
+    page = browser.get("/admin/wiring/auditevent/", params={"q": subject})
+    return re.findall(r'<td class="field-action">([^<]+)</td>', page.text)
+
+
+def take(relay: RelayClient, destination: str, count: int, within: float = 20.0) -> list:
+    found: list = []
+    deadline = time.monotonic() + within
+    while len(found) < count and time.monotonic() < deadline:
+        found.extend(relay.deliveries(destination, count=count - len(found), wait=0.5))
+    return found
+
+
+def test_it_requires_login(service):
+    answer = httpx.get(service.url + "/admin/wiring/queue/")
+    assert answer.status_code == 302 and "/admin/login/" in answer.headers["location"]
+
+
+def test_it_creates_a_queue_through_the_engine_and_audits_it(browser, relay):
+    name = unique()
+    answer = submit(browser, "/admin/wiring/queue/add/",
+                    {"name": name, "history": "25", "limit": "100", "_save": "Save"})  # fmt: skip
+    assert answer.status_code == 302, errors(answer)
+    queue = relay.call("queue_get", name=name)
+    assert (queue["history"], queue["limit"], queue["store"]) == (25, 100, relay.store)
+    assert name in browser.get("/admin/wiring/queue/").text
+    assert audit_actions(browser, name) == ["queue.create"]
+
+
+def test_it_changes_a_queue_through_the_engine(browser, relay):
+    name = unique()
+    relay.call("queue_create", name=name, history=5)
+    path = f"/admin/wiring/queue/{row_id(browser, 'queue', name)}/change/"
+    answer = submit(browser, path, {"history": "50", "limit": "", "_save": "Save"})
+    assert answer.status_code == 302, errors(answer)
+    assert relay.call("queue_get", name=name)["history"] == 50
+    assert audit_actions(browser, name) == ["queue.update"]
+
+
+def test_an_engine_error_shows_on_the_queue_form(browser, relay):
+    answer = submit(browser, "/admin/wiring/queue/add/",
+                    {"name": "$reserved", "history": "0", "_save": "Save"})  # fmt: skip
+    assert answer.status_code == 200
+    assert "reserved" in errors(answer)
+    with pytest.raises(NotFound):
+        relay.call("queue_get", name="$reserved")
+
+
+def test_an_invalid_selector_filter_shows_its_column_not_a_500(browser, relay):
+    name = unique()
+    relay.call("queue_create", name=name)
+    answer = submit(browser, "/admin/wiring/selector/add/", {
+        "queue": row_id(browser, "queue", name), "when": "match",
+        "filter": "priority >> 5", "action": "deliver", "target": "someone",
+        "start": "current", "credit": "-1", "match_field": "address", "_save": "Save",
+    })  # fmt: skip
+    assert answer.status_code == 200
+    assert "column" in errors(answer)
+    assert relay.call("selectors", queue=name) == []
+
+
+def test_a_selector_saved_in_the_admin_routes_and_deleting_it_stops(browser, relay):
+    name, destination = unique(), unique("d")
+    relay.call("queue_create", name=name)
+    answer = submit(browser, "/admin/wiring/selector/add/", {
+        "queue": row_id(browser, "queue", name), "when": "match", "match_operator": "topic",
+        "match_pattern": "orders.#", "match_field": "address", "filter": "priority > 5",
+        "action": "deliver", "target": destination, "start": "current", "credit": "-1",
+        "enabled": "on", "_save": "Save",
+    })  # fmt: skip
+    assert answer.status_code == 302, errors(answer)
+    relay.publish_many(name, [
+        Message(address="orders.eu", headers={"priority": 7}, body=b"taken"),
+        Message(address="orders.eu", headers={"priority": 1}, body=b"not taken"),
+    ])  # fmt: skip
+    [delivery] = take(relay, destination, 1)
+    assert delivery.message.body == b"taken"
+    relay.confirm([delivery])
+
+    selector = row_id(browser, "selector", name)
+    answer = submit(browser, f"/admin/wiring/selector/{selector}/change/", {
+        "when": "always", "match_field": "address", "action": "deliver",
+        "target": destination, "start": "current", "credit": "-1", "enabled": "on",
+        "_save": "Save",
+    })  # fmt: skip
+    assert answer.status_code == 302, errors(answer)
+    [changed] = relay.call("selectors", queue=name)
+    assert (changed["when"], changed["match"], changed["filter"]) == ("always", None, None)
+
+    answer = submit(browser, f"/admin/wiring/selector/{selector}/delete/", {"post": "yes"})
+    assert answer.status_code == 302
+    assert relay.call("selectors", queue=name) == []
+    assert audit_actions(browser, f"{name}#1") == [
+        "selector.delete",
+        "selector.update",
+        "selector.create",
+    ]
+
+
+def test_a_pattern_builds_its_wiring_and_deleting_it_removes_what_it_built(browser, relay):
+    router, subscriber = unique("news"), unique("reader")
+    answer = submit(browser, "/admin/wiring/pattern/add/", {
+        "kind": "parrot", "router": router, "name": subscriber, "topic": "sport.*",
+        "credit": "1", "_save": "Save",
+    })  # fmt: skip
+    assert answer.status_code == 302, errors(answer)
+    private = relay.call("queue_get", name=f"{router}:{subscriber}")
+    assert [s["action"] for s in private["selectors"]] == ["deliver"]
+    relay.publish(router, Message(address="sport.tennis", body=b"match point"))
+    [delivery] = take(relay, subscriber, 1)
+    assert delivery.message.body == b"match point"
+    relay.confirm([delivery])
+
+    pattern = row_id(browser, "pattern", subscriber)
+    answer = submit(browser, f"/admin/wiring/pattern/{pattern}/delete/", {"post": "yes"})
+    assert answer.status_code == 302
+    with pytest.raises(NotFound):
+        relay.call("queue_get", name=f"{router}:{subscriber}")
+    assert relay.call("selectors", queue=router) == []
+
+
+def test_a_token_shows_its_secret_once_and_can_be_revoked(browser):
+    name = unique("token")
+    rights = json.dumps({"orders.*": ["publish"]})
+    answer = submit(browser, "/admin/wiring/apitoken/add/",
+                    {"name": name, "rights": rights, "_save": "Save"})  # fmt: skip
+    assert answer.status_code == 302, errors(answer)
+    shown = browser.get(answer.headers["location"]).text
+    assert len(re.findall(r"xump_[0-9a-f]{8}_[\w-]+", shown)) == 1
+    assert not re.search(r"xump_[0-9a-f]{8}_[\w-]+", browser.get("/admin/wiring/apitoken/").text)
+
+    token = row_id(browser, "apitoken", name)
+    answer = submit(browser, "/admin/wiring/apitoken/",
+                    {"action": "revoke", "_selected_action": token})  # fmt: skip
+    assert answer.status_code == 302
+    listed = browser.get("/admin/wiring/apitoken/", params={"q": name}).text
+    assert "revoked" in listed
+    assert audit_actions(browser, name) == ["token.revoke", "token.create"]
+
+
+def test_bad_token_rights_are_a_form_error(browser):
+    fields = {"name": unique("token"), "rights": '{"*": ["fly"]}', "_save": "Save"}
+    answer = submit(browser, "/admin/wiring/apitoken/add/", fields)
+    assert answer.status_code == 200
+    assert "rights among publish, consume, manage" in errors(answer)
+
+
+def test_the_audit_log_is_read_only(browser):
+    assert browser.get("/admin/wiring/auditevent/add/").status_code == 403
+    assert browser.get("/admin/wiring/auditevent/").status_code == 200
