@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest
 from ninja import Router
 
@@ -61,9 +63,26 @@ def selector_update(request: HttpRequest, queue: str, id: int, payload: Selector
     if not changes:
         raise ApiError(400, "invalid_argument", "give at least one setting to change")
     before = call("selector_get", queue=queue, id=id)
-    after = call("selector_update", queue=queue, id=id, **changes)
+    after = call("selector_update", queue=queue, id=id, **_completed(changes, before))
     record(request, "selector.update", f"{queue}#{id}", before, after)
     return after
+
+
+def _completed(changes: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """The router's update applies a match or filter only with its WHEN, and a target only
+    with its action: fill in what the PATCH left out from the selector as it is."""
+    changes = dict(changes)
+    if ("match" in changes or "filter" in changes) and "when" not in changes:
+        if before["when"] not in ("match", "filter"):
+            raise ApiError(400, "invalid_argument", "give `when` with `match` or `filter`")
+        changes.setdefault("match", before["match"])
+        changes.setdefault("filter", before["filter"])
+        changes["when"] = "match" if changes["match"] else "filter"
+    if "target" in changes and "action" not in changes:
+        if before["action"] is None:
+            raise ApiError(400, "invalid_argument", "give `action` with `target`")
+        changes["action"] = before["action"]
+    return changes
 
 
 @router.delete(ONE, response={200: dict, **ERRORS}, summary="Delete a selector")

@@ -1,0 +1,62 @@
+"""/api/tokens: issue (secret shown once), list, revoke; only for token administrators."""
+
+from __future__ import annotations
+
+from tests.web.conftest import unique
+
+
+def test_it_works(service) -> None:
+    with service.client() as client:
+        issued = client.post("/api/tokens", json={"name": "orders-app",
+                                                  "rights": {"orders.*": ["publish"]}})  # fmt: skip
+        assert issued.status_code == 201, issued.text
+        secret, token = issued.json()["secret"], issued.json()["token"]
+        assert secret.startswith(f"xump_{token['prefix']}_")
+        assert token["rights"] == {"orders.*": ["publish"]} and token["revoked"] is None
+        listed = client.get("/api/tokens").json()["tokens"]
+        shown = next(t for t in listed if t["id"] == token["id"])
+        assert "secret" not in shown and secret not in str(listed)
+        with service.client(secret) as program:
+            assert program.get("/api/queues").status_code == 200
+        revoked = client.delete(f"/api/tokens/{token['id']}")
+        assert revoked.status_code == 200 and revoked.json()["revoked"]
+        with service.client(secret) as program:
+            answer = program.get("/api/queues")
+        assert answer.status_code == 401 and answer.json()["error"] == "unauthorized"
+
+
+def test_it_validates_ownership(service) -> None:
+    """Only staff sessions and tokens with manage on '*' manage tokens."""
+    with service.client() as client:
+        wanted = {"name": "narrow", "rights": {"orders": ["manage"]}}
+        narrow = client.post("/api/tokens", json=wanted).json()
+    with service.client(narrow["secret"]) as program:
+        assert program.get("/api/tokens").status_code == 403
+        made = program.post("/api/tokens", json={"name": "x", "rights": {"*": ["manage"]}})
+        assert made.status_code == 403 and made.json()["error"] == "forbidden"
+        assert program.delete(f"/api/tokens/{narrow['token']['id']}").status_code == 403
+
+
+def test_it_validates_rights(service) -> None:
+    with service.client() as client:
+        for body in [
+            {"name": "x", "rights": {"*": ["fly"]}},
+            {"name": "x", "rights": ["publish"]},
+            {"name": "", "rights": {}},
+            {"name": "x", "rights": {"": ["publish"]}},
+        ]:
+            assert client.post("/api/tokens", json=body).status_code == 400, body
+        assert client.delete("/api/tokens/987654").status_code == 404
+
+
+def test_changes_are_audited_under_the_token_name(service) -> None:
+    name = unique("audited")
+    with service.client() as client:
+        client.post("/api/tokens", json={"name": name, "rights": {}})
+    done = service.manage(
+        "shell", "-c",
+        "from xumpweb.wiring.models import AuditEvent\n"
+        f"e = AuditEvent.objects.get(action='token.create', subject__startswith={name!r})\n"
+        "print(e.who)",
+    )  # fmt: skip
+    assert done.stdout.strip().splitlines()[-1] == "token:tests"
