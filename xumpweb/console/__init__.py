@@ -1,1 +1,2 @@
-"""The operator console (HTMX views). For now: the home page and admin bootstrap."""
+"""The operator console: server-rendered pages with htmx (templates under templates/console/,
+scripts and vendored libraries under static/)."""

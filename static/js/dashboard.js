@@ -1,0 +1,207 @@
+// The dashboard's live numbers and rate sparklines.
+//
+// Two feeds, one picture: frames of /ws/monitor/ (opened by htmx's ws extension on
+// #monitor) carry depths and rates every <= 500 ms; while that socket is closed, htmx
+// re-renders #queue-table every 2 s (partials/queue_table.html) and the counters in each
+// row's data-* attributes give the rates between two renders. Sparklines keep the last
+// two minutes per queue in memory, across re-renders.
+(function () {
+  "use strict";
+  var KEEP = 240;
+  var series = new Map(); // queue name -> [times, published, delivered, confirmed]
+  var counters = new Map(); // queue name -> {time, published, delivered, confirmed}
+  window.xumpLive = false;
+
+  function seriesOf(name) {
+    var s = series.get(name);
+    if (!s) {
+      s = [[], [], [], []];
+      series.set(name, s);
+    }
+    return s;
+  }
+
+  function record(name, time, rates) {
+    var s = seriesOf(name);
+    s[0].push(time);
+    s[1].push(rates.published || 0);
+    s[2].push(rates.delivered || 0);
+    s[3].push(rates.confirmed || 0);
+    if (s[0].length > KEEP) s.forEach(function (a) { a.shift(); });
+  }
+
+  function fmt(rate) {
+    if (!rate) return "0";
+    return rate >= 100 ? Math.round(rate).toString() : rate.toFixed(1);
+  }
+
+  function draw(el) {
+    var s = series.get(el.dataset.queue);
+    if (!s || s[0].length < 2 || !window.uPlot) return;
+    if (el._plot) {
+      el._plot.setData(s);
+      return;
+    }
+    el._plot = new uPlot({
+      width: 140, height: 30, class: "sparkline",
+      legend: { show: false }, cursor: { show: false },
+      scales: { x: { time: false }, y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } },
+      axes: [{ show: false }, { show: false }],
+      series: [{}, { stroke: "#1f6feb", width: 1.5 }, { stroke: "#b35900", width: 1.5 },
+               { stroke: "#1a7f37", width: 1.5 }],
+    }, s, el);
+  }
+
+  function rowOf(name) {
+    var rows = document.querySelectorAll("#queue-table tr[data-queue]");
+    for (var i = 0; i < rows.length; i++) if (rows[i].dataset.queue === name) return rows[i];
+    return null;
+  }
+
+  function showRates(row, rates) {
+    var cell = row.querySelector('[data-field="rates"]');
+    if (cell) cell.textContent = fmt(rates.published) + " / " + fmt(rates.delivered) + " / " + fmt(rates.confirmed);
+  }
+
+  function setTotal(key, value) {
+    var el = document.querySelector('[data-total="' + key + '"]');
+    if (el) el.textContent = value;
+  }
+
+  function totalsFromRows() {
+    var sums = { depth: 0, history_size: 0, outstanding: 0 };
+    var dead = 0;
+    document.querySelectorAll("#queue-table tr[data-queue]").forEach(function (row) {
+      Object.keys(sums).forEach(function (key) {
+        var cell = row.querySelector('[data-field="' + key + '"]');
+        if (cell) sums[key] += parseInt(cell.textContent, 10) || 0;
+      });
+      if (row.classList.contains("dlq")) {
+        dead += parseInt(row.querySelector('[data-field="depth"]').textContent, 10) || 0;
+      }
+    });
+    Object.keys(sums).forEach(function (key) { setTotal(key, sums[key]); });
+    setTotal("dead", dead);
+    var box = document.querySelector('[data-total-box="dead"]');
+    if (box) box.classList.toggle("alert", dead > 0);
+  }
+
+  function drawAll() {
+    document.querySelectorAll("#queue-table .spark").forEach(draw);
+  }
+
+  // a /ws/monitor/ frame
+  function applyFrame(frame) {
+    var missing = false, published = 0;
+    var seen = new Set();
+    (frame.queues || []).forEach(function (q) {
+      seen.add(q.name);
+      var rates = q.rates || {};
+      published += rates.published || 0;
+      record(q.name, frame.time, rates);
+      var row = rowOf(q.name);
+      if (!row) {
+        missing = true;
+        return;
+      }
+      ["depth", "history_size", "outstanding"].forEach(function (key) {
+        var cell = row.querySelector('[data-field="' + key + '"]');
+        if (cell && q[key] !== undefined) cell.textContent = q[key];
+      });
+      var depth = row.querySelector('[data-field="depth"]');
+      if (row.classList.contains("dlq")) depth.classList.toggle("alert", q.depth > 0);
+      showRates(row, rates);
+    });
+    var table = document.getElementById("queue-table");
+    if (table && !table.dataset.filtered) {
+      document.querySelectorAll("#queue-table tr[data-queue]").forEach(function (row) {
+        if (!seen.has(row.dataset.queue)) missing = true;
+      });
+    }
+    setTotal("published", fmt(published));
+    if (frame.inbox !== undefined) setTotal("inbox", frame.inbox);
+    if (frame.recent) showRecent(frame.recent);
+    totalsFromRows();
+    drawAll();
+    if (missing && table && !table.dataset.filtered) htmx.trigger(table, "refresh");
+  }
+
+  function showRecent(recent) {
+    var list = document.getElementById("recent");
+    if (!list || !recent.length) return;
+    var items = recent.slice(-15).reverse();
+    list.replaceChildren.apply(list, items.map(function (d) {
+      var li = document.createElement("li");
+      var q = document.createElement("span");
+      q.className = "mono";
+      q.textContent = d.queue;
+      var dest = document.createElement("span");
+      dest.className = "mono";
+      dest.textContent = d.destination;
+      var address = document.createElement("span");
+      address.className = "muted";
+      address.textContent = d.address || "";
+      li.append(q, " → ", dest, " ", address);
+      return li;
+    }));
+  }
+
+  // after htmx re-rendered the table (polling, filtering, a new queue)
+  function fromRows() {
+    var table = document.getElementById("queue-table");
+    if (!table) return;
+    var time = parseFloat(table.dataset.snapshotTime) || Date.now() / 1000;
+    var published = 0;
+    table.querySelectorAll("tr[data-queue]").forEach(function (row) {
+      var name = row.dataset.queue;
+      var now = {
+        time: time,
+        published: +row.dataset.published,
+        delivered: +row.dataset.delivered,
+        confirmed: +row.dataset.confirmed,
+      };
+      var before = counters.get(name);
+      counters.set(name, now);
+      if (window.xumpLive) return; // the socket's rates are better
+      if (before && now.time > before.time) {
+        var dt = now.time - before.time;
+        var rates = {
+          published: Math.max(0, (now.published - before.published) / dt),
+          delivered: Math.max(0, (now.delivered - before.delivered) / dt),
+          confirmed: Math.max(0, (now.confirmed - before.confirmed) / dt),
+        };
+        record(name, now.time, rates);
+        published += rates.published;
+        showRates(row, rates);
+      } else if (!before) {
+        record(name, now.time, {});
+      }
+    });
+    if (!window.xumpLive) setTotal("published", fmt(published));
+    drawAll();
+  }
+
+  function setLive(live) {
+    window.xumpLive = live;
+    var state = document.getElementById("live-state");
+    if (state) state.textContent = live ? "live" : "updating every 2 s";
+    if (state) state.classList.toggle("on", live);
+  }
+
+  document.addEventListener("htmx:wsOpen", function () { setLive(true); });
+  document.addEventListener("htmx:wsClose", function () { setLive(false); });
+  document.addEventListener("htmx:wsError", function () { setLive(false); });
+  document.addEventListener("htmx:wsBeforeMessage", function (event) {
+    var frame;
+    try {
+      frame = JSON.parse(event.detail.message);
+    } catch (e) {
+      return; // an HTML fragment: htmx swaps it
+    }
+    event.preventDefault();
+    if (frame && frame.type === "monitor") applyFrame(frame);
+  });
+  // the time guard in fromRows makes repeated calls for one render harmless
+  document.addEventListener("htmx:afterSettle", fromRows);
+  document.addEventListener("DOMContentLoaded", fromRows);
+})();

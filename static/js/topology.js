@@ -1,0 +1,115 @@
+// The topology graph: cytoscape with the dagre layout (left to right), data from the
+// json_script the page carries; node labels follow live numbers (frames of /ws/monitor/,
+// or the snapshot polled every 2 s while that socket is closed). A tap on a queue opens it.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("topology-data").textContent);
+  var frameUrl = document.getElementById("topology-script").dataset.frameUrl;
+  var COLORS = { copy: "#1f6feb", move: "#24292f", deliver: "#1a7f37", bounce: "#8250df", delete: "#cf222e" };
+
+  function label(node, rate) {
+    if (node.kind !== "queue") return node.name;
+    var text = node.name + "\n" + node.depth + " waiting";
+    if (rate !== undefined) text += " · " + (rate >= 10 ? Math.round(rate) : rate.toFixed(1)) + "/s";
+    return text;
+  }
+
+  var elements = [];
+  data.nodes.forEach(function (n) {
+    elements.push({ group: "nodes", data: { id: n.id, name: n.name, kind: n.kind, url: n.url,
+      label: label(n), dead: n.dead ? "yes" : "no" } });
+  });
+  data.edges.forEach(function (e) {
+    elements.push({ group: "edges", data: { id: e.id, source: e.source, target: e.target,
+      action: e.action, enabled: e.enabled ? "yes" : "no", label: "#" + e.number + " " + e.action } });
+  });
+
+  cytoscape.use(cytoscapeDagre);
+  var cy = cytoscape({
+    container: document.getElementById("cy"),
+    elements: elements,
+    wheelSensitivity: 0.3,
+    textureOnViewport: data.nodes.length > 150,
+    style: [
+      { selector: "node", style: {
+        "label": "data(label)", "text-wrap": "wrap", "text-valign": "center", "font-size": 11,
+        "shape": "round-rectangle", "width": "label", "height": "label", "padding": "8px",
+        "background-color": "#f6f8fa", "border-width": 1, "border-color": "#57606a",
+        "color": "#24292f", "min-zoomed-font-size": 6 } },
+      { selector: 'node[dead = "yes"]', style: { "border-color": "#cf222e", "border-width": 2, "background-color": "#fff0ee" } },
+      { selector: 'node[kind = "destination"]', style: { "shape": "ellipse", "background-color": "#dafbe1", "border-color": "#1a7f37" } },
+      { selector: 'node[kind = "sink"]', style: { "shape": "diamond", "background-color": "#ffebe9", "padding": "12px" } },
+      { selector: 'node[kind = "missing"]', style: { "border-style": "dashed", "color": "#57606a" } },
+      { selector: "node:selected", style: { "border-width": 3, "border-color": "#bf8700" } },
+      { selector: "edge", style: {
+        "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.5,
+        "line-color": "#57606a", "target-arrow-color": "#57606a",
+        "label": "data(label)", "font-size": 9, "text-rotation": "autorotate",
+        "text-background-color": "#fff", "text-background-opacity": 0.8, "min-zoomed-font-size": 9 } },
+      { selector: 'edge[action = "copy"]', style: { "line-style": "dashed", "line-color": COLORS.copy, "target-arrow-color": COLORS.copy } },
+      { selector: 'edge[action = "move"]', style: { "width": 2.5, "line-color": COLORS.move, "target-arrow-color": COLORS.move } },
+      { selector: 'edge[action = "deliver"]', style: { "width": 2, "line-color": COLORS.deliver, "target-arrow-color": COLORS.deliver, "target-arrow-shape": "triangle-backcurve" } },
+      { selector: 'edge[action = "bounce"]', style: { "line-style": "dotted", "width": 2, "line-color": COLORS.bounce, "target-arrow-color": COLORS.bounce } },
+      { selector: 'edge[action = "delete"]', style: { "line-color": COLORS.delete, "target-arrow-color": COLORS.delete, "target-arrow-shape": "tee" } },
+      { selector: 'edge[enabled = "no"]', style: { "opacity": 0.35 } },
+    ],
+    layout: { name: "dagre", rankDir: "LR", nodeSep: 12, rankSep: 90, edgeSep: 6 },
+  });
+  window.xumpTopology = cy;
+
+  cy.on("tap", "node", function (event) {
+    var url = event.target.data("url");
+    if (url) window.location.href = url;
+  });
+
+  document.getElementById("topology-find").addEventListener("submit", function (event) {
+    event.preventDefault();
+    var name = document.getElementById("find-queue").value;
+    var node = cy.getElementById("q:" + name);
+    if (!node.length) return;
+    cy.$(":selected").unselect();
+    node.select();
+    cy.animate({ center: { eles: node }, zoom: Math.max(cy.zoom(), 1.2) }, { duration: 300 });
+  });
+  document.getElementById("fit").addEventListener("click", function () { cy.fit(undefined, 20); });
+
+  // live numbers
+  var nodes = {};
+  data.nodes.forEach(function (n) { nodes[n.id] = n; });
+  var counters = {};
+  function show(name, depth, rate) {
+    var node = nodes["q:" + name];
+    if (!node) return;
+    node.depth = depth;
+    cy.getElementById("q:" + name).data("label", label(node, rate));
+  }
+  function fromSnapshot(frame) {
+    (frame.queues || []).forEach(function (q) {
+      var before = counters[q.name];
+      var now = { time: frame.time, published: (q.stats || {}).published || 0 };
+      counters[q.name] = now;
+      var rate;
+      if (before && now.time > before.time) rate = Math.max(0, (now.published - before.published) / (now.time - before.time));
+      show(q.name, q.depth, rate);
+    });
+  }
+  var live = false;
+  function poll() {
+    if (live) return;
+    fetch(frameUrl, { credentials: "same-origin" }).then(function (r) { return r.json(); })
+      .then(fromSnapshot).catch(function () {});
+  }
+  setInterval(poll, 2000);
+  poll();
+  try {
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var socket = new WebSocket(scheme + location.host + "/ws/monitor/");
+    socket.onopen = function () { live = true; };
+    socket.onclose = function () { live = false; };
+    socket.onmessage = function (event) {
+      var frame = JSON.parse(event.data);
+      if (frame.type !== "monitor") return;
+      (frame.queues || []).forEach(function (q) { show(q.name, q.depth, (q.rates || {}).published || 0); });
+    };
+  } catch (e) { /* polling goes on */ }
+})();

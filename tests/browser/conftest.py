@@ -1,0 +1,123 @@
+"""The console in a real browser: Debian's headless Chromium driven by Playwright (sync
+API) against the service in a subprocess (tests/web/conftest.py's start_service, routing
+inline, on the session's private redis-server).
+
+Tests set up wiring and traffic as programs would: through the store's relay (the same
+inbox the HTTP API and the console publish to, and the same operations they call). Each
+test saves a screenshot under tests/browser/screenshots/ (git-ignored) for a person to look
+at; `axe_scan` runs axe-core (vendored under vendor/, for the tests only) on a page.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.message import Message
+from engine.relay import RelayClient
+from tests.web.conftest import start_service, unique
+
+HERE = Path(__file__).resolve().parent
+SHOTS = HERE / "screenshots"
+AXE = HERE / "vendor" / "axe-core-4.14.1.min.js"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+]  # fmt: skip
+
+__all__ = ["unique"]
+
+
+@pytest.fixture(scope="session")
+def console(redis_server, tmp_path_factory):
+    """The service for the browser tests (one per session, names made unique per test)."""
+    running = start_service(redis_server.url, tmp_path_factory.mktemp("console"), "inline")
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="session")
+def relay(console, redis_server) -> Iterator[RelayClient]:
+    client = RelayClient(redis_server.url, console.env["XUMP_STORE"])
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if shutil.which(CHROMIUM) is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="session")
+def login_state(browser, console) -> dict[str, Any]:
+    """The admin's logged-in cookies, made once through the login page."""
+    context = browser.new_context(base_url=console.url)
+    page = context.new_page()
+    page.goto("/login/")
+    page.get_by_label("User name").fill("admin")
+    page.get_by_label("Password").fill("admin-password")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(console.url + "/")
+    state = context.storage_state()
+    context.close()
+    return state
+
+
+@pytest.fixture
+def page(browser, console, login_state, request):
+    """A logged-in page; its screenshot is saved when the test ends."""
+    context = browser.new_context(
+        base_url=console.url, storage_state=login_state, viewport={"width": 1400, "height": 900}
+    )
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.errors = errors
+    yield opened
+    SHOTS.mkdir(exist_ok=True)
+    try:
+        opened.screenshot(path=str(SHOTS / f"{request.node.name}.png"), full_page=True)
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def anonymous(browser, console):
+    context = browser.new_context(base_url=console.url)
+    yield context.new_page()
+    context.close()
+
+
+def axe_scan(page) -> list[dict[str, Any]]:
+    """axe-core's serious and critical violations on the page as it is now."""
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate(
+        "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+        ".map(v => ({id: v.id, impact: v.impact, help: v.help,"
+        " nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))"
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]
+
+
+def make_queue(relay: RelayClient, name: str | None = None, **settings: Any) -> str:
+    name = name or unique("q")
+    relay.call("queue_create", name=name, **settings)
+    return name
+
+
+def publish(relay: RelayClient, queue: str, *messages: Message) -> list[str]:
+    mids = relay.publish_many(queue, list(messages))
+    relay.call("stats", queue=queue)  # answered after the publishes were applied
+    return mids

@@ -1,0 +1,64 @@
+"""Who may do what: the audit log and API tokens (created with scopes, shown once,
+revoked)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from xumpweb.console.common import audit
+from xumpweb.console.forms import TokenForm
+from xumpweb.wiring.models import ApiToken, AuditEvent
+
+AUDIT_PAGE = 50
+
+
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    events = AuditEvent.objects.all()
+    query = request.GET.get("q", "").strip()
+    if query:
+        events = events.filter(
+            Q(who__icontains=query) | Q(action__icontains=query) | Q(subject__icontains=query)
+        )
+    page = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
+    return render(request, "console/audit.html", {"page": page, "q": query})
+
+
+@login_required
+def tokens(request: HttpRequest) -> HttpResponse:
+    secret = None
+    if request.method == "POST":
+        form = TokenForm(request.POST)
+        if form.is_valid():
+            token, secret = ApiToken.issue(
+                form.cleaned_data["name"], form.cleaned_data["rights"], user=request.user
+            )
+            audit(request, "token.create", str(token), None,
+                  {"name": token.name, "prefix": token.prefix, "rights": token.rights})  # fmt: skip
+            form = TokenForm()
+    else:
+        form = TokenForm()
+    context = {"form": form, "secret": secret, "tokens": ApiToken.objects.all()}
+    # the secret is in this response only: never cached, never shown again
+    response = render(request, "console/tokens.html", context, status=201 if secret else 200)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, number: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=number)
+    if token.revoked is None:
+        token.revoked = timezone.now()
+        token.save(update_fields=["revoked"])
+        audit(request, "token.revoke", str(token), {"prefix": token.prefix}, None)
+        messages.success(request, f"Revoked {token}.")
+    return redirect("console:tokens")

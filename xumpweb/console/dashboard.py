@@ -1,0 +1,152 @@
+"""The dashboard: every queue with its depth, history, outstanding deliveries and rates.
+
+The page renders from the router's snapshot (service().snapshot()). In the browser,
+static/js/console.js opens /ws/monitor/ (htmx's WebSocket extension) and updates the
+numbers and sparklines from its frames; while that socket is not open, htmx polls the rows
+fragment every 2 s and the script derives rates from the counters between two polls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from xumpweb.console.common import CallFailed, age, audit, call, health, snapshot_by_name
+from xumpweb.console.forms import QueueCreateForm
+from xumpweb.wiring.models import Queue
+
+SORTS = {
+    "name": lambda q: q["name"],
+    "depth": lambda q: q["depth"],
+    "history": lambda q: q["history_size"],
+    "outstanding": lambda q: q["outstanding"],
+    "dead": lambda q: q["dead_lettered"],
+    "published": lambda q: q["published"],
+}
+
+
+def dead_letter_queues() -> set[str]:
+    """Queues some queue dead-letters into, and the engine's own ($dead)."""
+    named = Queue.objects.exclude(dead_letter__isnull=True).exclude(dead_letter="")
+    found = set(named.values_list("dead_letter", flat=True))
+    found.update(Queue.objects.filter(name__startswith="$").values_list("name", flat=True))
+    return found
+
+
+def queue_rows(query: str = "", sort: str = "name", descending: bool = False) -> dict[str, Any]:
+    by_name, snap = snapshot_by_name()
+    stores = dict(Queue.objects.values_list("name", "store__name"))
+    dead = dead_letter_queues()
+    rows = []
+    for name, info in by_name.items():
+        stats = info.get("stats") or {}
+        rows.append({
+            "name": name,
+            "store": stores.get(name, ""),
+            "depth": info.get("depth", 0),
+            "history_size": info.get("history_size", 0),
+            "outstanding": info.get("outstanding", 0),
+            "limit": info.get("limit"),
+            "dead_letter": info.get("dead_letter"),
+            "dead_lettered": stats.get("dead_lettered", 0),
+            "published": stats.get("published", 0),
+            "delivered": stats.get("delivered", 0),
+            "confirmed": stats.get("confirmed", 0),
+            "is_dead_letter_queue": name in dead,
+        })  # fmt: skip
+    for name in stores.keys() - by_name.keys():  # created since the last snapshot
+        rows.append({
+            "name": name, "store": stores[name], "depth": 0, "history_size": 0,
+            "outstanding": 0, "limit": None, "dead_letter": None, "dead_lettered": 0,
+            "published": 0, "delivered": 0, "confirmed": 0,
+            "is_dead_letter_queue": name in dead,
+        })  # fmt: skip
+    every = len(rows)
+    if query:
+        needle = query.lower()
+        rows = [r for r in rows if needle in r["name"].lower() or needle in r["store"].lower()]
+    rows.sort(key=SORTS.get(sort, SORTS["name"]), reverse=descending)
+    totals = {
+        "queues": every,
+        "shown": len(rows),
+        "depth": sum(r["depth"] for r in rows),
+        "history_size": sum(r["history_size"] for r in rows),
+        "outstanding": sum(r["outstanding"] for r in rows),
+        "dead_letters": sum(r["depth"] for r in rows if r["is_dead_letter_queue"]),
+        "inbox": snap.get("inbox", 0),
+        "snapshot_age": age(snap.get("time")),
+    }
+    return {
+        "rows": rows,
+        "totals": totals,
+        "snapshot_time": snap.get("time") or 0,
+        "recent": list(reversed(snap.get("recent") or []))[:15],
+    }
+
+
+def _listing(request: HttpRequest) -> dict[str, Any]:
+    query = request.GET.get("q", "").strip()
+    sort = request.GET.get("sort", "name")
+    if sort not in SORTS:
+        sort = "name"
+    descending = request.GET.get("dir") == "desc"
+    context = queue_rows(query, sort, descending)
+    context.update(q=query, sort=sort, dir="desc" if descending else "asc")
+    context["sorts"] = [(key, key.replace("_", " ")) for key in SORTS]
+    return context
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    context = _listing(request)
+    context["health"] = health()
+    context["form"] = QueueCreateForm()
+    return render(request, "console/dashboard.html", context)
+
+
+@login_required
+def dashboard_rows(request: HttpRequest) -> HttpResponse:
+    """The rows fragment (htmx polling and re-sorting), totals and health out of band."""
+    context = _listing(request)
+    context["health"] = health()
+    return render(request, "console/partials/dashboard_rows.html", context)
+
+
+@login_required
+def dashboard_frame(request: HttpRequest) -> JsonResponse:
+    """The snapshot as the topology page reads it while /ws/monitor/ is not open."""
+    by_name, snap = snapshot_by_name()
+    queues = [
+        {
+            "name": name,
+            "depth": info.get("depth", 0),
+            "history_size": info.get("history_size", 0),
+            "outstanding": info.get("outstanding", 0),
+            "stats": info.get("stats") or {},
+        }
+        for name, info in by_name.items()
+    ]
+    return JsonResponse({"type": "snapshot", "time": snap.get("time"), "queues": queues})
+
+
+@login_required
+@require_POST
+def queue_create(request: HttpRequest) -> HttpResponse:
+    form = QueueCreateForm(request.POST)
+    if form.is_valid():
+        settings = form.engine_settings()
+        name = settings.pop("name")
+        try:
+            answer = call("queue_create", name=name, **settings)
+        except CallFailed as error:
+            form.add_error(None, str(error))
+        else:
+            audit(request, "queue.create", name, None, answer.get("queue"))
+            return redirect("console:queue", name=name)
+    context = _listing(request)
+    context.update(health=health(), form=form)
+    return render(request, "console/dashboard.html", context, status=400)

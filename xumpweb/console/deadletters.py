@@ -1,0 +1,112 @@
+"""The dead-letter inspector: dead letters (waiting messages carrying `x-reason`) across
+every dead-letter queue, grouped by reason and source queue, sent back, moved, bounced or
+deleted one or many at a time, each action audited.
+
+Sending uses the `dead_letter_send` operation (publish to the target and take the dead
+letter out of its queue in one step, mids kept) and deleting uses `purge`; a router of a
+version without them cannot do either, and the page says so.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from xumpweb.console.common import CallFailed, audit, call, has_operation, shown
+from xumpweb.console.dashboard import dead_letter_queues
+from xumpweb.wiring.models import Queue
+
+SHOWN = 500  # dead letters read per dead-letter queue
+
+
+def collect() -> tuple[list[dict[str, Any]], list[str]]:
+    """Groups of dead letters by (dead-letter queue, reason, original queue)."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    problems = []
+    names = sorted(dead_letter_queues() & set(Queue.objects.values_list("name", flat=True)))
+    for name in names:
+        try:
+            waiting = call("peek", queue=name, count=SHOWN)
+        except CallFailed as error:
+            problems.append(f"{name}: {error}")
+            continue
+        for message in waiting:
+            headers = message.get("headers") or {}
+            if "x-reason" not in headers:
+                continue
+            key = (name, str(headers["x-reason"]), str(headers.get("x-original-queue", "")))
+            groups[key].append(shown(message))
+    found = [
+        {"queue": queue, "reason": reason, "source": source, "messages": items}
+        for (queue, reason, source), items in sorted(groups.items())
+    ]
+    return found, problems
+
+
+@login_required
+def inspector(request: HttpRequest) -> HttpResponse:
+    groups, problems = collect()
+    context = {
+        "groups": groups,
+        "problems": problems,
+        "total": sum(len(g["messages"]) for g in groups),
+        "queues": sorted(Queue.objects.values_list("name", flat=True)),
+        "can_send": has_operation("dead_letter_send"),
+        "can_delete": has_operation("purge"),
+    }
+    return render(request, "console/deadletters.html", context)
+
+
+@login_required
+@require_POST
+def act(request: HttpRequest) -> HttpResponse:
+    """One action on the chosen dead letters, one operation per dead-letter queue."""
+    action = request.POST.get("action")
+    target = request.POST.get("target", "").strip() or None
+    chosen: dict[str, list[int]] = defaultdict(list)
+    for value in request.POST.getlist("letter"):
+        queue, _, seq = value.rpartition("|")
+        if queue and seq.isdigit():
+            chosen[queue].append(int(seq))
+    if not chosen:
+        messages.error(request, "Choose at least one dead letter.")
+        return redirect("console:deadletters")
+    if action not in ("reroute", "move", "bounce", "delete"):
+        messages.error(request, "Choose what to do with them.")
+        return redirect("console:deadletters")
+    if action == "move" and not target:
+        messages.error(request, "Choose the queue to move them to.")
+        return redirect("console:deadletters")
+    needed = "purge" if action == "delete" else "dead_letter_send"
+    if not has_operation(needed):
+        messages.error(request, f"This version of the router has no {needed} operation.")
+        return redirect("console:deadletters")
+    done = 0
+    for queue, seqs in chosen.items():
+        try:
+            if action == "delete":
+                answer = call("purge", queue=queue, seqs=seqs)
+                done += answer.get("purged", 0)
+            else:
+                arguments: dict[str, Any] = {"queue": queue, "seqs": seqs}
+                if action == "move":
+                    arguments["target"] = target
+                if action == "bounce":
+                    arguments["bounce"] = True
+                answer = call("dead_letter_send", **arguments)
+                done += answer.get("sent", 0)
+        except CallFailed as error:
+            messages.error(request, f"{queue}: nothing changed: {error}")
+            continue
+        audit(request, f"deadletter.{action}", queue, {"seqs": seqs}, answer)
+    if done:
+        verb = {"reroute": "Re-routed", "move": "Moved", "bounce": "Bounced",
+                "delete": "Deleted"}[action]  # fmt: skip
+        messages.success(request, f"{verb} {done} dead letter{'s' if done != 1 else ''}.")
+    return redirect("console:deadletters")

@@ -1,0 +1,221 @@
+"""The console's forms. They check shapes (numbers, required fields); names, patterns and
+expressions are checked by the engine when the operation runs, and its error is shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from xumpweb.console.common import parse_header_lines
+
+WHEN_CHOICES = [
+    ("match", "match the address or a header"),
+    ("filter", "filter expression over headers"),
+    ("always", "always"),
+    ("default", "default (when no other selector matched)"),
+    ("overflow", "overflow (a message arriving at a full queue)"),
+]
+OPERATOR_CHOICES = [
+    ("topic", "topic (a.*.c, #)"),
+    ("eq", "equals"),
+    ("prefix", "prefix"),
+    ("regex", "regular expression (full match)"),
+]
+ACTION_CHOICES = [
+    ("copy", "COPY to queue"),
+    ("move", "MOVE to queue"),
+    ("deliver", "DELIVER to destination"),
+    ("bounce", "BOUNCE to queue"),
+    ("delete", "DELETE"),
+]
+
+
+class QueueSettingsForm(forms.Form):
+    limit = forms.IntegerField(
+        required=False, min_value=1, help_text="most unprocessed messages; empty: unbounded"
+    )
+    history = forms.IntegerField(min_value=0, initial=0, help_text="processed messages kept")
+    dead_letter = forms.CharField(
+        required=False, max_length=200, help_text="queue for unroutable messages; empty: none"
+    )
+    self_destruct = forms.BooleanField(
+        required=False, help_text="delete the queue when its last selector is deleted"
+    )
+
+    def engine_settings(self) -> dict[str, Any]:
+        data = dict(self.cleaned_data)
+        data["dead_letter"] = data.get("dead_letter") or None
+        return data
+
+
+class QueueCreateForm(QueueSettingsForm):
+    name = forms.CharField(max_length=200)
+    field_order = ["name", "limit", "history", "dead_letter", "self_destruct"]
+
+
+class PublishForm(forms.Form):
+    address = forms.CharField(required=False, max_length=1000)
+    headers = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="one per line, name: value (numbers and true/false are typed)",
+    )
+    body = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 4}))
+    return_address = forms.CharField(required=False, max_length=1000)
+
+    def clean_headers(self) -> dict[str, Any]:
+        try:
+            return parse_header_lines(self.cleaned_data.get("headers") or "")
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+
+class SelectorForm(forms.Form):
+    when = forms.ChoiceField(label="WHEN", choices=WHEN_CHOICES, widget=forms.RadioSelect)
+    operator = forms.ChoiceField(label="match operator", choices=OPERATOR_CHOICES, required=False)
+    pattern = forms.CharField(label="pattern", required=False, max_length=1000)
+    field = forms.CharField(
+        label="field", required=False, initial="address", max_length=200,
+        help_text="address, or a header name",
+    )  # fmt: skip
+    filter = forms.CharField(
+        label="filter expression",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+        help_text="e.g. priority > 5 AND region IN ('eu', 'us'); with a match, both must hold",
+    )
+    action = forms.ChoiceField(label="DO", choices=ACTION_CHOICES)
+    target = forms.CharField(
+        label="target", required=False, max_length=200, help_text="queue or destination"
+    )
+    credit = forms.IntegerField(label="credit", initial=-1, min_value=-1, help_text="-1: unlimited")
+    start = forms.CharField(
+        label="start", initial="current", max_length=30,
+        help_text="current, head, or a seq to replay history from",
+    )  # fmt: skip
+    enabled = forms.BooleanField(label="enabled", required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        when = data.get("when")
+        if when == "match" and not data.get("pattern") and data.get("operator") != "eq":
+            self.add_error("pattern", "a match needs a pattern")
+        if when == "filter" and not (data.get("filter") or "").strip():
+            self.add_error("filter", "a filter selector needs an expression")
+        if data.get("action") not in (None, "delete") and not data.get("target"):
+            self.add_error("target", "this action needs a target")
+        start = (data.get("start") or "current").strip()
+        if start not in ("current", "head"):
+            try:
+                start = int(start)
+            except ValueError:
+                self.add_error("start", "current, head or a seq number")
+        data["start"] = start
+        return data
+
+    def engine_settings(self) -> dict[str, Any]:
+        """The arguments of selector_create / selector_update."""
+        data = self.cleaned_data
+        settings: dict[str, Any] = {"when": data["when"], "action": data["action"]}
+        expression = (data.get("filter") or "").strip() or None
+        if data["when"] == "match":
+            settings["match"] = {
+                "operator": data.get("operator") or "topic",
+                "pattern": data.get("pattern") or "",
+                "field": (data.get("field") or "").strip() or "address",
+            }
+            if expression:
+                settings["filter"] = expression
+        elif data["when"] == "filter":
+            settings["filter"] = expression
+        if data["action"] != "delete":
+            settings["target"] = data["target"]
+        settings["credit"] = data["credit"]
+        settings["start"] = data["start"]
+        settings["enabled"] = bool(data.get("enabled"))
+        return settings
+
+    @classmethod
+    def initial_from(cls, selector: dict[str, Any]) -> dict[str, Any]:
+        match = selector.get("match") or {}
+        when = selector.get("when") or "match"
+        return {
+            "when": when,
+            "operator": match.get("operator") or "topic",
+            "pattern": match.get("pattern") or "",
+            "field": match.get("field") or "address",
+            "filter": selector.get("filter") or "",
+            "action": selector.get("action") or "copy",
+            "target": selector.get("target") or "",
+            "credit": selector.get("credit", -1),
+            "start": selector.get("start", "current"),
+            "enabled": selector.get("enabled", False),
+        }
+
+
+class PatternForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    router = forms.CharField(max_length=200)
+    topic = forms.CharField(required=False, max_length=1000)
+    credit = forms.IntegerField(required=False, initial=1, min_value=-1)
+
+    def __init__(self, kind: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kind = kind
+        labels = {
+            "housecat": ("recipient", "router queue"),
+            "parrot": ("subscriber", "router queue"),
+            "wolfpack": ("worker", "service queue"),
+        }[kind]
+        self.fields["name"].label, self.fields["router"].label = labels
+        self.fields["router"].initial = {"wolfpack": "jobs"}.get(kind, kind)
+        if kind == "parrot":
+            self.fields["topic"].required = True
+            self.fields["topic"].label = "topic pattern"
+            self.fields["topic"].help_text = "e.g. stock.*.price or news.#"
+        else:
+            del self.fields["topic"]
+        if kind == "wolfpack":
+            self.fields["credit"].help_text = "messages a worker holds at once (-1: unlimited)"
+        else:
+            del self.fields["credit"]
+
+    def build_arguments(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        arguments = {"kind": self.kind, "name": data["name"], "router": data["router"]}
+        if self.kind == "parrot":
+            arguments["topic"] = data["topic"]
+        if self.kind == "wolfpack":
+            arguments["credit"] = 1 if data.get("credit") is None else data["credit"]
+        return arguments
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    rights = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        initial="*: publish, consume",
+        help_text="one per line: queue or glob: rights (publish, consume, manage)",
+    )
+
+    def clean_rights(self) -> dict[str, list[str]]:
+        rights: dict[str, list[str]] = {}
+        for number, line in enumerate(self.cleaned_data["rights"].splitlines(), 1):
+            if not line.strip():
+                continue
+            pattern, colon, granted = line.rpartition(":")
+            pattern = pattern.strip()
+            if not colon or not pattern:
+                raise forms.ValidationError(f"line {number}: write `queue-or-glob: rights`")
+            names = [g.strip() for g in granted.split(",") if g.strip()]
+            unknown = [g for g in names if g not in ("publish", "consume", "manage")]
+            if unknown or not names:
+                raise forms.ValidationError(
+                    f"line {number}: rights are publish, consume and manage, not {unknown}"
+                )
+            rights.setdefault(pattern, [])
+            rights[pattern] += [g for g in names if g not in rights[pattern]]
+        if not rights:
+            raise forms.ValidationError("give the token at least one right")
+        return rights

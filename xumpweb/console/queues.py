@@ -1,0 +1,254 @@
+"""The queue page: settings, selectors in routing order, the history browser, message
+detail, publishing a test message and purging."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from engine.errors import InvalidSelector, XumpError
+from engine.filters import compile_filter
+from xumpweb.console.common import (
+    CallFailed,
+    audit,
+    body_views,
+    call,
+    has_operation,
+    shown,
+    to_message,
+)
+from xumpweb.console.forms import PublishForm, QueueSettingsForm
+from xumpweb.runtime import service
+
+PAGE = 20
+WAITING_SHOWN = 20
+MODES = ("latest", "oldest", "before", "after", "since")
+
+
+def fetch_queue(name: str) -> dict[str, Any]:
+    try:
+        return call("queue_get", name=name)
+    except CallFailed as error:
+        raise Http404(str(error)) from None
+
+
+def settings_initial(queue: dict[str, Any]) -> dict[str, Any]:
+    return {k: queue.get(k) for k in ("limit", "history", "dead_letter", "self_destruct")}
+
+
+@login_required
+def queue_page(request: HttpRequest, name: str) -> HttpResponse:
+    queue = fetch_queue(name)
+    context = {
+        "queue": queue,
+        "settings_form": QueueSettingsForm(initial=settings_initial(queue)),
+        "publish_form": PublishForm(),
+        "waiting": [shown(m) for m in call("peek", queue=name, count=WAITING_SHOWN)],
+        "can_purge": has_operation("purge"),
+        **history_context(name, request.GET),
+    }
+    return render(request, "console/queue.html", context)
+
+
+def parse_since(text: str) -> float:
+    """A time typed as HH:MM[:SS] (today, UTC) or an ISO date and time (UTC unless it says)."""
+    text = text.strip()
+    try:
+        clock = time.fromisoformat(text)
+    except ValueError:
+        moment = datetime.fromisoformat(text.replace(" ", "T"))
+    else:
+        moment = datetime.combine(datetime.now(UTC).date(), clock)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def history_context(name: str, query: Any) -> dict[str, Any]:
+    """One page of history, newest first, as the query asks for it."""
+    mode = query.get("mode", "latest")
+    since = query.get("since", "").strip()
+    if since:
+        mode = "since"  # the form's time wins over the page it was sent from
+    if mode not in MODES:
+        mode = "latest"
+    error = ""
+    found: list[dict[str, Any]] = []
+    try:
+        if mode in ("latest", "oldest"):
+            found = call("browse", queue=name, start=mode, count=PAGE)
+        elif mode == "since":
+            found = call("since", queue=name, timestamp=parse_since(since), count=PAGE)
+        else:
+            seq = int(query.get("seq", ""))
+            found = call("browse", queue=name, count=PAGE, **{mode: seq})
+    except (ValueError, TypeError):
+        error = "give a time as HH:MM or YYYY-MM-DD HH:MM" if mode == "since" else "bad seq"
+    except CallFailed as failure:
+        error = str(failure)
+    found.sort(key=lambda m: m["seq"], reverse=True)
+    page = [shown(m) for m in found]
+    expression = query.get("filter", "").strip()
+    filter_error = None
+    total = len(page)
+    if expression:
+        try:
+            selects = compile_filter(expression)
+        except InvalidSelector as invalid:
+            filter_error = column_error(expression, invalid)
+        else:
+            page = [m for m in page if selects(to_message(m))]
+    return {
+        "history": page,
+        "history_mode": mode,
+        "history_error": error,
+        "history_total": total,
+        "newest_seq": page[0]["seq"] if found else None,
+        "oldest_seq": found[-1]["seq"] if found else None,
+        "history_first": found[0]["seq"] if found else None,
+        "history_last": found[-1]["seq"] if found else None,
+        "history_filter": expression,
+        "filter_error": filter_error,
+        "since": since,
+    }
+
+
+def column_error(expression: str, invalid: InvalidSelector | XumpError) -> dict[str, Any]:
+    """An expression's error split at its column, for the caret the template draws."""
+    column = getattr(invalid, "column", None)
+    if column is None:
+        return {"message": str(invalid), "column": None}
+    index = max(0, min(len(expression), column - 1))
+    return {
+        "message": str(invalid),
+        "column": column,
+        "before": expression[:index],
+        "at": expression[index : index + 1] or " ",
+        "after": expression[index + 1 :],
+    }
+
+
+@login_required
+def history(request: HttpRequest, name: str) -> HttpResponse:
+    context = {"queue": {"name": name}, **history_context(name, request.GET)}
+    return render(request, "console/partials/history.html", context)
+
+
+@login_required
+@require_POST
+def queue_settings(request: HttpRequest, name: str) -> HttpResponse:
+    before = fetch_queue(name)
+    form = QueueSettingsForm(request.POST)
+    if form.is_valid():
+        try:
+            after = call("queue_update", name=name, **form.engine_settings())
+        except CallFailed as error:
+            messages.error(request, f"Settings not saved: {error}")
+        else:
+            audit(request, "queue.update", name, settings_initial(before), settings_initial(after))
+            messages.success(request, "Settings saved.")
+    else:
+        messages.error(request, f"Settings not saved: {form.errors.as_text()}")
+    return redirect("console:queue", name=name)
+
+
+@login_required
+@require_POST
+def publish(request: HttpRequest, name: str) -> HttpResponse:
+    from engine import Message
+
+    form = PublishForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Not published: {form.errors.as_text()}")
+        return redirect("console:queue", name=name)
+    data = form.cleaned_data
+    message = Message(
+        address=data["address"],
+        headers=data["headers"],
+        body=data["body"].encode(),
+        return_address=data["return_address"] or None,
+    )
+    try:
+        [mid] = service().publish_many(name, [message])
+    except XumpError as error:
+        messages.error(request, f"Not published: {error}")
+    else:
+        audit(request, "message.publish", name, None, {"mid": mid, "address": data["address"]})
+        messages.success(request, f"Published message {mid}.")
+    return redirect("console:queue", name=name)
+
+
+def find_message(name: str, seq: int) -> tuple[dict[str, Any], str]:
+    """The message with `seq` in the queue's history or among its waiting messages."""
+    for message in call("browse", queue=name, after=seq - 1, count=1):
+        if message["seq"] == seq:
+            return message, "history"
+    depth = fetch_queue(name)["depth"]
+    for message in call("peek", queue=name, count=min(depth, 10_000)):
+        if message["seq"] == seq:
+            return message, "unprocessed"
+    raise Http404(f"queue {name!r} holds no message {seq}")
+
+
+@login_required
+def message_detail(request: HttpRequest, name: str, seq: int) -> HttpResponse:
+    try:
+        message, section = find_message(name, seq)
+    except CallFailed as error:
+        raise Http404(str(error)) from None
+    view = request.GET.get("view", "text")
+    bodies = body_views(message)
+    if view not in ("text", "json", "hex") or (view == "json" and bodies["json"] is None):
+        view = "text"
+    context = {
+        "queue": {"name": name},
+        "message": shown(message),
+        "section": section,
+        "bodies": bodies,
+        "view": view,
+        "views": [("text", "Text"), ("json", "JSON"), ("hex", "Hex")],
+    }
+    return render(request, "console/message.html", context)
+
+
+@login_required
+def purge(request: HttpRequest, name: str) -> HttpResponse:
+    queue = fetch_queue(name)
+    if not has_operation("purge"):
+        messages.error(request, "This version of the router has no purge operation.")
+        return redirect("console:queue", name=name)
+    if request.method == "POST":
+        if request.POST.get("confirm") != name:
+            messages.error(request, "Type the queue's name to confirm the purge.")
+            return redirect(reverse("console:queue_purge", args=[name]))
+        try:
+            answer = call("purge", queue=name)
+        except CallFailed as error:
+            messages.error(request, f"Not purged: {error}")
+        else:
+            audit(request, "queue.purge", name, {"depth": queue["depth"]}, answer)
+            messages.success(request, f"Purged {answer.get('purged', 0)} waiting messages.")
+        return redirect("console:queue", name=name)
+    return render(request, "console/confirm_purge.html", {"queue": queue})
+
+
+@login_required
+def queue_delete(request: HttpRequest, name: str) -> HttpResponse:
+    queue = fetch_queue(name)
+    if request.method == "POST":
+        try:
+            call("queue_delete", name=name)
+        except CallFailed as error:
+            messages.error(request, f"Not deleted: {error}")
+            return redirect("console:queue", name=name)
+        audit(request, "queue.delete", name, settings_initial(queue), None)
+        messages.success(request, f"Deleted queue {name}.")
+        return redirect("console:dashboard")
+    return render(request, "console/confirm_queue_delete.html", {"queue": queue})

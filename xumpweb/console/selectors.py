@@ -1,0 +1,229 @@
+"""The selector builder: WHEN + DO + credit + start, validation as you type, a preview
+against the source queue's recent messages, enable / disable / delete.
+
+The preview decides in this process, with the engine's own matching and filter code, which
+of the last 100 messages (history and waiting) the selector would take; it changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from engine.errors import InvalidSelector
+from engine.filters import compile_filter
+from engine.matching import check_pattern, new_index
+from xumpweb.console.common import CallFailed, audit, call, shown, to_message
+from xumpweb.console.forms import SelectorForm
+from xumpweb.console.queues import column_error, fetch_queue
+
+PREVIEW = 100
+
+
+def fetch_selector(queue: str, number: int) -> dict[str, Any]:
+    from django.http import Http404
+
+    try:
+        return call("selector_get", queue=queue, id=number)
+    except CallFailed as error:
+        raise Http404(str(error)) from None
+
+
+@login_required
+def selector_new(request: HttpRequest, name: str) -> HttpResponse:
+    queue = fetch_queue(name)
+    if request.method == "POST":
+        form = SelectorForm(request.POST)
+        if form.is_valid():
+            try:
+                created = call("selector_create", queue=name, **form.engine_settings())
+            except CallFailed as error:
+                form.add_error(None, str(error))
+            else:
+                audit(request, "selector.create", f"{name}#{created['id']}", None, created)
+                messages.success(request, f"Selector {created['id']} created.")
+                return redirect("console:queue", name=name)
+    else:
+        form = SelectorForm(initial={"when": "match", "action": "copy", "credit": -1})
+    return render(
+        request, "console/selector.html", {"queue": queue, "form": form, "selector": None}
+    )
+
+
+@login_required
+def selector_edit(request: HttpRequest, name: str, number: int) -> HttpResponse:
+    queue = fetch_queue(name)
+    selector = fetch_selector(name, number)
+    if request.method == "POST":
+        form = SelectorForm(request.POST)
+        if form.is_valid():
+            try:
+                changed = call("selector_update", queue=name, id=number, **form.engine_settings())
+            except CallFailed as error:
+                form.add_error(None, str(error))
+            else:
+                audit(request, "selector.update", f"{name}#{number}", selector, changed)
+                messages.success(request, f"Selector {number} saved.")
+                return redirect("console:queue", name=name)
+    else:
+        form = SelectorForm(initial=SelectorForm.initial_from(selector))
+    context = {"queue": queue, "form": form, "selector": selector}
+    return render(request, "console/selector.html", context)
+
+
+@login_required
+@require_POST
+def selector_enable(request: HttpRequest, name: str, number: int) -> HttpResponse:
+    before = fetch_selector(name, number)
+    enabled = request.POST.get("enabled") == "1"
+    try:
+        after = call("selector_update", queue=name, id=number, enabled=enabled)
+    except CallFailed as error:
+        messages.error(request, f"Selector {number} unchanged: {error}")
+    else:
+        action = "selector.enable" if enabled else "selector.disable"
+        audit(request, action, f"{name}#{number}", before, after)
+        messages.success(request, f"Selector {number} {'enabled' if enabled else 'disabled'}.")
+    return redirect("console:queue", name=name)
+
+
+@login_required
+def selector_delete(request: HttpRequest, name: str, number: int) -> HttpResponse:
+    selector = fetch_selector(name, number)
+    if request.method == "POST":
+        try:
+            call("selector_delete", queue=name, id=number)
+        except CallFailed as error:
+            messages.error(request, f"Selector {number} not deleted: {error}")
+        else:
+            audit(request, "selector.delete", f"{name}#{number}", selector, None)
+            messages.success(request, f"Selector {number} deleted.")
+        return redirect("console:queue", name=name)
+    context = {"queue": {"name": name}, "selector": selector}
+    return render(request, "console/confirm_selector_delete.html", context)
+
+
+# -- as you type ------------------------------------------------------------------------------
+@login_required
+@require_POST
+def validate_filter(request: HttpRequest) -> HttpResponse:
+    """The filter field's verdict (htmx, on every pause in typing)."""
+    expression = request.POST.get("filter", "")
+    error = None
+    if expression.strip():
+        try:
+            compile_filter(expression)
+        except InvalidSelector as invalid:
+            error = column_error(expression, invalid)
+    context = {"error": error, "expression": expression, "field_id": "filter"}
+    return render(request, "console/partials/expression_check.html", context)
+
+
+@login_required
+@require_POST
+def validate_pattern(request: HttpRequest) -> HttpResponse:
+    pattern = request.POST.get("pattern", "")
+    operator = request.POST.get("operator", "topic")
+    error = None
+    if request.POST.get("when") == "match":
+        try:
+            check_pattern(operator, pattern)
+        except InvalidSelector as invalid:
+            error = column_error(pattern, invalid)
+    context = {"error": error, "expression": pattern, "field_id": "pattern"}
+    return render(request, "console/partials/expression_check.html", context)
+
+
+def matcher(settings: dict[str, Any]) -> Any:
+    """A function telling whether a message meets a selector's WHEN (match and filter), as
+    the engine's indexes and filters decide it. InvalidSelector for a bad pattern."""
+    match = settings.get("match")
+    expression = settings.get("filter")
+    index = None
+    if match:
+        check_pattern(match["operator"], match["pattern"])
+        index = new_index(match["operator"])
+        index.add(match["pattern"], 1)
+    selects = compile_filter(expression) if expression else None
+    field = (match or {}).get("field", "address")
+
+    def meets(message: Any) -> bool:
+        if index is not None:
+            value = message.address if field == "address" else message.headers.get(field)
+            if not isinstance(value, str) or not index.match(value):
+                return False
+        return selects is None or selects(message)
+
+    return meets
+
+
+def selector_settings(selector: dict[str, Any]) -> dict[str, Any]:
+    return {"when": selector["when"], "match": selector.get("match"),
+            "filter": selector.get("filter")}  # fmt: skip
+
+
+def taken_by(settings: dict[str, Any], others: list[dict[str, Any]], message: Any) -> bool:
+    when = settings["when"]
+    if when == "always":
+        return True
+    if when == "overflow":
+        return False
+    if when == "default":
+        for other in others:
+            if not other.get("enabled") or other["when"] in ("default", "overflow"):
+                continue
+            if other["when"] == "always" or matcher(selector_settings(other))(message):
+                return False
+        return True
+    return matcher(settings)(message)
+
+
+@login_required
+@require_POST
+def preview(request: HttpRequest, name: str) -> HttpResponse:
+    """Which of the source queue's last 100 messages the selector in the form would take."""
+    form = SelectorForm(request.POST)
+    context: dict[str, Any] = {"queue": {"name": name}, "taken": [], "examined": 0}
+    if not form.is_valid():
+        context["error"] = "; ".join(
+            f"{field}: {' '.join(errors)}" for field, errors in form.errors.items()
+        )
+        return render(request, "console/partials/preview.html", context)
+    settings = form.engine_settings()
+    try:
+        recent = call("browse", queue=name, start="latest", count=PREVIEW)
+        waiting = call("peek", queue=name, count=PREVIEW)
+        others = call("selectors", queue=name)
+    except CallFailed as error:
+        context["error"] = str(error)
+        return render(request, "console/partials/preview.html", context)
+    candidates = sorted(recent + waiting, key=lambda m: m["seq"], reverse=True)[:PREVIEW]
+    own = request.POST.get("selector_id")
+    others = [s for s in others if str(s["id"]) != own]
+    try:
+        meets = matcher(settings) if settings["when"] in ("match", "filter") else None
+        taken = []
+        for out in candidates:
+            message = to_message(out)
+            hit = meets(message) if meets else taken_by(settings, others, message)
+            if hit:
+                taken.append(shown(out))
+    except InvalidSelector as invalid:
+        context["error"] = str(invalid)
+        return render(request, "console/partials/preview.html", context)
+    waiting_seqs = {m["seq"] for m in waiting}
+    for message in taken:
+        message["waiting"] = message["seq"] in waiting_seqs
+    context.update(
+        taken=taken,
+        examined=len(candidates),
+        when=settings["when"],
+        action=settings["action"],
+        target=settings.get("target"),
+    )
+    return render(request, "console/partials/preview.html", context)

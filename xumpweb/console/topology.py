@@ -1,0 +1,73 @@
+"""Topology: every queue and selector as a directed graph (static/js/topology.js draws it
+with cytoscape and the dagre layout). Queues are nodes; COPY, MOVE and BOUNCE selectors
+are edges between queues; DELIVER edges end at destination nodes; DELETE at one sink.
+The wiring is read from the catalog's models (what the router runs); live numbers come
+from the router's snapshot and, in the browser, from /ws/monitor/."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+
+from xumpweb.console.common import snapshot_by_name
+from xumpweb.console.dashboard import dead_letter_queues
+from xumpweb.wiring.models import Queue, Selector
+
+
+def graph() -> dict[str, Any]:
+    by_name, _ = snapshot_by_name()
+    dead = dead_letter_queues()
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    names = list(Queue.objects.values_list("name", flat=True))
+    for name in names:
+        live = by_name.get(name) or {}
+        nodes.append({
+            "id": f"q:{name}", "kind": "queue", "name": name,
+            "url": reverse("console:queue", args=[name]),
+            "depth": live.get("depth", 0), "outstanding": live.get("outstanding", 0),
+            "dead": name in dead,
+        })  # fmt: skip
+    destinations: set[str] = set()
+    sink = False
+    for row in Selector.objects.select_related("queue").order_by("queue__name", "number"):
+        source = f"q:{row.queue.name}"
+        if row.action in ("copy", "move", "bounce") and row.target:
+            target = f"q:{row.target}"
+            if row.target not in names:  # waiting for a queue of that name
+                nodes.append({"id": target, "kind": "missing", "name": row.target, "url": "",
+                              "depth": 0, "outstanding": 0, "dead": False})  # fmt: skip
+                names.append(row.target)
+        elif row.action == "deliver" and row.target:
+            target = f"d:{row.target}"
+            destinations.add(row.target)
+        elif row.action == "delete":
+            target, sink = "sink:delete", True
+        else:
+            continue
+        edges.append({
+            "id": f"s:{row.queue.name}#{row.number}", "source": source, "target": target,
+            "action": row.action, "enabled": row.enabled, "label": row.describe(),
+            "queue": row.queue.name, "number": row.number,
+        })  # fmt: skip
+    for destination in sorted(destinations):
+        nodes.append({"id": f"d:{destination}", "kind": "destination", "name": destination,
+                      "url": "", "depth": 0, "outstanding": 0, "dead": False})  # fmt: skip
+    if sink:
+        nodes.append({"id": "sink:delete", "kind": "sink", "name": "deleted", "url": "",
+                      "depth": 0, "outstanding": 0, "dead": False})  # fmt: skip
+    return {"nodes": nodes, "edges": edges}
+
+
+@login_required
+def topology(request: HttpRequest) -> HttpResponse:
+    return render(request, "console/topology.html", {"graph": graph()})
+
+
+@login_required
+def topology_graph(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(graph())

@@ -1,0 +1,70 @@
+"""The console's pages (mounted at the site root by xumpweb/urls.py).
+
+Queue names may hold `/`, so the pages below a queue come before the queue page itself.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth
+from django.urls import path
+
+from xumpweb.console import (
+    accounts,
+    assets,
+    dashboard,
+    deadletters,
+    patterns,
+    queues,
+    selectors,
+    topology,
+)
+
+app_name = "console"
+LOGIN = {
+    "template_name": "console/login.html",
+    "redirect_authenticated_user": True,
+    "next_page": "console:dashboard",
+}
+
+urlpatterns = [
+    path("", dashboard.dashboard, name="dashboard"),
+    path("static/<path:path>", assets.static_file, name="static"),
+    path("dashboard/rows/", dashboard.dashboard_rows, name="dashboard_rows"),
+    path("dashboard/frame/", dashboard.dashboard_frame, name="dashboard_frame"),
+    path("login/", auth.LoginView.as_view(**LOGIN), name="login"),
+    path("logout/", auth.LogoutView.as_view(next_page="console:login"), name="logout"),
+    path("queues/new/", dashboard.queue_create, name="queue_create"),
+    path("queues/<path:name>/history/", queues.history, name="queue_history"),
+    path("queues/<path:name>/settings/", queues.queue_settings, name="queue_settings"),
+    path("queues/<path:name>/publish/", queues.publish, name="queue_publish"),
+    path("queues/<path:name>/purge/", queues.purge, name="queue_purge"),
+    path("queues/<path:name>/delete/", queues.queue_delete, name="queue_delete"),
+    path("queues/<path:name>/messages/<int:seq>/", queues.message_detail, name="message"),
+    path("queues/<path:name>/selectors/new/", selectors.selector_new, name="selector_new"),
+    path("queues/<path:name>/selectors/preview/", selectors.preview, name="selector_preview"),
+    path(
+        "queues/<path:name>/selectors/<int:number>/enable/",
+        selectors.selector_enable,
+        name="selector_enable",
+    ),
+    path(
+        "queues/<path:name>/selectors/<int:number>/delete/",
+        selectors.selector_delete,
+        name="selector_delete",
+    ),
+    path("queues/<path:name>/selectors/<int:number>/", selectors.selector_edit, name="selector"),
+    path("queues/<path:name>/", queues.queue_page, name="queue"),
+    path("check/filter/", selectors.validate_filter, name="check_filter"),
+    path("check/pattern/", selectors.validate_pattern, name="check_pattern"),
+    path("patterns/", patterns.pattern_list, name="patterns"),
+    path("patterns/new/<str:kind>/", patterns.pattern_new, name="pattern_new"),
+    path("patterns/plan/<str:kind>/", patterns.pattern_plan, name="pattern_plan"),
+    path("patterns/<int:number>/delete/", patterns.pattern_delete, name="pattern_delete"),
+    path("dead-letters/", deadletters.inspector, name="deadletters"),
+    path("dead-letters/act/", deadletters.act, name="deadletters_act"),
+    path("topology/", topology.topology, name="topology"),
+    path("topology/graph/", topology.topology_graph, name="topology_graph"),
+    path("audit/", accounts.audit_log, name="audit"),
+    path("tokens/", accounts.tokens, name="tokens"),
+    path("tokens/<int:number>/revoke/", accounts.token_revoke, name="token_revoke"),
+]
