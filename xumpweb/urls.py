@@ -1,13 +1,12 @@
 from django.contrib import admin
-from django.urls import path, re_path
+from django.urls import include, path, re_path
 
 from xumpweb.api import api as xump_api
 from xumpweb.api.errors import unknown_route
-from xumpweb.console import views
 
 urlpatterns = [
     path("api/", xump_api.urls()),
     re_path(r"^api/", unknown_route),  # anything else under /api/: a JSON 404
-    path("", views.home, name="home"),
+    path("", include("xumpweb.console.urls")),
     path("admin/", admin.site.urls),
 ]
