@@ -24,8 +24,10 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from engine import Message
-from engine.relay import RelayClient
+from engine.relay import RelayClient, delivery_from_json
 from tests.web.conftest import ROOT, unique
+from xumpweb.live.frames import delivery_frame
+from xumpweb.routing.codec import delivery_out
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -49,10 +51,11 @@ class Xump:
             self.celery.close()
 
     def api(self) -> bool:
-        """Whether the server has the HTTP API's publish endpoint (a JSON answer)."""
+        """Whether the server's HTTP API has the batch publish endpoint yet."""
         if self._api is None:
-            answer = self.http.post("/api/queues/no-such-queue/publish-batch", json={})
-            self._api = answer.headers.get("content-type", "").startswith("application/json")
+            answer = self.http.get("/api/openapi.json")
+            paths = answer.json().get("paths", {}) if answer.status_code == 200 else {}
+            self._api = "/api/queues/{queue}/publish-batch" in paths
         return self._api
 
     def kick(self) -> None:
@@ -77,22 +80,24 @@ class Xump:
         self.call("selector_create", queue=queue, when="always", action="deliver",
                   target=destination, enabled=True)  # fmt: skip
 
-    def publish(self, queue: str, bodies: list[bytes | str], chunk: int = 1000) -> list[str]:
-        """Publish in batches; the mids."""
+    def publish(self, queue: str, messages: list, chunk: int = 1000) -> list[str]:
+        """Publish in batches of `chunk`; the mids. A message is a body (text) or a dict
+        with "body" and "address"."""
         mids: list[str] = []
-        for start in range(0, len(bodies), chunk):
-            part = bodies[start : start + chunk]
+        for start in range(0, len(messages), chunk):
+            part = [
+                m if isinstance(m, dict) else {"body": m} for m in messages[start : start + chunk]
+            ]
             if self.api():
-                texts = [b.decode() if isinstance(b, bytes) else b for b in part]
                 answer = self.http.post(
-                    f"/api/queues/{quote(queue, safe='')}/publish-batch",
-                    json={"messages": [{"body": text} for text in texts]},
+                    f"/api/queues/{quote(queue, safe='')}/publish-batch", json={"messages": part}
                 )
                 assert answer.status_code in (200, 201, 202), answer.text
                 mids.extend(answer.json()["mids"])
             else:
-                messages = [Message(body=b if isinstance(b, bytes) else b.encode()) for b in part]
-                mids.extend(self.relay.publish_many(queue, messages))
+                mids.extend(self.relay.publish_many(queue, [
+                    Message(address=m.get("address", ""), body=m["body"].encode()) for m in part
+                ]))  # fmt: skip
                 self.kick()
         return mids
 
@@ -477,6 +482,23 @@ def test_the_documented_subscriber_example_runs(service, xump, tmp_path):
         process.kill()
         process.wait()
     assert [line.split()[-1] for line in lines] == ["one", "two", "three"]
+
+
+def test_delivery_frames_have_the_api_s_delivery_shape(service, xump):
+    """The subscriber's fast path gives what codec.delivery_out gives for the same item."""
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    bodies = [b"text \xc3\xa9", b"\xff\x00binary", b""]
+    headers = {"n": 1, "ok": True, "x": 1.5, "s": "\u00e9"}
+    xump.relay.publish_many(queue, [Message("a.b", headers, body, "reply") for body in bodies])
+    xump.kick()
+    key = f"xump:{{{xump.store}}}:outbox:{destination}"
+    raws = wait_for(lambda: len(found := xump.relay.client.lrange(key, 0, -1)) == 3 and found)
+    assert raws
+    for raw in raws:
+        assert delivery_frame(raw) == delivery_out(delivery_from_json(raw))
+    encodings = [delivery_frame(raw)["message"]["encoding"] for raw in raws]
+    assert encodings == ["text", "base64", "text"]
 
 
 def test_the_outbox_is_one_redis_list_per_destination(service, xump):

@@ -27,11 +27,11 @@ Rules this file keeps:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
 
+import orjson
 import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
@@ -41,11 +41,10 @@ from django.conf import settings
 from uvicorn.protocols.utils import ClientDisconnected
 
 from engine.errors import InvalidName
-from engine.relay import delivery_from_json
 from engine.validation import check_name
 from xumpweb.live import monitor
+from xumpweb.live.frames import delivery_frame, encode
 from xumpweb.live.security import find_token, query_number, query_token, session_user
-from xumpweb.routing.codec import delivery_out
 from xumpweb.runtime import service
 
 logger = logging.getLogger("xump.live")
@@ -61,8 +60,8 @@ AUTH_WAIT = 10.0  # seconds a connection may stay open without authenticating
 HEARTBEAT = 15.0  # seconds of silence after which the server sends a heartbeat
 CLOSE_BAD_TARGET, CLOSE_UNAUTHORIZED, CLOSE_FORBIDDEN = 4400, 4401, 4403
 
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_HEARTBEAT_FRAME = _encode({"type": "heartbeat"})
+
+_HEARTBEAT_FRAME = encode({"type": "heartbeat"})
 
 
 class FrameError(Exception):
@@ -135,8 +134,8 @@ class LiveSocket(AsyncConsumer):
             await self.error("bad_frame", "frames are JSON text, not binary")
             return
         try:
-            frame = json.loads(text)
-        except ValueError as problem:
+            frame = orjson.loads(text)
+        except orjson.JSONDecodeError as problem:
             await self.error("bad_json", f"the frame is not JSON: {problem}")
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
@@ -189,7 +188,7 @@ class LiveSocket(AsyncConsumer):
         return True
 
     async def error(self, code: str, detail: str, **extra: Any) -> None:
-        await self.send_text(_encode({"type": "error", "error": code, "detail": detail, **extra}))
+        await self.send_text(encode({"type": "error", "error": code, "detail": detail, **extra}))
 
     async def fail(self, code: str, detail: str, close_code: int) -> None:
         """Tell the client why, then close the connection."""
@@ -309,7 +308,7 @@ class SubscribeConsumer(LiveSocket):
         self.popping = False
         self.stopping = False
         self.pump = asyncio.create_task(self._pump())
-        await self.send_text(_encode({"type": "subscribed", "destination": self.destination}))
+        await self.send_text(encode({"type": "subscribed", "destination": self.destination}))
 
     # -- deliveries out ------------------------------------------------------------------------
     async def _pump(self) -> None:
@@ -332,23 +331,23 @@ class SubscribeConsumer(LiveSocket):
                 self.popping = False
             if not popped:
                 continue
-            deliveries = [delivery_from_json(raw) for raw in popped[1]]
-            for delivery in deliveries:
-                self.unsettled[delivery.tag] = None
-            self.credit -= len(deliveries)
-            if self.stopping or not await self._send_deliveries(deliveries):
+            frames = [delivery_frame(raw) for raw in popped[1]]
+            for frame in frames:
+                self.unsettled[frame["tag"]] = None
+            self.credit -= len(frames)
+            if self.stopping or not await self._send_deliveries(frames):
                 return
 
-    async def _send_deliveries(self, deliveries: list) -> bool:
+    async def _send_deliveries(self, frames: list[dict[str, Any]]) -> bool:
         batch = self.batch
         if not batch:
-            for delivery in deliveries:
-                if not await self.send_text(_encode(delivery_out(delivery))):
+            for frame in frames:
+                if not await self.send_text(encode(frame)):
                     return False
             return True
-        for start in range(0, len(deliveries), batch):
-            items = [delivery_out(d) for d in deliveries[start : start + batch]]
-            if not await self.send_text(_encode({"type": "deliveries", "items": items})):
+        for start in range(0, len(frames), batch):
+            items = frames[start : start + batch]
+            if not await self.send_text(encode({"type": "deliveries", "items": items})):
                 return False
         return True
 
@@ -431,7 +430,7 @@ class SubscribeConsumer(LiveSocket):
         """Append commands to the store's inbox (as engine.relay.RelayClient does) and make
         sure a router will read them (as runtime.Service.kick does)."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(self.inbox, *[_encode(command) for command in commands])
+        pipe.rpush(self.inbox, *[encode(command) for command in commands])
         if self.worker_routing:
             pipe.set(self.kicked, "1", nx=True, ex=30)
         try:
