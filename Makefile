@@ -24,7 +24,9 @@ $(STAMP): $(REQUIREMENTS)
 run: venv
 	@ADDRESS=$(ADDRESS) VENV=$(VENV) bash scripts/run.sh
 
+# redis-server, Java 17 and Chromium installed with apt when missing (scripts/ensure_test_tools.sh)
 test: venv
+	@bash scripts/ensure_test_tools.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: venv

@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
-from celery import Celery
+from celery import Celery, signals
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xumpweb.settings")
 
 app = Celery("xumpweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["xumpweb.routing"])
+app.autodiscover_tasks(["xumpweb.routing", "xumpweb.analytics"])
 app.conf.beat_schedule = {
     # a worker that died while routing left its kick flag set: make sure someone routes
     "tick": {"task": "xumpweb.routing.tasks.tick", "schedule": 2.0},
     "heartbeat": {"task": "xumpweb.routing.tasks.heartbeat", "schedule": 5.0},
     "trim-history": {"task": "xumpweb.routing.tasks.trim", "schedule": 300.0},
+    # history and the delivery journal to Parquet under XUMP_ARCHIVE_DIR
+    "archive": {
+        "task": "xumpweb.analytics.tasks.archive",
+        "schedule": settings.XUMP_ARCHIVE_INTERVAL,
+    },
 }
+
+
+@signals.after_setup_logger.connect
+def quiet_task_lines(**_: object) -> None:
+    """No "received"/"succeeded" line per task: beat's tick alone would log one a second.
+    Failures and retries are still logged (at ERROR and WARNING)."""
+    for name in ("celery.app.trace", "celery.worker.strategy"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -14,8 +14,19 @@ becomes the router for a burst of traffic: a client that sends a command while n
 busy schedules one task (`kick`), which drains the inbox and lingers a little before it
 lets the lease go. With `XUMP_ROUTING=inline` the web process routes in a thread of its own.
 
+The router's engine keeps an event journal; every routing step appends its events to the
+store's journal list in Redis in the same atomic step as its changes, for the archive
+export (analytics/journal.py).
+
 A router keeps its engine between bursts while nobody else held the lease in between (the
 lease's fencing number tells); otherwise it rebuilds it from the catalog and the store.
+
+Waking the router: after every command a client appends to the inbox it rings the store's
+doorbell (a pub/sub PUBLISH, pipelined with the `kicked` flag's SET NX: neither writes to
+the AOF, so the round trip waits for no fsync). An idle router waits on the doorbell rather
+than polling the inbox, and renews its lease a few times per lease period rather than at
+every look (a renewal is a Redis write, which costs an fsync with appendfsync always).
+Commands appended by other means are still seen within IDLE_LOOK seconds.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from engine.errors import NotFound, StoreError
 from engine.message import Delivery
 from engine.relay import RelayClient, RelayOwner, relay_keys
 from engine.stores.redis import RedisStore
+from xumpweb.analytics.journal import append_commands, journal_key
 from xumpweb.routing import operations
 
 logger = logging.getLogger("xump.runtime")
@@ -44,6 +56,7 @@ logger = logging.getLogger("xump.runtime")
 LINGER = 2.0  # seconds a router waits for more work before it lets the lease go
 SNAPSHOT_EVERY = 0.5  # seconds between stats snapshots for the console
 RECENT = 50  # deliveries remembered for the console's live feed
+IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks anyway
 
 
 def keys(store: str) -> dict[str, str]:
@@ -58,11 +71,24 @@ def keys(store: str) -> dict[str, str]:
         "wiring": prefix + "wiring",  # wiring version: bumped on every wiring change
         "snapshot": prefix + "snapshot",  # JSON stats of every queue, from the router
         "lease": prefix + "lease",
+        "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
         "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
     }
 
 
 # -- the client side: every process ---------------------------------------------------------
+class _RelayClient(RelayClient):
+    """engine.relay's client that rings the router's doorbell after every command."""
+
+    def __init__(self, url: str, store: str, service: Service) -> None:
+        super().__init__(url, store)
+        self.service = service
+
+    def _send(self, *args: Any, **kwargs: Any) -> None:
+        super()._send(*args, **kwargs)
+        self.service.kick()
+
+
 class Service:
     """What a web process, a worker or a command uses to reach the queues."""
 
@@ -71,43 +97,44 @@ class Service:
         self.store = store
         self.routing = routing
         self.call_timeout = call_timeout
-        self.relay = RelayClient(url, store)
-        self.redis: redis.Redis = self.relay.client
         self.keys = keys(store)
+        self.relay = _RelayClient(url, store, self)
+        self.redis: redis.Redis = self.relay.client
         self._queues: tuple[int, frozenset[str]] = (-1, frozenset())
 
     # commands: durable in the inbox when these return
-    def publish_many(self, queue: str, messages: list[Message]) -> list[str]:
-        """Queue messages for routing; their mids. NotFound for an unknown queue."""
-        if queue not in self.queue_names():
+    def publish_many(
+        self, queue: str, messages: list[Message], wiring: int | None = None
+    ) -> list[str]:
+        """Queue messages for routing; their mids. NotFound for an unknown queue. `wiring`:
+        the wiring version the caller has just read, if it has (saves a round trip)."""
+        if queue not in self.queue_names(wiring):
             raise NotFound(f"queue {queue!r} does not exist")
-        mids = self.relay.publish_many(queue, messages)
-        self.kick()
-        return mids
+        return self.relay.publish_many(queue, messages)  # the relay client kicks
 
     def confirm_later(self, tags: list[str]) -> None:
         """Confirm without waiting for the answer (WebSocket acks)."""
         self.relay.confirm(tags)
-        self.kick()
 
     def reject_later(self, tag: str, requeue: bool = True) -> None:
         self.relay.reject(tag, requeue)
-        self.kick()
 
     # operations: run by the router, answered
     def call(self, method: str, **arguments: Any) -> Any:
-        self.kick()
         return self.relay.call(method, timeout=self.call_timeout, **arguments)
 
     def kick(self) -> None:
-        """Make sure a router will read the inbox: schedule one routing task per burst."""
-        if self.routing != "worker":
-            return
+        """Make sure a router will read the inbox soon: ring the doorbell and, with worker
+        routing, schedule one routing task per burst."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.publish(self.keys["doorbell"], b"")
+        if self.routing == "worker":
+            pipe.set(self.keys["kicked"], "1", nx=True, ex=30)
         try:
-            scheduled = self.redis.set(self.keys["kicked"], "1", nx=True, ex=30)
+            answers = pipe.execute()
         except redis.RedisError as error:
             raise StoreError(f"cannot reach Redis: {error}") from None
-        if scheduled:
+        if self.routing == "worker" and answers[1]:
             from xumpweb.routing.tasks import route
 
             route.delay(self.store)
@@ -116,9 +143,11 @@ class Service:
     def wiring_version(self) -> int:
         return int(self.redis.get(self.keys["wiring"]) or 0)
 
-    def queue_names(self) -> frozenset[str]:
-        """Names of the queues the wiring has, re-read when the wiring version moves."""
-        version = self.wiring_version()
+    def queue_names(self, version: int | None = None) -> frozenset[str]:
+        """Names of the queues the wiring has, re-read when the wiring version (read now
+        unless given) moves."""
+        if version is None:
+            version = self.wiring_version()
         if version != self._queues[0]:
             from xumpweb.wiring.models import Queue
 
@@ -180,9 +209,25 @@ def service() -> Service:
 
 # -- the router side --------------------------------------------------------------------------
 class _Owner(RelayOwner):
-    """The relay owner, remembering recent deliveries for the console."""
+    """The relay owner, remembering recent deliveries for the console and writing the
+    engine's journal to Redis with every step's changes."""
 
     recent: deque
+    journal_key: str
+    journal_limit: int
+
+    def run_once(self, limit: int = 500) -> int:
+        """RelayOwner.run_once without its lease renewal at every empty look: Router.drain
+        renews when it is due (see the module doc)."""
+        raw = self.store.client.lrange(self.inbox, 0, limit - 1)
+        if raw:
+            with self.engine._lock:  # keeps other threads' calls out of the step's commit
+                self._step(raw)
+        return len(raw)
+
+    def renew_lease(self) -> None:
+        with self.engine._lock:
+            self.store.renew_lease()
 
     def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
         now = time.time()
@@ -192,14 +237,27 @@ class _Owner(RelayOwner):
                 "destination": delivery.destination, "mid": delivery.message.mid,
                 "address": delivery.message.address, "redelivered": delivery.redelivered,
             })  # fmt: skip
-        return super()._to_outboxes(deliveries)
+        commands = super()._to_outboxes(deliveries)
+        # called once per step, after the step's engine calls, inside its atomic commit
+        journal = self.engine.journal
+        if journal is not None and len(journal):
+            commands.extend(append_commands(self.journal_key, journal.drain(), self.journal_limit))
+        return commands
 
 
 class Router:
     """Routes the service's store while it holds the lease (see the module doc)."""
 
-    def __init__(self, url: str, store: str, lease_ms: int, delivery_timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        store: str,
+        lease_ms: int,
+        delivery_timeout: float,
+        journal_limit: int = 2_000_000,
+    ) -> None:
         self.url = url
+        self.journal_limit = journal_limit
         self.store = store
         self.lease_ms = lease_ms
         self.delivery_timeout = delivery_timeout
@@ -257,13 +315,15 @@ class Router:
 
         catalog = DjangoCatalog()
         catalog.save_store(StoreSpec("redis", self.store, self.url))
-        engine = Engine(catalog=catalog, stores=(store,))
+        engine = Engine(catalog=catalog, stores=(store,), journal=True)
         engine.set_default_store(self.store)
         owner = _Owner(
             engine, self.store, owner=self.name, lease_ms=self.lease_ms,
             delivery_timeout=self.delivery_timeout, calls=self.calls,
         )  # fmt: skip
         owner.recent = self._recent
+        owner.journal_key = journal_key(self.store)
+        owner.journal_limit = self.journal_limit
         owner.resume()
         self._bump_wiring(store.client)  # other processes re-read what this one rebuilt
         return owner
@@ -288,10 +348,13 @@ class Router:
         if owner is None:
             raise StoreError("the router does not hold the lease; call acquire() first")
         applied = 0
-        idle_since = time.monotonic()
+        idle_since = renewed = time.monotonic()
         next_expiry = next_snapshot = 0.0
         expire_every = min(1.0, self.delivery_timeout / 2)
+        renew_every = self.lease_ms / 1000 / 4
+        doorbell = owner.store.client.pubsub(ignore_subscribe_messages=True)
         try:
+            doorbell.subscribe(self.keys["doorbell"])  # before the first look: no ring lost
             while stop is None or not stop.is_set():
                 done = owner.run_once()
                 applied += done
@@ -300,20 +363,30 @@ class Router:
                     self._wiring_changed = False
                     self._bump_wiring(owner.store.client)
                 if now >= next_expiry:
-                    owner.expire()
+                    owner.expire()  # a commit, which renews the lease as well
                     next_expiry = now + expire_every
+                    renewed = now
                 if now >= next_snapshot:
                     self._snapshot(owner)
                     next_snapshot = now + SNAPSHOT_EVERY
                 if done:
-                    idle_since = now
-                elif now - idle_since >= linger:
+                    idle_since = renewed = now  # the step's commit renewed the lease
+                    continue
+                if now - idle_since >= linger:
                     break
-                else:
-                    time.sleep(0.001)
-        except StoreError:
+                if now - renewed >= renew_every:
+                    owner.renew_lease()
+                    renewed = now
+                wake = min(next_expiry, next_snapshot, renewed + renew_every,
+                           idle_since + linger, now + IDLE_LOOK)  # fmt: skip
+                _wait_for_ring(doorbell, wake - now)
+        except (StoreError, redis.RedisError) as problem:
             self._discard()
-            raise
+            if isinstance(problem, StoreError):
+                raise
+            raise StoreError(f"the router lost Redis: {problem}") from None
+        finally:
+            doorbell.close()
         self._snapshot(owner)
         return applied
 
@@ -339,6 +412,14 @@ class Router:
         owner.store.client.set(self.keys["snapshot"], json.dumps(found))
 
 
+def _wait_for_ring(doorbell: redis.client.PubSub, seconds: float) -> None:
+    """Until a client rings the doorbell (or `seconds` pass); takes every ring waiting."""
+    if doorbell.get_message(timeout=max(seconds, 0.0)) is None:
+        return
+    while doorbell.get_message(timeout=0.0) is not None:
+        pass
+
+
 def _fence(token: str) -> int:
     return int(token.rsplit("#", 1)[1])
 
@@ -350,6 +431,7 @@ def router() -> Router:
         settings.XUMP_STORE,
         settings.XUMP_LEASE_MS,
         settings.XUMP_DELIVERY_TIMEOUT,
+        settings.XUMP_JOURNAL_LIMIT,
     )
 
 

@@ -1,7 +1,8 @@
 """Settings, all read from the environment here and nowhere else (README: Configuration).
 
-XUMP_SECRET_KEY      secret key; when unset a random one is made per process (sessions do
-                     not survive a restart) and a warning is printed
+XUMP_SECRET_KEY      secret key; when unset, var/secret-key (written by `make run`), else a
+                     random one per process (sessions do not survive a restart) and a
+                     warning is printed
 XUMP_DEBUG           "1" to turn Django's debug mode on (default off)
 XUMP_ALLOWED_HOSTS   comma-separated host names (default "127.0.0.1,localhost")
 DATABASE_URL         sqlite:///path or postgresql://user:pass@host:port/db
@@ -15,6 +16,12 @@ XUMP_MAX_BODY        largest message body the API accepts, in bytes (default 1 M
 XUMP_DELIVERY_TIMEOUT  seconds before an unconfirmed delivery is returned (default 60)
 XUMP_LEASE_MS        how long a router's lease on the store lasts unless renewed (default 5000)
 XUMP_CALL_TIMEOUT    seconds an API call waits for the router to answer (default 10)
+XUMP_ARCHIVE_DIR     where the archive export writes Parquet and analytics runs their output
+                     (default var/archive; a relative path is under the project directory)
+XUMP_ARCHIVE_INTERVAL  seconds between archive exports run by Celery beat (default 300)
+XUMP_JOURNAL_LIMIT   delivery-journal events kept in Redis until archived (default 2,000,000;
+                     beyond it the oldest are dropped and the archive reports the gap)
+XUMP_SPARK_MASTER    the Spark master URL the pipeline jobs use (default local[*])
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ def database_from_url(url: str) -> dict:
 
 DEBUG = _flag("XUMP_DEBUG")
 SECRET_KEY = os.environ.get("XUMP_SECRET_KEY", "")
+SECRET_KEY_FILE = BASE_DIR / "var" / "secret-key"  # made by `make run` (scripts/run.sh)
+if not SECRET_KEY and SECRET_KEY_FILE.is_file():
+    SECRET_KEY = SECRET_KEY_FILE.read_text().strip()
 if not SECRET_KEY:
     SECRET_KEY = secrets.token_urlsafe(50)
     if "test" not in sys.argv[1:2]:
@@ -91,6 +101,10 @@ XUMP_MAX_BODY = int(_number("XUMP_MAX_BODY", 1024 * 1024))
 XUMP_DELIVERY_TIMEOUT = _number("XUMP_DELIVERY_TIMEOUT", 60.0)
 XUMP_LEASE_MS = int(_number("XUMP_LEASE_MS", 5000))
 XUMP_CALL_TIMEOUT = _number("XUMP_CALL_TIMEOUT", 10.0)
+XUMP_ARCHIVE_DIR = BASE_DIR / os.environ.get("XUMP_ARCHIVE_DIR", "var/archive")
+XUMP_ARCHIVE_INTERVAL = _number("XUMP_ARCHIVE_INTERVAL", 300.0)
+XUMP_JOURNAL_LIMIT = int(_number("XUMP_JOURNAL_LIMIT", 2_000_000))
+XUMP_SPARK_MASTER = os.environ.get("XUMP_SPARK_MASTER", "local[*]")
 
 # Celery: Redis broker; tasks are acknowledged after they ran, so a killed worker's task
 # is run again (every task is idempotent)
@@ -123,6 +137,7 @@ INSTALLED_APPS = [
     "xumpweb.api",
     "xumpweb.live",
     "xumpweb.console",
+    "xumpweb.analytics",
 ]
 
 MIDDLEWARE = [

@@ -7,6 +7,7 @@ from xumpweb.api.errors import unknown_route
 urlpatterns = [
     path("api/", xump_api.urls()),
     re_path(r"^api/", unknown_route),  # anything else under /api/: a JSON 404
+    path("analytics/", include("xumpweb.analytics.urls")),
     path("", include("xumpweb.console.urls")),
     path("admin/", admin.site.urls),
 ]

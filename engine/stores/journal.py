@@ -75,24 +75,23 @@ class _Outstanding(dict):
 
 
 class JournaledSelectorState(SelectorState):
-    """Credit recorded on every change; outstanding entries recorded by _Outstanding."""
+    """Credit recorded on every change; outstanding entries recorded by _Outstanding.
+
+    Credit is read several times per routed message and changed less often, so reads stay
+    plain slot reads and only writes go through Python (__setattr__, not a property)."""
 
     __slots__ = ("_queue", "_selector_id")
 
     def __init__(self, queue: JournaledQueueState, selector_id: int, credit: int) -> None:
-        self._queue = queue
-        self._selector_id = selector_id
-        SelectorState.credit.__set__(self, credit)  # type: ignore[attr-defined]
-        self.outstanding = _Outstanding(queue, selector_id)
+        setattr_ = object.__setattr__
+        setattr_(self, "_queue", queue)
+        setattr_(self, "_selector_id", selector_id)
+        setattr_(self, "credit", credit)
+        setattr_(self, "outstanding", _Outstanding(queue, selector_id))
 
-    @property  # type: ignore[override]
-    def credit(self) -> int:
-        return SelectorState.credit.__get__(self)  # type: ignore[attr-defined]
-
-    @credit.setter
-    def credit(self, value: int) -> None:
-        SelectorState.credit.__set__(self, value)  # type: ignore[attr-defined]
-        if not self._queue.loading:
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name == "credit" and not self._queue.loading:
             self._queue.store.record_credit(self._queue, self._selector_id, value)
 
 

@@ -42,8 +42,9 @@ selector deleted) rewrites the list.
 Sharing: one process routes a store's queues at a time. It takes the store's lease
 (`acquire_lease`: a key with an expiry and a fencing number); every write checks the token
 inside the same script that applies it, so a process that stalled past its lease can never
-write over its successor. Other processes reach the queues through relay.py (durable inbox
-and outbox lists). Without a lease the store behaves as a private one.
+write over its successor (when none came, the stalled owner takes its lease back). Other
+processes reach the queues through relay.py (durable inbox and outbox lists). Without a
+lease the store behaves as a private one.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from types import MappingProxyType
 from typing import Any
 
 import redis
+from hiredis import pack_command
 
 from engine.errors import StoreError
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
@@ -64,20 +66,26 @@ from engine.stores.journal import JournaledQueueState, JournaledStore
 from engine.stores.sql import mask_password
 
 # One engine operation's writes, applied atomically, fenced by the owner's lease.
-# KEYS: lease key, bodies hash.
-# ARGV: lease token ('' when the store is not leased), lease ttl in ms, then commands, each
-#       as a count n followed by n words. The command "BODIES" carries (mid, change, body)
-#       triples for bodies loaded from Redis: their count (before the ':' of the stored
-#       value) changes by `change`; the body is stored with a first count and dropped when
-#       the count reaches 0.
+# KEYS: lease key, bodies hash, fence counter.
+# ARGV: lease token ('' when the store is not leased), lease ttl in ms, the token's fencing
+#       number, then commands, each as a count n followed by n words. The command "BODIES"
+#       carries (mid, change, body) triples for bodies loaded from Redis: their count
+#       (before the ':' of the stored value) changes by `change`; the body is stored with a
+#       first count and dropped when the count reaches 0.
+# A lease that expired while nobody took it (the fence counter still at the token's number)
+# is taken back: its owner only stalled, and no other process wrote in between.
 _APPLY = """
 if ARGV[1] ~= '' then
-    if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    local holder = redis.call('GET', KEYS[1])
+    if holder == ARGV[1] then
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    elseif holder or redis.call('GET', KEYS[3]) ~= ARGV[3] then
         return redis.error_reply('XUMP_LEASE_LOST')
+    else
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     end
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-local i = 3
+local i = 4
 while i <= #ARGV do
     local n = tonumber(ARGV[i])
     if ARGV[i + 1] == 'BODIES' then
@@ -214,8 +222,11 @@ class RedisStore(JournaledStore):
                 "redis-server runs there and the URL (host, port, password, db) is right"
             ) from None
         self._apply = self.client.register_script(_APPLY)
+        keys = (self._key("lease"), self._key("bodies"), self._key("fence"))
+        self._apply_head = ("EVALSHA", self._apply.sha, len(keys), *keys)
         self._acquire = self.client.register_script(_ACQUIRE)
         self.lease_token = ""  # set while this process holds the store's lease
+        self._fence = ""  # the lease's fencing number (the token ends with "#<number>")
         self.lease_ms = 0
         # what the operation(s) since the last commit changed:
         self._commands: list[tuple] = []  # commands to send before the entries' writes
@@ -431,22 +442,48 @@ class RedisStore(JournaledStore):
         return header
 
     def _send(self, commands: list[tuple]) -> None:
-        words: list[Any] = [self.lease_token, self.lease_ms]
+        words: list[Any] = [self.lease_token, self.lease_ms, self._fence]
         for command in _chunked(commands):
             words.append(len(command))
             words.extend(command)
-        keys = [self._key("lease"), self._key("bodies")]
         try:
-            self._apply(keys=keys, args=words)
+            self._run_apply(words)
         except redis.RedisError as error:
             if "XUMP_LEASE_LOST" in str(error):
                 raise StoreError(
                     f"this process lost the lease on Redis store {self.name!r} (it expired and "
                     "another process took over); its changes were not written"
                 ) from None
-            raise StoreError(
-                f"writing to the Redis store at {mask_password(self.url or '')} failed: {error}"
-            ) from None
+            raise StoreError(self._failure("writing to", error)) from None
+
+    def _run_apply(self, words: list[Any]) -> None:
+        """EVALSHA of _APPLY packed by hiredis in one call: redis-py's generic path looks
+        at each of the ~500 words of a 100-message operation in Python first (about a
+        microsecond a message). A server that lost its scripts (restarted) gets it again."""
+        packed = pack_command(self._apply_head + tuple(words))
+        pool = self.client.connection_pool
+        connection = pool.get_connection()
+        try:
+            try:
+                connection.send_packed_command((packed,))
+                connection.read_response()
+            except redis.exceptions.NoScriptError:
+                self.client.script_load(_APPLY)
+                connection.send_packed_command((packed,))
+                connection.read_response()
+        except (redis.ConnectionError, redis.TimeoutError):
+            connection.disconnect()  # not reused half-read
+            raise
+        finally:
+            pool.release(connection)
+
+    def _failure(self, doing: str, error: Exception) -> str:
+        """What went wrong talking to the server, where (password masked), what to check."""
+        return (
+            f"{doing} the Redis store {self.name!r} at {mask_password(self.url or '')} failed: "
+            f"{error}; check that redis-server runs and answers there (host, port, password, "
+            "db in the URL) and has memory and disk left"
+        )
 
     # -- the lease: one process routes a store's queues at a time ------------------------
     def acquire_lease(self, owner: str, lease_ms: int = 5000) -> bool:
@@ -454,13 +491,20 @@ class RedisStore(JournaledStore):
         their state as the last owner left it); renew with `renew_lease()` more often than
         `lease_ms`. Every write then checks the token, so a process whose lease expired can
         never write over its successor's."""
-        token = self._acquire(keys=[self._key("lease"), self._key("fence")], args=[owner, lease_ms])
-        if not token:
-            return False
+        try:
+            token = self._acquire(
+                keys=[self._key("lease"), self._key("fence")], args=[owner, lease_ms]
+            )
+            if not token:
+                return False
+            # the previous owner gave out keys until it stopped: continue above them
+            last_key = int(self.client.get(self._key("lastkey")) or 0)
+        except redis.RedisError as error:
+            raise StoreError(self._failure("taking the lease of", error)) from None
         self.lease_token = token.decode()
+        self._fence = self.lease_token.rsplit("#", 1)[1]
         self.lease_ms = lease_ms
-        # the previous owner gave out keys until it stopped: continue above them
-        self._last_key = int(self.client.get(self._key("lastkey")) or 0)
+        self._last_key = last_key
         return True
 
     def renew_lease(self) -> None:
@@ -472,7 +516,7 @@ class RedisStore(JournaledStore):
         if self.lease_token:
             self._commands.append(("DEL", self._key("lease")))
             self.flush()
-            self.lease_token = ""
+            self.lease_token = self._fence = ""
 
     # -- loading -------------------------------------------------------------------------
     def load_queue(self, state: JournaledQueueState) -> None:
@@ -500,10 +544,7 @@ class RedisStore(JournaledStore):
                 found = client.hmget(self._key("bodies"), mids)
                 bodies.update((mid, value) for mid, value in zip(mids, found, strict=True) if value)
         except redis.RedisError as error:
-            raise StoreError(
-                f"reading queue {state.name!r} from Redis at {mask_password(self.url or '')} "
-                f"failed: {error}"
-            ) from None
+            raise StoreError(self._failure(f"reading queue {state.name!r} from", error)) from None
         if meta:
             values = {key.decode(): int(value) for key, value in meta.items()}
             state.restore_meta(

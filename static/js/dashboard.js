@@ -43,9 +43,13 @@
       return;
     }
     el._plot = new uPlot({
-      width: 140, height: 30, class: "sparkline",
+      width: 140, height: 30, class: "sparkline", padding: [3, 2, 3, 2],
       legend: { show: false }, cursor: { show: false },
-      scales: { x: { time: false }, y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } },
+      // a quiet line sits just above the bottom edge, not on it (where it would be clipped)
+      scales: { x: { time: false }, y: { range: function (u, min, max) {
+        var top = Math.max(1, max) * 1.1;
+        return [-top * 0.06, top];
+      } } },
       axes: [{ show: false }, { show: false }],
       series: [{}, { stroke: "#1f6feb", width: 1.5 }, { stroke: "#b35900", width: 1.5 },
                { stroke: "#1a7f37", width: 1.5 }],
@@ -90,13 +94,35 @@
     document.querySelectorAll("#queue-table .spark").forEach(draw);
   }
 
+  // A queue's rates in a frame: from the counters this page saw last (the rendered row or
+  // an earlier frame) when the snapshot is newer, so a burst published before the server's
+  // meter had a first reading still shows; the server's rates otherwise.
+  function ratesOf(q, time) {
+    var now = q.counters || {};
+    var before = counters.get(q.name);
+    if (!time || now.published === undefined) return q.rates || {};
+    counters.set(q.name, {
+      time: time,
+      published: now.published,
+      delivered: now.delivered,
+      confirmed: now.confirmed,
+    });
+    if (!before || !(time > before.time)) return q.rates || {};
+    var dt = time - before.time;
+    return {
+      published: Math.max(0, (now.published - before.published) / dt),
+      delivered: Math.max(0, (now.delivered - before.delivered) / dt),
+      confirmed: Math.max(0, (now.confirmed - before.confirmed) / dt),
+    };
+  }
+
   // a /ws/monitor/ frame
   function applyFrame(frame) {
     var missing = false, published = 0;
     var seen = new Set();
     (frame.queues || []).forEach(function (q) {
       seen.add(q.name);
-      var rates = q.rates || {};
+      var rates = ratesOf(q, frame.snapshot_time);
       published += rates.published || 0;
       record(q.name, frame.time, rates);
       var row = rowOf(q.name);
@@ -108,6 +134,12 @@
         var cell = row.querySelector('[data-field="' + key + '"]');
         if (cell && q[key] !== undefined) cell.textContent = q[key];
       });
+      var dead = row.querySelector('[data-field="dead_lettered"]');
+      var deadCount = (q.counters || {}).dead_lettered;
+      if (dead && deadCount !== undefined) {
+        dead.textContent = deadCount;
+        dead.classList.toggle("warn", deadCount > 0);
+      }
       var depth = row.querySelector('[data-field="depth"]');
       if (row.classList.contains("dlq")) depth.classList.toggle("alert", q.depth > 0);
       showRates(row, rates);

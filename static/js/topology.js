@@ -1,6 +1,7 @@
 // The topology graph: cytoscape with the dagre layout (left to right), data from the
 // json_script the page carries; node labels follow live numbers (frames of /ws/monitor/,
-// or the snapshot polled every 2 s while that socket is closed). A tap on a queue opens it.
+// or the snapshot polled every 2 s while that socket is closed), and edges leaving a queue
+// grow thicker with its publish rate. A tap on a queue opens it.
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("topology-data").textContent);
@@ -21,7 +22,8 @@
   });
   data.edges.forEach(function (e) {
     elements.push({ group: "edges", data: { id: e.id, source: e.source, target: e.target,
-      action: e.action, enabled: e.enabled ? "yes" : "no", label: "#" + e.number + " " + e.action } });
+      action: e.action, enabled: e.enabled ? "yes" : "no",
+      label: e.number ? "#" + e.number + " " + e.action : e.label } });
   });
 
   cytoscape.use(cytoscapeDagre);
@@ -44,18 +46,32 @@
       { selector: "edge", style: {
         "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.5,
         "line-color": "#57606a", "target-arrow-color": "#57606a",
-        "label": "data(label)", "font-size": 9, "text-rotation": "autorotate",
+        "label": data.edges.length > 150 ? "" : "data(label)", "font-size": 9, "text-rotation": "autorotate",
         "text-background-color": "#fff", "text-background-opacity": 0.8, "min-zoomed-font-size": 9 } },
       { selector: 'edge[action = "copy"]', style: { "line-style": "dashed", "line-color": COLORS.copy, "target-arrow-color": COLORS.copy } },
       { selector: 'edge[action = "move"]', style: { "width": 2.5, "line-color": COLORS.move, "target-arrow-color": COLORS.move } },
       { selector: 'edge[action = "deliver"]', style: { "width": 2, "line-color": COLORS.deliver, "target-arrow-color": COLORS.deliver, "target-arrow-shape": "triangle-backcurve" } },
       { selector: 'edge[action = "bounce"]', style: { "line-style": "dotted", "width": 2, "line-color": COLORS.bounce, "target-arrow-color": COLORS.bounce } },
       { selector: 'edge[action = "delete"]', style: { "line-color": COLORS.delete, "target-arrow-color": COLORS.delete, "target-arrow-shape": "tee" } },
+      { selector: 'edge[action = "dead-letter"]', style: { "line-style": "dotted", "width": 1, "line-color": COLORS.delete, "target-arrow-color": COLORS.delete, "target-arrow-shape": "vee", "label": "", "opacity": 0.7 } },
       { selector: 'edge[enabled = "no"]', style: { "opacity": 0.35 } },
+      // live traffic: an edge leaving a busy queue is drawn thicker (w set from its rate)
+      { selector: 'edge[w][action != "dead-letter"]', style: { "width": "data(w)" } },
+      { selector: "edge:selected", style: { "label": "data(label)" } },
     ],
-    layout: { name: "dagre", rankDir: "LR", nodeSep: 12, rankSep: 90, edgeSep: 6 },
   });
   window.xumpTopology = cy;
+  // the layout runs once the graph is in; the container says when it is done (and how long
+  // it took) so people and tests can wait for it
+  var container = document.getElementById("cy");
+  var started = performance.now();
+  var layout = cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 12, rankSep: 90, edgeSep: 6,
+    fit: true, padding: 20 });
+  layout.one("layoutstop", function () {
+    container.dataset.layoutMs = Math.round(performance.now() - started);
+    container.dataset.ready = "yes";
+  });
+  layout.run();
 
   cy.on("tap", "node", function (event) {
     var url = event.target.data("url");
@@ -81,7 +97,12 @@
     var node = nodes["q:" + name];
     if (!node) return;
     node.depth = depth;
-    cy.getElementById("q:" + name).data("label", label(node, rate));
+    var shown = cy.getElementById("q:" + name);
+    shown.data("label", label(node, rate));
+    var width = rate > 0 ? Math.min(8, 2 + Math.log10(1 + rate) * 2) : undefined;
+    shown.outgoers("edge").forEach(function (edge) {
+      if (width === undefined) edge.removeData("w"); else edge.data("w", width);
+    });
   }
   function fromSnapshot(frame) {
     (frame.queues || []).forEach(function (q) {

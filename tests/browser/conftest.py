@@ -10,6 +10,7 @@ at; `axe_scan` runs axe-core (vendored under vendor/, for the tests only) on a p
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from engine.relay import RelayClient
 from tests.web.conftest import start_service, unique
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 SHOTS = HERE / "screenshots"
 AXE = HERE / "vendor" / "axe-core-4.14.1.min.js"
 CHROMIUM = "/usr/bin/chromium"
@@ -66,9 +68,7 @@ def login_state(browser, console) -> dict[str, Any]:
     context = browser.new_context(base_url=console.url)
     page = context.new_page()
     page.goto("/login/")
-    page.get_by_label("User name").fill("admin")
-    page.get_by_label("Password").fill("admin-password")
-    page.get_by_role("button", name="Log in").click()
+    log_in(page)
     page.wait_for_url(console.url + "/")
     state = context.storage_state()
     context.close()
@@ -82,22 +82,41 @@ def page(browser, console, login_state, request):
         base_url=console.url, storage_state=login_state, viewport={"width": 1400, "height": 900}
     )
     opened = context.new_page()
+    opened.set_default_timeout(10_000)
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
     opened.errors = errors
     yield opened
-    SHOTS.mkdir(exist_ok=True)
     try:
-        opened.screenshot(path=str(SHOTS / f"{request.node.name}.png"), full_page=True)
+        opened.screenshot(path=str(shot_path(request.node.name)), full_page=True)
     finally:
         context.close()
 
 
 @pytest.fixture
-def anonymous(browser, console):
+def anonymous(browser, console, request):
+    """A page of a visitor who has not logged in; its screenshot is saved too."""
     context = browser.new_context(base_url=console.url)
-    yield context.new_page()
-    context.close()
+    opened = context.new_page()
+    opened.set_default_timeout(10_000)
+    yield opened
+    try:
+        opened.screenshot(path=str(shot_path(request.node.name)), full_page=True)
+    finally:
+        context.close()
+
+
+def shot_path(test_name: str) -> Path:
+    """Where a test's screenshot goes (its parameters made safe for a file name)."""
+    SHOTS.mkdir(exist_ok=True)
+    return SHOTS / (re.sub(r"[^\w.-]+", "_", test_name).strip("_") + ".png")
+
+
+def log_in(page, user: str = "admin", password: str = "admin-password") -> None:
+    """Fill in and send the login form the page shows (it must be showing it)."""
+    page.get_by_label("User name").fill(user)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
 
 
 def axe_scan(page) -> list[dict[str, Any]]:

@@ -2,21 +2,41 @@
 
 from __future__ import annotations
 
+import json
+import re
+import time
+
+import redis
+
 from engine.message import Message
 from tests.browser.conftest import axe_scan, make_queue, publish, unique
+from xumpweb.runtime import keys
 
 
 def row(page, queue):
     return page.locator(f'#queue-table tr[data-queue="{queue}"]')
 
 
-def test_depth_changes_without_reload(page, relay):
+def published_in_snapshot(redis_server, console, queue) -> int:
+    """What the router's latest stats snapshot (the monitor's source) says was published."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        raw = client.get(keys(console.env["XUMP_STORE"])["snapshot"])
+    found = json.loads(raw) if raw else {"queues": []}
+    return next((q["stats"].get("published", 0) for q in found["queues"] if q["name"] == queue), 0)
+
+
+def test_depth_changes_without_reload(page, relay, console):
     queue = make_queue(relay)  # no selectors: what is published waits, unprocessed
     page.goto("/")
     depth = row(page, queue).locator('[data-field="depth"]')
     assert depth.inner_text() == "0"
     page.evaluate("window.__sameDocument = true")
-    publish(relay, queue, *[Message(address="a", body=b"x") for _ in range(7)])
+    with console.client() as api:  # through the HTTP API, as a program publishes
+        answer = api.post(
+            f"/api/queues/{queue}/publish-batch",
+            json={"messages": [{"address": "a", "body": "x"} for _ in range(7)]},
+        )
+    assert answer.status_code == 202, answer.text
     page.wait_for_function(
         "q => { const r = [...document.querySelectorAll('#queue-table tr[data-queue]')]"
         ".find(r => r.dataset.queue === q);"
@@ -27,7 +47,43 @@ def test_depth_changes_without_reload(page, relay):
     assert page.evaluate("window.__sameDocument") is True  # no navigation happened
     # the sparkline is drawn once two points are known
     row(page, queue).locator(".spark canvas").wait_for(timeout=15_000)
+    page.wait_for_function(  # the published-rate line of the sparkline rose above zero
+        "q => { const r = [...document.querySelectorAll('#queue-table tr[data-queue]')]"
+        ".find(r => r.dataset.queue === q); const plot = r && r.querySelector('.spark')._plot;"
+        " return plot && Math.max(...plot.data[1]) > 0; }",
+        arg=queue,
+        timeout=15_000,
+    )
     assert int(page.locator('[data-total="depth"]').inner_text()) >= 7
+    assert not page.errors
+
+
+def test_burst_before_the_monitor_connects_still_shows_a_rate(page, relay, console, redis_server):
+    """The server's rate meter has no earlier reading of a queue it sees for the first time;
+    the page has one, from the rendered row."""
+    queue = make_queue(relay)
+    held = []
+    page.route_web_socket(
+        re.compile(r"/ws/monitor/"), lambda ws: held.append(ws)
+    )  # not connected yet
+    page.goto("/")
+    publish(relay, queue, *[Message(body=b"x") for _ in range(9)])
+    deadline = time.monotonic() + 10
+    while (
+        published_in_snapshot(redis_server, console, queue) != 9
+    ):  # the router's snapshot holds them
+        assert time.monotonic() < deadline, "the router never wrote a snapshot with the burst"
+        time.sleep(0.1)
+    assert len(held) == 1
+    held[0].connect_to_server()
+    page.wait_for_function(
+        "q => { const r = [...document.querySelectorAll('#queue-table tr[data-queue]')]"
+        ".find(r => r.dataset.queue === q); const plot = r && r.querySelector('.spark')._plot;"
+        " return plot && Math.max(...plot.data[1]) > 0; }",
+        arg=queue,
+        timeout=15_000,
+    )
+    assert row(page, queue).locator('[data-field="depth"]').inner_text() == "9"
     assert not page.errors
 
 
@@ -65,15 +121,24 @@ def test_dead_letter_queues_are_highlighted(page, relay):
     )  # fmt: skip
     publish(relay, source, Message(address="elsewhere", body=b"lost"))
     page.goto("/")
+    publish(relay, source, Message(address="elsewhere", body=b"lost too"))
     cell = row(page, dlq).locator('[data-field="depth"]')
     page.wait_for_function(
         "q => [...document.querySelectorAll('#queue-table tr.dlq')].some(r => r.dataset.queue === q"
-        " && r.querySelector('[data-field=\"depth\"]').textContent.trim() === '1')",
+        " && r.querySelector('[data-field=\"depth\"]').textContent.trim() === '2')",
         arg=dlq,
         timeout=15_000,
     )
     assert "alert" in cell.get_attribute("class")
     assert "dead letters" in row(page, dlq).inner_text()
+    # and the source's dead-lettered count follows live too (the page loaded before)
+    page.wait_for_function(
+        "q => [...document.querySelectorAll('#queue-table tr[data-queue]')].some(r =>"
+        " r.dataset.queue === q && r.querySelector('[data-field=\"dead_lettered\"]')"
+        ".textContent.trim() === '2')",
+        arg=source,
+        timeout=15_000,
+    )
 
 
 def test_health_and_totals_are_shown(page):

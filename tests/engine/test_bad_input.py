@@ -135,8 +135,8 @@ def test_str_body_is_encoded_as_utf8(eng: Engine) -> None:
     assert delivery.message.body == "héllo".encode()
 
 
-def test_oversized_body_is_refused(refused, eng: Engine) -> None:
-    small = Engine(max_body=10)
+def test_oversized_body_is_refused(refused, engine_on, store_kind: str) -> None:
+    small = engine_on(store_kind, max_body=10)
     small.queue_create("q")
     refused(small, MessageTooLarge, small.publish, "q", Message(body=b"x" * 11), match="limit")
     small.publish("q", Message(body=b"x" * 10))

@@ -1,7 +1,9 @@
 """Processes for the relay tests, each started as `python relay_processes.py ROLE ...`:
 
-owner URL STORE WORKERS LIMIT     takes the lease, builds a wolfpack "jobs" for the workers,
-                                  applies LIMIT commands per step until SIGTERM
+owner URL STORE WORKERS LIMIT [announce]
+                                  takes the lease, builds a wolfpack "jobs" for the workers,
+                                  applies LIMIT commands per step until SIGTERM; with
+                                  "announce", prints "step" as each step with work begins
 publisher URL STORE NAME COUNT    publishes NAME:0 .. NAME:COUNT-1 to "jobs", 100 per command
 confirmer URL STORE WORKER        takes WORKER's deliveries, notes each in the list
                                   "results" as WORKER:body, confirms them; stops when the key
@@ -25,7 +27,7 @@ from engine.patterns import wolfpack
 from engine.relay import RelayClient, RelayOwner
 
 
-def owner(url: str, store: str, workers: str, limit: str) -> None:
+def owner(url: str, store: str, workers: str, limit: str, announce: str = "") -> None:
     engine = Engine()
     engine.store_create("redis", store, url=url)
     engine.set_default_store(store)
@@ -38,6 +40,8 @@ def owner(url: str, store: str, workers: str, limit: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("ready", flush=True)
     while not stop.is_set():
+        if announce and relay.store.client.llen(relay.inbox):
+            print("step", flush=True)
         if not relay.run_once(limit=int(limit)):
             stop.wait(0.005)
 

@@ -3,6 +3,7 @@ lease; clients publish and confirm through the inbox and take deliveries from ou
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -14,9 +15,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from engine import Engine, Message
+from engine import Delivery, Engine, Message
 from engine.errors import StoreError
 from engine.relay import RelayClient, RelayOwner
+from tests.conftest import RedisServer
 from tests.engine.conftest import drop_redis_keys
 
 PROCESSES = Path(__file__).with_name("relay_processes.py")
@@ -103,32 +105,94 @@ def test_a_second_owner_waits_for_the_lease_and_a_stale_one_cannot_write(shared)
         first.publish("q", Message(body=b"late"))  # ...and can no longer write
 
 
+def test_an_owner_that_stalled_past_its_lease_with_no_successor_takes_it_back(shared) -> None:
+    url, name = shared
+    engine = Engine()
+    engine.store_create("redis", name, url=url)
+    engine.set_default_store(name)
+    assert RelayOwner(engine, name, owner="slow", lease_ms=300).acquire(timeout=1)
+    engine.queue_create("q")
+    time.sleep(0.5)  # the lease expires; nobody takes it
+    engine.publish("q", Message(body=b"late but alone"))
+    assert engine.backend(name).client.pttl(f"xump:{{{name}}}:lease") > 0  # held again
+    other = Engine()
+    other.store_create("redis", name, url=url)
+    assert not RelayOwner(other, name, owner="other", lease_ms=300).acquire(timeout=0.1)
+    assert [m.body for m in engine.peek("q")] == [b"late but alone"]
+
+
 def test_killed_owner_mid_batch_second_owner_delivers_every_message_exactly_once(
     shared,
 ) -> None:
     url, name = shared
     client = RelayClient(url, name)
     total = 20_000
+    sent: list[str] = []  # the mids, in publishing order
     for start_at in range(0, total, 100):
-        client.publish_many("jobs", [Message(body=str(n).encode())
-                                     for n in range(start_at, start_at + 100)])  # fmt: skip
+        sent += client.publish_many("jobs", [Message(body=str(n).encode())
+                                             for n in range(start_at, start_at + 100)])  # fmt: skip
     notes = redis.Redis.from_url(url)
-    outbox = f"xump:{{{name}}}:outbox:w1"
-    first = start("owner", url, name, "w1", "1")
+    outbox, lease = f"xump:{{{name}}}:outbox:w1", f"xump:{{{name}}}:lease"
+    first = start("owner", url, name, "w1", "1")  # one command (100 messages) per step
     wait_ready(first)
     wait_until(lambda: notes.llen(outbox) >= 3_000)
-    first.kill()  # kill -9 in the middle of routing the batch
+    first.kill()  # kill -9 in the middle of routing the 20,000
     first.wait()
     assert notes.llen(outbox) < total
+    first_token = notes.get(lease).decode()
+    assert notes.pttl(lease) > 0  # the dead owner's lease: the next one must wait it out
+
     second = start("owner", url, name, "w1", "1")
     try:
         wait_ready(second)
-        wait_until(lambda: notes.llen(outbox) >= total)
-        time.sleep(0.3)
-        bodies = [int(d.message.body) for d in client.waiting("w1")]
-        assert len(bodies) == total
-        assert sorted(bodies) == list(range(total))  # every message once, none twice
-        assert bodies == list(range(total))  # and in order
+        second_token = notes.get(lease).decode()
+        assert int(second_token.split("#")[1]) == int(first_token.split("#")[1]) + 1
+        got: list[Delivery] = []  # what the application receives, confirmed as it goes
+        deadline = time.monotonic() + 120
+        while len(got) < total and time.monotonic() < deadline:
+            batch = client.deliveries("w1", count=500, wait=1)
+            client.confirm(batch)
+            got += batch
+        assert client.deliveries("w1", wait=0.5) == []  # nothing more, ever
+        assert len(got) == total
+        assert [d.message.mid for d in got] == sent  # each id once, none twice, in order
+        assert [int(d.message.body) for d in got] == list(range(total))
+        assert not any(d.redelivered for d in got)
+    finally:
+        second.terminate()
+        second.wait()
+    assert notes.llen(f"xump:{{{name}}}:errors") == 0
+
+
+def test_owner_killed_inside_one_20000_message_step_leaves_it_whole_for_the_next(
+    shared,
+) -> None:
+    url, name = shared
+    client = RelayClient(url, name)
+    total = 20_000
+    sent = client.publish_many("jobs", [Message(body=str(n).encode()) for n in range(total)])
+    notes = redis.Redis.from_url(url)
+    outbox = f"xump:{{{name}}}:outbox:w1"
+    first = start("owner", url, name, "w1", "1", "announce")
+    wait_ready(first)
+    assert first.stdout is not None and first.stdout.readline().strip() == "step"
+    time.sleep(0.1)  # well inside the step: routing 20,000 takes several times longer
+    first.kill()
+    first.wait()
+    assert notes.llen(outbox) == 0  # nothing of the step was written...
+    assert notes.llen(client.inbox) == 1  # ...and its command waits for the next owner
+
+    second = start("owner", url, name, "w1", "1")
+    try:
+        wait_ready(second)
+        got: list[Delivery] = []
+        deadline = time.monotonic() + 120
+        while len(got) < total and time.monotonic() < deadline:
+            batch = client.deliveries("w1", count=1000, wait=1)
+            client.confirm(batch)
+            got += batch
+        assert client.deliveries("w1", wait=0.5) == []
+        assert [d.message.mid for d in got] == sent  # every message once, in order
     finally:
         second.terminate()
         second.wait()
@@ -180,3 +244,105 @@ def test_a_delivery_nobody_confirms_comes_back_after_the_timeout(shared) -> None
         assert (again.message.body, again.redelivered, again.delivery_count) == (b"lost", True, 2)
         client.confirm([again])
         wait_until(lambda: engine.stats("q")["confirmed"] == 1, 10)
+
+
+def test_relayed_publishes_that_returned_survive_kill_9_of_the_server(tmp_path) -> None:
+    server = RedisServer(tmp_path)  # its own: this test kills it
+    server.start()
+    try:
+        client = RelayClient(server.url, "crash")
+        accepted: list[str] = []
+        killer = threading.Timer(0.3, server.kill)
+        killer.start()
+        while True:
+            try:
+                accepted.append(client.publish("jobs", Message(body=str(len(accepted)).encode())))
+            except StoreError as error:
+                assert server.url in str(error) and "check that redis-server runs" in str(error)
+                break
+        killer.join()
+        assert len(accepted) > 10
+
+        server.start()  # the same directory: it replays its AOF
+        engine, relay = owner_engine(server.url, "crash")
+        engine.queue_create("jobs")
+        while relay.run_once():
+            pass
+        kept = engine.peek("jobs", count=len(accepted) + 10)
+        assert [m.mid for m in kept[: len(accepted)]] == accepted
+        assert [int(m.body) for m in kept] == list(range(len(kept)))
+        assert len(kept) <= len(accepted) + 1  # at most the one in flight at the kill
+    finally:
+        server.stop()
+
+
+def test_headers_json_cannot_hold_plainly_cross_the_relay_unchanged(shared) -> None:
+    url, name = shared
+    headers = {"big": 2**70, "u64": 2**63 + 5, "nan": float("nan"), "inf": float("-inf"),
+               "text": "héllo ✓", "flag": True, "n": 1.25}  # fmt: skip
+    with serving_app_queue(url, name):
+        client = RelayClient(url, name)
+        client.publish_many("q", [Message(headers=headers, body=b"odd"), Message(body=b"plain")])
+        got: list[Delivery] = []
+        while len(got) < 2:
+            got.extend(client.deliveries("app", count=10, wait=5))
+    odd = dict(got[0].message.headers)
+    assert math.isnan(odd.pop("nan"))
+    assert odd == {k: v for k, v in headers.items() if k != "nan"}
+    assert type(odd["big"]) is int and type(odd["u64"]) is int
+    assert (got[1].message.body, dict(got[1].message.headers)) == (b"plain", {})
+
+
+def test_threads_sharing_a_client_publish_in_their_order_with_fewer_round_trips(shared) -> None:
+    url, name = shared
+    client = RelayClient(url, name)
+    pushes_before = _rpush_calls(url)
+    returned: dict[int, list[str]] = {}
+
+    def publish(thread: int) -> None:
+        returned[thread] = [client.publish("q", Message(body=f"{thread}:{n}".encode()))
+                            for n in range(200)]  # fmt: skip
+
+    threads = [threading.Thread(target=publish, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert _rpush_calls(url) - pushes_before < 8 * 200  # commands shared RPUSHes
+    with serving_app_queue(url, name):
+        got: list[Delivery] = []
+        while len(got) < 8 * 200:
+            got.extend(client.deliveries("app", count=1000, wait=5))
+    for thread, mids in returned.items():
+        mine = [d for d in got if d.message.body.startswith(f"{thread}:".encode())]
+        assert [d.message.mid for d in mine] == mids  # each thread's order kept
+        assert [d.message.body for d in mine] == [f"{thread}:{n}".encode() for n in range(200)]
+
+
+def test_a_failed_group_push_reaches_every_waiting_thread(tmp_path) -> None:
+    server = RedisServer(tmp_path)
+    server.start()
+    client = RelayClient(server.url, "crash")
+    failures: list[str] = []
+
+    def publish() -> None:
+        try:
+            while True:
+                client.publish("q", Message(body=b"x"))
+        except StoreError as error:
+            failures.append(str(error))
+
+    threads = [threading.Thread(target=publish) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    server.kill()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)  # nobody left waiting
+    assert len(failures) == 6 and all(server.url in failure for failure in failures)
+
+
+def _rpush_calls(url: str) -> int:
+    stats = redis.Redis.from_url(url).info("commandstats")
+    return int(stats.get("cmdstat_rpush", {}).get("calls", 0))

@@ -172,3 +172,42 @@ def test_one_operation_with_thousands_of_writes_applies(store) -> None:
     deliveries = engine.publish_many("q", [Message(body=b"x")] * 5000)
     assert len(deliveries) == 5000
     assert redis.Redis.from_url(url).hlen(f"xump:{{{name}}}:q:q:entries") == 5000
+
+
+def test_a_lost_server_raises_store_error_and_queues_in_other_stores_keep_working(
+    tmp_path,
+) -> None:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        engine = Engine()
+        engine.store_create("redis", "shared", url=server.url)
+        engine.queue_create("remote", store="shared")
+        engine.queue_create("local")  # in the RAM store
+        engine.selector_create("local").when_always().do_deliver("app").enable()
+        engine.publish("remote", Message(body=b"before"))
+        server.kill()
+
+        with pytest.raises(StoreError) as raised:
+            engine.publish("remote", Message(body=b"after"))
+        assert server.url in str(raised.value)
+        assert "check that redis-server runs" in str(raised.value)
+        with pytest.raises(StoreError, match=r"check that redis-server runs"):
+            engine.queue_create("another", store="shared")
+        [delivery] = engine.publish("local", Message(body=b"still here"))
+        assert engine.confirm(delivery) == []
+        assert engine.stats("local")["confirmed"] == 1
+    finally:
+        server.stop()
+
+
+def test_a_server_that_forgot_the_scripts_gets_them_again(store) -> None:
+    url, name = store
+    engine = engine_on(url, name)
+    engine.queue_create("q")
+    engine.publish("q", Message(body=b"1"))
+    redis.Redis.from_url(url).script_flush()  # as after a restart without the old cache
+    engine.publish("q", Message(body=b"2"))
+    again = engine_on(url, name)
+    again.queue_create("q")  # opened: its state loads from Redis
+    assert [m.body for m in again.peek("q")] == [b"1", b"2"]

@@ -86,7 +86,7 @@ def _environment(redis_url: str, directory: Path, routing: str) -> dict[str, str
         XUMP_LEASE_MS="2000",
         XUMP_DELIVERY_TIMEOUT="60",
         DATABASE_URL=f"sqlite:///{directory}/xump.sqlite3",
-        DJANGO_SETTINGS_MODULE="xumpweb.settings",
+        DJANGO_SETTINGS_MODULE="xumpweb.settings_test",
         XUMP_TEST_DIR=str(directory),
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",

@@ -91,3 +91,31 @@ def test_a_session_reads_and_changes_with_csrf(service, session) -> None:
     issued = session.post("/api/tokens", json={"name": "from-console", "rights": {}},
                           headers={"X-CSRFToken": csrf})  # fmt: skip
     assert issued.status_code == 201 and issued.json()["token"]["user"] == "admin"
+
+
+def test_a_token_revoked_or_narrowed_in_another_process_stops_working_at_once(service) -> None:
+    """The web process remembers tokens it looked up; a change made by any other process
+    (here a manage.py shell, as the admin or a script would) is seen on the next request."""
+    queue = unique("orders")
+    with service.client() as client:
+        client.post("/api/queues", json={"name": queue})
+        made = client.post(
+            "/api/tokens", json={"name": unique("t"), "rights": {queue: ["publish"]}}
+        )
+    token, secret = made.json()["token"], made.json()["secret"]
+    change = (
+        "from xumpweb.wiring.models import ApiToken\n"
+        "from django.utils import timezone\n"
+        f"token = ApiToken.objects.get(pk={token['id']})\n"
+    )
+    with service.client(secret) as program:
+        assert program.post(f"/api/queues/{queue}/publish", json={"body": "x"}).status_code == 202
+        narrowed = service.manage("shell", "-c", change + "token.rights = {'other': ['publish']}\n"
+                                  "token.save()")  # fmt: skip
+        assert narrowed.returncode == 0, narrowed.stderr
+        assert program.post(f"/api/queues/{queue}/publish", json={"body": "x"}).status_code == 403
+        revoked = service.manage("shell", "-c", change + "token.revoked = timezone.now()\n"
+                                 "token.save()")  # fmt: skip
+        assert revoked.returncode == 0, revoked.stderr
+        answer = program.post(f"/api/queues/{queue}/publish", json={"body": "x"})
+        assert answer.status_code == 401 and answer.json()["error"] == "unauthorized"

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import Query, Router
 
 from engine.errors import NotFound
-from xumpweb.api.auth import need
+from xumpweb.api.auth import need, wiring_version
 from xumpweb.api.common import call
 from xumpweb.api.errors import ApiError
 from xumpweb.api.publishing import check_room, message_from, messages_from, read_json
@@ -39,8 +39,9 @@ def publish(request: HttpRequest, queue: str):
     need(request, queue, "publish")
     message = message_from(read_json(request.body), settings.XUMP_MAX_BODY)
     running = service()
-    check_room(running, queue, 1)
-    [mid] = running.publish_many(queue, [message])
+    wiring = wiring_version(request)
+    check_room(running, queue, 1, wiring)
+    [mid] = running.publish_many(queue, [message], wiring)
     return 202, {"mid": mid}
 
 
@@ -56,8 +57,9 @@ def publish_batch(request: HttpRequest, queue: str):
     need(request, queue, "publish")
     messages = messages_from(read_json(request.body))
     running = service()
-    check_room(running, queue, len(messages))
-    return 202, {"mids": running.publish_many(queue, messages)}
+    wiring = wiring_version(request)
+    check_room(running, queue, len(messages), wiring)
+    return 202, {"mids": running.publish_many(queue, messages, wiring)}
 
 
 def _timestamp(text: str) -> float:

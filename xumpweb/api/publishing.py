@@ -134,11 +134,13 @@ def messages_from(payload: Any) -> list[Message]:
     return out
 
 
-def check_room(service: Service, queue: str, count: int) -> None:
-    """QueueFull when the queue would drop messages that do not fit (see the module doc)."""
+def check_room(service: Service, queue: str, count: int, version: int | None = None) -> None:
+    """QueueFull when the queue would drop messages that do not fit (see the module doc).
+    `version`: the wiring version the caller has just read, if it has."""
     from xumpweb.wiring.models import Queue, Selector
 
-    version = service.wiring_version()
+    if version is None:
+        version = service.wiring_version()
     cached = _limits.get("version")
     if cached != version:
         _limits.clear()

@@ -56,7 +56,7 @@ def queue_get(request: HttpRequest, queue: str):
 
 @router.patch("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Change a queue")
 def queue_update(request: HttpRequest, queue: str, payload: QueueUpdate):
-    """Change limit, history, dead_letter or self_destruct (the fields given)."""
+    """Change limit, history, dead_letter, self_destruct or journal (the fields given)."""
     need(request, queue, "manage")
     changes = payload.dict(exclude_unset=True)
     if not changes:

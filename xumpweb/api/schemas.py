@@ -34,6 +34,7 @@ class QueueCreate(Strict):
     history: int = Field(0, description="processed messages kept for browsing")
     dead_letter: str | None = None
     self_destruct: bool = False
+    journal: bool = Field(True, description="record its events for the archive (pipeline)")
 
 
 class QueueUpdate(Strict):
@@ -41,6 +42,7 @@ class QueueUpdate(Strict):
     history: int | None = None
     dead_letter: str | None = None
     self_destruct: bool | None = None
+    journal: bool | None = None
 
 
 # -- selectors ---------------------------------------------------------------------------

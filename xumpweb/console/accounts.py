@@ -17,6 +17,7 @@ from xumpweb.console.forms import TokenForm
 from xumpweb.wiring.models import ApiToken, AuditEvent
 
 AUDIT_PAGE = 50
+NEW_SECRET = "console-new-token-secret"  # session key: a new token's secret, shown once
 
 
 @login_required
@@ -33,7 +34,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def tokens(request: HttpRequest) -> HttpResponse:
-    secret = None
+    """Create (POST, then a redirect, so a reload makes no second token) and list tokens.
+    A new token's secret rides in the session to the one page that shows it."""
     if request.method == "POST":
         form = TokenForm(request.POST)
         if form.is_valid():
@@ -42,13 +44,14 @@ def tokens(request: HttpRequest) -> HttpResponse:
             )
             audit(request, "token.create", str(token), None,
                   {"name": token.name, "prefix": token.prefix, "rights": token.rights})  # fmt: skip
-            form = TokenForm()
+            request.session[NEW_SECRET] = secret
+            return redirect("console:tokens")
     else:
         form = TokenForm()
+    secret = request.session.pop(NEW_SECRET, None)
     context = {"form": form, "secret": secret, "tokens": ApiToken.objects.all()}
-    # the secret is in this response only: never cached, never shown again
-    response = render(request, "console/tokens.html", context, status=201 if secret else 200)
-    response["Cache-Control"] = "no-store"
+    response = render(request, "console/tokens.html", context)
+    response["Cache-Control"] = "no-store"  # the secret is in this response only
     return response
 
 

@@ -31,7 +31,15 @@ ACTION_CHOICES = [
 ]
 
 
-class QueueSettingsForm(forms.Form):
+class Form(forms.Form):
+    """Labels without Django's trailing colon (the layout sets them apart)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+
+class QueueSettingsForm(Form):
     limit = forms.IntegerField(
         required=False, min_value=1, help_text="most unprocessed messages; empty: unbounded"
     )
@@ -42,6 +50,9 @@ class QueueSettingsForm(forms.Form):
     self_destruct = forms.BooleanField(
         required=False, help_text="delete the queue when its last selector is deleted"
     )
+    journal = forms.BooleanField(
+        required=False, initial=True, help_text="record its events for the archive (Analytics)"
+    )
 
     def engine_settings(self) -> dict[str, Any]:
         data = dict(self.cleaned_data)
@@ -51,10 +62,10 @@ class QueueSettingsForm(forms.Form):
 
 class QueueCreateForm(QueueSettingsForm):
     name = forms.CharField(max_length=200)
-    field_order = ["name", "limit", "history", "dead_letter", "self_destruct"]
+    field_order = ["name", "limit", "history", "dead_letter", "self_destruct", "journal"]
 
 
-class PublishForm(forms.Form):
+class PublishForm(Form):
     address = forms.CharField(required=False, max_length=1000)
     headers = forms.CharField(
         required=False,
@@ -71,7 +82,7 @@ class PublishForm(forms.Form):
             raise forms.ValidationError(str(error)) from None
 
 
-class SelectorForm(forms.Form):
+class SelectorForm(Form):
     when = forms.ChoiceField(label="WHEN", choices=WHEN_CHOICES, widget=forms.RadioSelect)
     operator = forms.ChoiceField(label="match operator", choices=OPERATOR_CHOICES, required=False)
     pattern = forms.CharField(label="pattern", required=False, max_length=1000)
@@ -154,7 +165,7 @@ class SelectorForm(forms.Form):
         }
 
 
-class PatternForm(forms.Form):
+class PatternForm(Form):
     name = forms.CharField(max_length=200)
     router = forms.CharField(max_length=200)
     topic = forms.CharField(required=False, max_length=1000)
@@ -191,7 +202,7 @@ class PatternForm(forms.Form):
         return arguments
 
 
-class TokenForm(forms.Form):
+class TokenForm(Form):
     name = forms.CharField(max_length=200)
     rights = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),

@@ -40,7 +40,9 @@ def fetch_queue(name: str) -> dict[str, Any]:
 
 
 def settings_initial(queue: dict[str, Any]) -> dict[str, Any]:
-    return {k: queue.get(k) for k in ("limit", "history", "dead_letter", "self_destruct")}
+    return {
+        k: queue.get(k) for k in ("limit", "history", "dead_letter", "self_destruct", "journal")
+    }
 
 
 @login_required

@@ -1,6 +1,7 @@
 """Topology: every queue and selector as a directed graph (static/js/topology.js draws it
 with cytoscape and the dagre layout). Queues are nodes; COPY, MOVE and BOUNCE selectors
-are edges between queues; DELIVER edges end at destination nodes; DELETE at one sink.
+are edges between queues; DELIVER edges end at destination nodes; DELETE at one sink; a
+thin red line joins a queue to its dead-letter queue.
 The wiring is read from the catalog's models (what the router runs); live numbers come
 from the router's snapshot and, in the browser, from /ws/monitor/."""
 
@@ -23,7 +24,8 @@ def graph() -> dict[str, Any]:
     dead = dead_letter_queues()
     nodes: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
-    names = list(Queue.objects.values_list("name", flat=True))
+    wired = list(Queue.objects.values_list("name", "dead_letter"))
+    names = [name for name, _ in wired]
     for name in names:
         live = by_name.get(name) or {}
         nodes.append({
@@ -54,6 +56,14 @@ def graph() -> dict[str, Any]:
             "action": row.action, "enabled": row.enabled, "label": row.describe(),
             "queue": row.queue.name, "number": row.number,
         })  # fmt: skip
+    known = set(names)
+    for name, dead_letter in wired:  # where a queue's dead letters go: a thin red line
+        if dead_letter and dead_letter in known:
+            edges.append({
+                "id": f"dl:{name}", "source": f"q:{name}", "target": f"q:{dead_letter}",
+                "action": "dead-letter", "enabled": True, "label": f"dead letters to {dead_letter}",
+                "queue": name, "number": 0,
+            })  # fmt: skip
     for destination in sorted(destinations):
         nodes.append({"id": f"d:{destination}", "kind": "destination", "name": destination,
                       "url": "", "depth": 0, "outstanding": 0, "dead": False})  # fmt: skip

@@ -1,6 +1,8 @@
 """The console's pages (mounted at the site root by xumpweb/urls.py).
 
-Queue names may hold `/`, so the pages below a queue come before the queue page itself.
+Queue names may hold `/`, so the pages below a queue come before the queue page itself,
+and a selector's pages before the queue's (`<path:name>/delete/` would take
+`<name>/selectors/1/delete/`).
 """
 
 from __future__ import annotations
@@ -34,12 +36,6 @@ urlpatterns = [
     path("login/", auth.LoginView.as_view(**LOGIN), name="login"),
     path("logout/", auth.LogoutView.as_view(next_page="console:login"), name="logout"),
     path("queues/new/", dashboard.queue_create, name="queue_create"),
-    path("queues/<path:name>/history/", queues.history, name="queue_history"),
-    path("queues/<path:name>/settings/", queues.queue_settings, name="queue_settings"),
-    path("queues/<path:name>/publish/", queues.publish, name="queue_publish"),
-    path("queues/<path:name>/purge/", queues.purge, name="queue_purge"),
-    path("queues/<path:name>/delete/", queues.queue_delete, name="queue_delete"),
-    path("queues/<path:name>/messages/<int:seq>/", queues.message_detail, name="message"),
     path("queues/<path:name>/selectors/new/", selectors.selector_new, name="selector_new"),
     path("queues/<path:name>/selectors/preview/", selectors.preview, name="selector_preview"),
     path(
@@ -53,6 +49,12 @@ urlpatterns = [
         name="selector_delete",
     ),
     path("queues/<path:name>/selectors/<int:number>/", selectors.selector_edit, name="selector"),
+    path("queues/<path:name>/history/", queues.history, name="queue_history"),
+    path("queues/<path:name>/settings/", queues.queue_settings, name="queue_settings"),
+    path("queues/<path:name>/publish/", queues.publish, name="queue_publish"),
+    path("queues/<path:name>/purge/", queues.purge, name="queue_purge"),
+    path("queues/<path:name>/delete/", queues.queue_delete, name="queue_delete"),
+    path("queues/<path:name>/messages/<int:seq>/", queues.message_detail, name="message"),
     path("queues/<path:name>/", queues.queue_page, name="queue"),
     path("check/filter/", selectors.validate_filter, name="check_filter"),
     path("check/pattern/", selectors.validate_pattern, name="check_pattern"),

@@ -9,8 +9,9 @@ destination compete for the same list, so they share its work by credit. Nothing
 the Channels layer: it would cost a Redis round trip per message.
 
 Acks are gathered for a few milliseconds and go to the router as ONE relay confirm command
-per batch (an RPUSH to the store's inbox, the JSON engine.relay.RelayClient.confirm writes)
-plus a kick when no router task is scheduled (runtime.Service.kick, without a thread hop).
+per batch (an RPUSH to the store's inbox, the JSON engine.relay.RelayClient.confirm writes),
+in the same round trip as the router's doorbell and the kick (as runtime's relay client
+sends every command, without a thread hop).
 When the connection ends, every delivery it took and did not see settled, sent or not yet
 sent, is rejected with requeue, in the order it was delivered: each goes back to the head
 of its queue and out again (redelivered=true) to whoever subscribes to the destination.
@@ -296,6 +297,7 @@ class SubscribeConsumer(LiveSocket):
         self.outbox = found.keys["outbox"] + self.destination
         self.inbox = found.keys["inbox"]
         self.kicked = found.keys["kicked"]
+        self.doorbell = found.keys["doorbell"]
         self.store = found.store
         self.worker_routing = found.routing == "worker"
         self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
@@ -428,9 +430,10 @@ class SubscribeConsumer(LiveSocket):
 
     async def _send_commands(self, commands: list[dict[str, Any]]) -> None:
         """Append commands to the store's inbox (as engine.relay.RelayClient does) and make
-        sure a router will read them (as runtime.Service.kick does)."""
+        sure a router will read them soon (as runtime's relay client does)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.rpush(self.inbox, *[encode(command) for command in commands])
+        pipe.publish(self.doorbell, b"")
         if self.worker_routing:
             pipe.set(self.kicked, "1", nx=True, ex=30)
         try:
@@ -440,7 +443,7 @@ class SubscribeConsumer(LiveSocket):
             logger.warning("cannot send %d command(s) to the router: %s", len(commands), problem)
             await self.error("store_unavailable", f"cannot reach the router: {problem}")
             return
-        if self.worker_routing and answers[1]:
+        if self.worker_routing and answers[2]:
             from xumpweb.routing.tasks import route
 
             await sync_to_async(route.delay, thread_sensitive=False)(self.store)

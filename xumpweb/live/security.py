@@ -18,6 +18,7 @@ from channels.security.websocket import OriginValidator
 from django.conf import settings
 from django.utils import timezone
 
+from xumpweb.api import auth
 from xumpweb.wiring.models import ApiToken
 
 LAST_USED_EVERY = timedelta(minutes=1)  # how stale ApiToken.last_used may get
@@ -67,7 +68,7 @@ def find_token(secret: str) -> ApiToken | None:
     """The live token `secret` stands for (its last use noted at most once a minute)."""
     if not isinstance(secret, str) or len(secret) > 200:
         return None
-    token = ApiToken.find(secret)
+    token = auth.find_token(secret)
     if token is not None:
         now = timezone.now()
         if token.last_used is None or now - token.last_used > LAST_USED_EVERY:

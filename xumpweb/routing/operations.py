@@ -38,6 +38,7 @@ def queue_json(engine: Engine, info: QueueInfo) -> dict[str, Any]:
         "history": info.history,
         "dead_letter": info.dead_letter,
         "self_destruct": info.self_destruct,
+        "journal": info.journal,
         "stats": stats,
     }
 

@@ -157,7 +157,7 @@ _snapshot: contextvars.ContextVar[dict[str, dict]] = contextvars.ContextVar("sna
 class QueueForm(EngineForm):
     class Meta:
         model = Queue
-        fields = ("name", "limit", "history", "dead_letter", "self_destruct")
+        fields = ("name", "limit", "history", "dead_letter", "self_destruct", "journal")
 
     def apply(self) -> Any:
         data = self.cleaned_data
@@ -166,6 +166,7 @@ class QueueForm(EngineForm):
             "history": data.get("history") or 0,
             "dead_letter": data.get("dead_letter") or None,
             "self_destruct": bool(data.get("self_destruct")),
+            "journal": bool(data.get("journal")),
         }
         if self.instance.pk is None:
             return service().call("queue_create", name=data["name"], **settings)
@@ -223,7 +224,7 @@ class QueueAdmin(EngineAdmin):
     form = QueueForm
     list_display = ("name", "store", "depth", "history_size", "outstanding", "limit",
                     "history", "dead_letter", "self_destruct", "selector_count")  # fmt: skip
-    list_filter = ("store", "self_destruct", HasDeadLetter)
+    list_filter = ("store", "self_destruct", "journal", HasDeadLetter)
     search_fields = ("name", "dead_letter")
     inlines = [SelectorInline]
 

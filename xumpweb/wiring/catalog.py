@@ -45,6 +45,7 @@ class DjangoCatalog:
                 "history": spec.history,
                 "dead_letter": spec.dead_letter,
                 "self_destruct": spec.self_destruct,
+                "journal": spec.journal,
             },
         )
 
@@ -89,6 +90,7 @@ def queue_spec(row: models.Queue) -> QueueSpec:
         history=row.history,
         dead_letter=row.dead_letter or None,
         self_destruct=row.self_destruct,
+        journal=row.journal,
     )
 
 

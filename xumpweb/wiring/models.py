@@ -38,6 +38,9 @@ class Queue(models.Model):
     history = models.PositiveIntegerField(default=0)
     dead_letter = models.CharField(max_length=200, null=True, blank=True)
     self_destruct = models.BooleanField(default=False)
+    journal = models.BooleanField(
+        default=True, help_text="record its events in the journal the archive exports"
+    )
     last_selector_id = models.PositiveIntegerField(default=0, editable=False)
     created = models.DateTimeField(auto_now_add=True)
     changed = models.DateTimeField(auto_now=True)

@@ -1,0 +1,550 @@
+"""The service end to end (issue 7), beside RabbitMQ doing the same. Prints figures.
+
+    python bench/service_bench.py [--http N] [--messages N] [--latency-seconds S]
+                                  [--only xump|rabbitmq] [--latency-only]
+
+Starts its own private redis-server (AOF, appendfsync always: a 202 means on disk), the
+ASGI server (uvicorn, one process, as the Procfile runs it) and one Celery worker that
+routes (XUMP_ROUTING=worker, the default; tests/web/conftest.py's start_service), then
+measures:
+
+1. HTTP batch publish: POST /api/queues/{q}/publish-batch, 5,000 messages of 100 bytes a
+   request, from 1 and from 2 clients, into a queue that holds them (no selector); msg/s
+   until the last 202, and the router's time to take them all in (published counter);
+2. end to end, the wolfpack pattern with 2 WebSocket subscribers (each its own process):
+   a publisher process posts batches of 1,000 while the subscribers take deliveries in
+   "deliveries" frames (credit 1,000, batch 100), ack each frame in one "ack" frame and
+   open their window by as much; msg/s from the first publish until the router has applied
+   the last ack (both worker queues say confirmed = N, outstanding = 0);
+3. latency at 1,000 msg/s: single POST /api/queues/{q}/publish paced at 1,000 a second
+   (4 keep-alive connections, a lean HTTP/1.1 client: LeanHttp), each body carrying its
+   send time; p50/p99 of send -> delivery frame at the subscriber, the rate actually sent
+   (a publisher waits for each 202, so a slow service is sent less), publish -> 202, and
+   send -> routed (the router's timestamp) and routed -> delivery frame.
+
+Every body carries a serial number; each run checks that every message was delivered
+exactly once (none missing, none twice) and fails loudly otherwise.
+
+Then the same wolfpack (one durable queue, 2 competing consumers, prefetch 1,000, acks of
+100 at once, persistent messages, no publisher confirms) and the same paced latency on the
+local RabbitMQ (127.0.0.1:5672, guest/guest) through pika, when one answers, and the
+ratios. CPU seconds per 1,000 messages of each process are printed for the Xump runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import httpx
+import orjson
+from websockets.sync.client import connect
+
+from tests.conftest import RedisServer
+from tests.web.conftest import start_service
+
+PAD = "x" * 73  # a body: 17 characters of send time, 10 of serial number, 73 of padding
+BATCH = 5000
+SUBSCRIBER_CREDIT, SUBSCRIBER_BATCH = 1000, 100
+PATTERN_CREDIT = 1000  # the wolfpack's MOVE credit per worker
+RATE = 1000  # msg/s for the latency run
+RABBIT = ("127.0.0.1", 5672)
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def body(serial: int) -> str:
+    return f"{time.time():17.6f}{serial:010d}{PAD}"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), its threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+class CpuMeter:
+    """CPU seconds the service's processes spend between start() and stop()."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.before: dict[str, float] = {}
+        self.spent: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def stop(self) -> dict[str, float]:
+        self.spent = {name: cpu_seconds(pid) - self.before[name] for name, pid in self.pids.items()}
+        return self.spent
+
+
+def check_once(serials: list[int], total: int, what: str) -> None:
+    """Every serial from 0 to total - 1 seen exactly once, or SystemExit."""
+    if len(serials) != total or set(serials) != set(range(total)):
+        seen = set(serials)
+        raise SystemExit(
+            f"{what}: {len(serials)} deliveries of {total} messages, {len(seen)} distinct, "
+            f"{total - len(seen & set(range(total)))} missing, "
+            f"{len(serials) - len(seen)} delivered twice"
+        )
+
+
+# -- Xump -------------------------------------------------------------------------------------
+def api(service, method: str, path: str, **options) -> httpx.Response:
+    with service.client() as client:
+        answer = client.request(method, path, **options)
+    if answer.status_code >= 400:
+        raise SystemExit(f"{method} {path}: {answer.status_code} {answer.text}")
+    return answer
+
+
+def wait_for_counter(service, queues: list[str], counter: str, total: int) -> None:
+    """Poll the router's stats until `counter` summed over `queues` reaches `total` and
+    nothing is outstanding."""
+    deadline = time.monotonic() + 600
+    with service.client() as client:
+        while True:
+            found = [client.get(f"/api/queues/{quote(q, safe='')}/stats").json() for q in queues]
+            if (sum(s[counter] for s in found) >= total
+                    and not any(s["outstanding"] for s in found)):  # fmt: skip
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{counter} stuck at {sum(s[counter] for s in found)} of {total}")
+            time.sleep(0.02)
+
+
+def http_publish(service, queue: str, total: int, clients: int) -> float:
+    """msg/s of batch publishes from `clients` threads, `total` messages in all."""
+    path = f"/api/queues/{quote(queue, safe='')}/publish-batch"
+    payload = json.dumps({"messages": [{"body": body(0)}] * BATCH})
+    requests = total // BATCH
+
+    def client(count: int) -> None:
+        with service.client() as http:
+            for _ in range(count):
+                answer = http.post(path, content=payload,
+                                   headers={"Content-Type": "application/json"})  # fmt: skip
+                if answer.status_code != 202:
+                    raise SystemExit(f"publish-batch: {answer.status_code} {answer.text}")
+
+    threads = [threading.Thread(target=client, args=(requests // clients,))
+               for _ in range(clients)]  # fmt: skip
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return requests // clients * clients * BATCH / (time.perf_counter() - started)
+
+
+def ws_subscriber(url: str, counter, results, ready, go, done) -> None:
+    """A subscriber process: batched credit, one ack frame per deliveries frame."""
+    serials: list[int] = []
+    latencies: list[float] = []
+    routed: list[float] = []  # send -> routed (the message's timestamp, set by the router)
+    with connect(url, max_size=None, open_timeout=30) as socket:
+        assert json.loads(socket.recv())["type"] == "subscribed"
+        socket.send(json.dumps({"type": "credit", "n": SUBSCRIBER_CREDIT,
+                                "batch": SUBSCRIBER_BATCH}))  # fmt: skip
+        ready.set()
+        while not done.is_set():
+            try:
+                frame = orjson.loads(socket.recv(timeout=0.2, decode=False))
+            except TimeoutError:
+                continue
+            items = frame.get("items") or ([frame] if frame["type"] == "delivery" else [])
+            if not items:
+                continue
+            now = time.time()
+            for item in items:
+                text = item["message"]["body"]
+                latencies.append(now - float(text[:17]))
+                routed.append(item["message"]["timestamp"] - float(text[:17]))
+                serials.append(int(text[17:27]))
+            tags = [item["tag"] for item in items]
+            socket.send(orjson.dumps({"type": "ack", "tags": tags}).decode())
+            socket.send(orjson.dumps({"type": "credit", "n": len(items)}).decode())
+            with counter.get_lock():
+                counter.value += len(items)
+    results.put((serials, latencies, time.process_time(), routed))
+
+
+def ws_publisher(base: str, token: str, queue: str, total: int, chunk: int, ready, go) -> None:
+    """Batches of `chunk` from one HTTP client, once `go` is set."""
+    path = f"{base}/api/queues/{quote(queue, safe='')}/publish-batch"
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        http.get(f"{base}/api/health")  # connected before the clock starts
+        ready.set()
+        go.wait()
+        for start in range(0, total, chunk):
+            messages = [{"body": body(n)} for n in range(start, start + chunk)]
+            answer = http.post(path, json={"messages": messages})
+            assert answer.status_code == 202, answer.text
+
+
+class LeanHttp:
+    """One keep-alive HTTP/1.1 connection that posts JSON and reads the answer, with none of
+    a general client's machinery: httpx.AsyncClient spends 1 to 2.4 ms of CPU a request, as
+    much as the server it measures, which on 2 cores starves the service it loads."""
+
+    def __init__(self, base: str, token: str) -> None:
+        self.host, self.port = base.removeprefix("http://").split(":")
+        self.token = token
+
+    async def __aenter__(self) -> LeanHttp:
+        self.reader, self.writer = await asyncio.open_connection(self.host, int(self.port))
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.writer.close()
+
+    async def post(self, path: str, payload: bytes) -> tuple[int, bytes]:
+        self.writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {self.token}"
+            f"\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+            .encode() + payload
+        )  # fmt: skip
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = next(int(line[15:]) for line in head.lower().split(b"\r\n")
+                      if line.startswith(b"content-length:"))  # fmt: skip
+        return status, await self.reader.readexactly(length)
+
+
+async def paced_single_publishes(base: str, token: str, queue: str, total: int) -> None:
+    """Single publishes at RATE a second from 4 concurrent connections."""
+    path = f"/api/queues/{quote(queue, safe='')}/publish"
+    started = time.perf_counter() + 0.2
+    answered: list[float] = []
+
+    async def publisher(offset: int) -> None:
+        async with LeanHttp(base, token) as http:
+            for n in range(offset, total, 4):
+                delay = started + n / RATE - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sent = time.perf_counter()
+                status, text = await http.post(path, orjson.dumps({"body": body(n)}))
+                answered.append(time.perf_counter() - sent)
+                assert status == 202, text
+
+    await asyncio.gather(*(publisher(offset) for offset in range(4)))
+    rate = total / (time.perf_counter() - started)
+    p50, p99 = percentiles(answered)
+    print(f"  (latency run: {rate:,.0f} publishes/s sent; publish -> 202 p50 {p50:.1f} ms, "
+          f"p99 {p99:.1f} ms)", flush=True)  # fmt: skip
+
+
+def paced_publisher(base: str, token: str, queue: str, total: int, ready, go) -> None:
+    ready.set()
+    go.wait()
+    asyncio.run(paced_single_publishes(base, token, queue, total))
+
+
+class Run:
+    """Subscriber processes and a publisher process around one measured interval."""
+
+    def __init__(self, subscriber, subscriber_args: list[tuple], publisher, publisher_args):
+        context = multiprocessing.get_context("spawn")
+        self.counter = context.Value("q", 0)
+        self.results = context.Queue()
+        self.go, self.done = context.Event(), context.Event()
+        self.readies = []
+        self.subscribers = []
+        for arguments in subscriber_args:
+            ready = context.Event()
+            self.readies.append(ready)
+            self.subscribers.append(context.Process(target=subscriber, args=(
+                *arguments, self.counter, self.results, ready, self.go, self.done,
+            )))  # fmt: skip
+        ready = context.Event()
+        self.readies.append(ready)
+        self.publisher = context.Process(target=publisher, args=(*publisher_args, ready, self.go))
+
+    def measure(self, total: int, settled=None) -> tuple[float, list[int], list[float], float]:
+        """msg/s from `go` until `total` deliveries were counted (and `settled()` returned);
+        every serial delivered, every latency, client CPU seconds."""
+        for process in [*self.subscribers, self.publisher]:
+            process.start()
+        for ready in self.readies:
+            if not ready.wait(60):
+                raise SystemExit("a client process did not start")
+        started = time.perf_counter()
+        self.go.set()
+        deadline = time.monotonic() + 600
+        while self.counter.value < total:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"only {self.counter.value} of {total} delivered in 10 minutes")
+            if not self.publisher.is_alive() and self.publisher.exitcode:
+                raise SystemExit(f"the publisher failed ({self.publisher.exitcode})")
+            time.sleep(0.002)
+        if settled is not None:
+            settled()
+        elapsed = time.perf_counter() - started
+        time.sleep(0.3)  # anything delivered twice arrives now, and is counted
+        self.done.set()
+        serials: list[int] = []
+        latencies: list[float] = []
+        client_cpu = 0.0
+        self.routed: list[float] = []
+        for _ in self.subscribers:
+            found, seen, cpu, *routed = self.results.get(timeout=60)
+            if routed:  # Xump's subscribers also say when the router had routed each
+                self.routed.extend(routed[0])
+            serials.extend(found)
+            latencies.extend(seen)
+            client_cpu += cpu
+        for process in [*self.subscribers, self.publisher]:
+            process.join(timeout=30)
+        return total / elapsed, serials, latencies, client_cpu
+
+
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    if len(latencies) < 2:
+        return float("nan"), float("nan")
+    cuts = statistics.quantiles(latencies, n=100)
+    return cuts[49] * 1000, cuts[98] * 1000
+
+
+def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
+    redis_server = RedisServer(directory / "redis")
+    (directory / "redis").mkdir()
+    redis_server.start()
+    service = None
+    try:
+        (directory / "service").mkdir()
+        service = start_service(redis_server.url, directory / "service", "worker")
+        service.start_worker()
+        pids = {name: process.pid for name, process in service.processes.items()}
+        meter = CpuMeter({**pids, "redis": redis_server.process.pid})
+        results: dict = {"cpu": {}}
+
+        def wolfpack_run(total: int, publisher, publisher_args: tuple) -> tuple:
+            router = f"bench-jobs-{uuid.uuid4().hex[:6]}"
+            workers = [f"{router}-w1", f"{router}-w2"]
+            for worker in workers:
+                api(service, "POST", "/api/patterns", json={
+                    "kind": "wolfpack", "router": router, "name": worker,
+                    "credit": PATTERN_CREDIT,
+                })  # fmt: skip
+            urls = [(f"{service.ws_url}/ws/subscribe/{w}/?token={service.admin_token}",)
+                    for w in workers]  # fmt: skip
+            run = Run(ws_subscriber, urls, publisher,
+                      (service.url, service.admin_token, router, *publisher_args))  # fmt: skip
+            private = [f"{router}:{worker}" for worker in workers]
+            meter.start()
+            rate, serials, latencies, client_cpu = run.measure(
+                total, lambda: wait_for_counter(service, private, "confirmed", total)
+            )
+            spent = meter.stop()
+            check_once(serials, total, "Xump wolfpack")
+            if publisher is paced_publisher:
+                (p50, p99), (d50, d99) = (
+                    percentiles(run.routed),
+                    percentiles(
+                        [seen - taken for seen, taken in zip(latencies, run.routed, strict=True)]
+                    ),
+                )
+                print(f"  (latency run: send -> routed p50 {p50:.1f} ms, p99 {p99:.1f} ms; "
+                      f"routed -> frame received p50 {d50:.1f} ms, p99 {d99:.1f} ms)")  # fmt: skip
+            return rate, latencies, (spent, total, client_cpu)
+
+        if args.latency_only:
+            total = int(RATE * args.latency_seconds)
+            _, seen, results["cpu"]["latency"] = wolfpack_run(total, paced_publisher, (total,))
+            results["p50"], results["p99"] = percentiles(seen)
+            return results
+        held = f"bench-held-{uuid.uuid4().hex[:6]}"
+        api(service, "POST", "/api/queues", json={"name": held})
+        http_publish(service, held, BATCH * 2, 1)  # warm up the server and the router
+        wait_for_counter(service, [held], "published", BATCH * 2)
+        meter.start()
+        results["http1"] = http_publish(service, held, args.http, 1)
+        started = time.perf_counter()
+        results["http2"] = http_publish(service, held, args.http, 2)
+        wait_for_counter(service, [held], "published", BATCH * 2 + args.http * 2)
+        results["http_routed_after"] = time.perf_counter() - started
+        results["cpu"]["http"] = (meter.stop(), args.http * 2, 0.0)
+
+        results["e2e"], _, results["cpu"]["e2e"] = wolfpack_run(
+            args.messages, ws_publisher, (args.messages, 1000)
+        )
+        total = int(RATE * args.latency_seconds)
+        _, seen, results["cpu"]["latency"] = wolfpack_run(total, paced_publisher, (total,))
+        results["p50"], results["p99"] = percentiles(seen)
+        return results
+    finally:
+        if service is not None:
+            service.close()
+        redis_server.stop()
+
+
+# -- RabbitMQ ---------------------------------------------------------------------------------
+def rabbit_answers() -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(RABBIT, timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def rabbit_connection():
+    import pika
+
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        host=RABBIT[0], port=RABBIT[1], credentials=pika.PlainCredentials("guest", "guest"),
+    ))  # fmt: skip
+
+
+def rabbit_consumer(queue: str, counter, results, ready, go, done) -> None:
+    """A consumer process: prefetch 1,000, one ack (multiple) per 100 messages."""
+    connection = rabbit_connection()
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=SUBSCRIBER_CREDIT)
+    serials: list[int] = []
+    latencies: list[float] = []
+    state = {"pending": 0, "last": 0}
+
+    def settle() -> None:
+        if state["pending"]:
+            channel.basic_ack(state["last"], multiple=True)
+            with counter.get_lock():
+                counter.value += state["pending"]
+            state["pending"] = 0
+
+    def take(channel, method, properties, raw: bytes) -> None:
+        latencies.append(time.time() - float(raw[:17]))
+        serials.append(int(raw[17:27]))
+        state["pending"] += 1
+        state["last"] = method.delivery_tag
+        if state["pending"] >= SUBSCRIBER_BATCH:
+            settle()
+
+    channel.basic_consume(queue, take)
+    ready.set()
+    while not done.is_set():
+        connection.process_data_events(time_limit=0.01)
+        settle()
+    connection.close()
+    results.put((serials, latencies, time.process_time()))
+
+
+def rabbit_publisher(queue: str, total: int, paced: bool, ready, go) -> None:
+    import pika
+
+    connection = rabbit_connection()
+    channel = connection.channel()
+    persistent = pika.BasicProperties(delivery_mode=2)
+    ready.set()
+    go.wait()
+    started = time.perf_counter()
+    for n in range(total):
+        if paced:
+            delay = started + n / RATE - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        channel.basic_publish("", queue, body(n).encode(), persistent)
+    connection.close()
+
+
+def bench_rabbit(args: argparse.Namespace) -> dict | None:
+    if not rabbit_answers():
+        return None
+    results: dict = {}
+
+    def run(total: int, paced: bool) -> tuple[float, list]:
+        queue = f"xump-bench-{uuid.uuid4().hex[:6]}"
+        connection = rabbit_connection()
+        connection.channel().queue_declare(queue, durable=True)
+        try:
+            clients = Run(rabbit_consumer, [(queue,), (queue,)], rabbit_publisher,
+                          (queue, total, paced))  # fmt: skip
+            rate, serials, latencies, _ = clients.measure(total)
+            check_once(serials, total, "RabbitMQ wolfpack")
+            return rate, latencies
+        finally:
+            connection.channel().queue_delete(queue)
+            connection.close()
+
+    results["e2e"], _ = run(args.messages, paced=False)
+    _, seen = run(int(RATE * args.latency_seconds), paced=True)
+    results["p50"], results["p99"] = percentiles(seen)
+    return results
+
+
+def load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http", type=int, default=100_000, help="messages per HTTP run")
+    parser.add_argument("--messages", type=int, default=50_000, help="messages end to end")
+    parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--latency-only", action="store_true", help="only the latency run (no throughput runs)"
+    )
+    parser.add_argument("--only", choices=("xump", "rabbitmq"), help="run one side only")
+    args = parser.parse_args()
+    args.http = max(args.http - args.http % (2 * BATCH), 2 * BATCH)
+    args.messages = max(args.messages - args.messages % 1000, 1000)
+    load_before = load()
+    xump = {key: float("nan") for key in ("http1", "http2", "e2e", "p50", "p99")}
+    if args.only != "rabbitmq":
+        with tempfile.TemporaryDirectory(prefix="xump-service-bench-") as directory:
+            xump.update(bench_xump(args, Path(directory)))
+    rabbit = bench_rabbit(args) if args.only != "xump" else None
+
+    print(f"service bench ({os.cpu_count()} cores; load average {load_before} before, "
+          f"{load()} after; Redis with appendfsync always; 1 uvicorn, 1 Celery worker "
+          f"routing)")  # fmt: skip
+    print(f"  HTTP batch publish, {BATCH} a request, 1 client   {xump['http1']:>10,.0f} msg/s")
+    print(f"  HTTP batch publish, {BATCH} a request, 2 clients  {xump['http2']:>10,.0f} msg/s")
+    if "http_routed_after" in xump:
+        print(
+            f"    (the router had taken in all {args.http:,} of the 2-client run "
+            f"{xump['http_routed_after']:.2f} s after its first request)"
+        )
+    header = f"  {'':44} {'Xump':>12} {'RabbitMQ':>12} {'ratio':>7}"
+    print(header)
+    rows = [
+        ("wolfpack end to end, 2 subscribers (msg/s)", "e2e", "{:>12,.0f}"),
+        (f"latency p50 at {RATE} msg/s (ms)", "p50", "{:>12.1f}"),
+        (f"latency p99 at {RATE} msg/s (ms)", "p99", "{:>12.1f}"),
+    ]
+    for label, key, shape in rows:
+        theirs = shape.format(rabbit[key]) if rabbit else f"{'-':>12}"
+        ratio = f"{xump[key] / rabbit[key]:>7.2f}" if rabbit and rabbit[key] else f"{'-':>7}"
+        print(f"  {label:44} {shape.format(xump[key])} {theirs} {ratio}")
+    if rabbit is None and args.only != "xump":
+        print(f"  (no RabbitMQ answers on {RABBIT[0]}:{RABBIT[1]}: its column is empty)")
+    print(f"  (latency rows: paced at {RATE} msg/s, but 4 publishers that wait for each 202 fall")
+    print("  behind when a publish takes more than 4 ms: the rate sent is printed above)")
+    print("  every message delivered exactly once in every run (checked by serial number);")
+    print("  Xump's end to end stops when the router has applied the last ack, RabbitMQ's")
+    print("  when the last ack was sent (RabbitMQ: persistent messages, no publisher confirms)")
+    for run, (spent, count, clients) in xump.get("cpu", {}).items():
+        parts = ", ".join(f"{name} {seconds * 1000 / count * 1000:.0f}"
+                          for name, seconds in spent.items())  # fmt: skip
+        extra = f", subscribers {clients * 1e6 / count:.0f}" if clients else ""
+        print(f"  CPU us per message, {run}: {parts}{extra}")
+    print("  targets: >= 20,000 msg/s HTTP batch, >= 20,000 msg/s end to end, p99 <= 20 ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""The SparkSession the jobs share, the archive as DataFrames, and the jobs' common options.
+
+Theory of operation: `session(master)` returns the process's SparkSession, building it on
+first use: `local[*]` unless a master URL is given (`spark://host:7077`, `yarn`, ...), no
+web UI, Spark's own logging at ERROR (log4j2.properties beside this file), UTC, ANSI mode
+off (the translation guards zero divisors itself and integer overflow wraps rather than
+failing a job), partition values read as strings (a queue named `2024` stays a string),
+and few shuffle partitions when local. The SQL settings are applied to an existing session
+too, so a test's shared session behaves like a job's own.
+
+`read_history` / `read_events` read the archive (engine/archive.py) with its partitions
+(`date`, `queue`) as columns, restricted to a time window and queues, pruning partitions by
+date and queue before any file is opened; an archive with nothing yet reads as empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from engine.errors import InvalidArgument
+
+Progress = Callable[[str], None] | None
+
+_LOG4J = Path(__file__).with_name("log4j2.properties")
+
+_SQL_SETTINGS = {
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.sql.parquet.enableVectorizedReader": "true",
+}
+
+HISTORY = T.StructType(
+    [
+        T.StructField("mid", T.StringType()),
+        T.StructField("seq", T.LongType()),
+        T.StructField("timestamp", T.DoubleType()),
+        T.StructField("address", T.StringType()),
+        T.StructField("return_address", T.StringType()),
+        T.StructField("headers_str", T.MapType(T.StringType(), T.StringType())),
+        T.StructField("headers_int", T.MapType(T.StringType(), T.LongType())),
+        T.StructField("headers_float", T.MapType(T.StringType(), T.DoubleType())),
+        T.StructField("headers_bool", T.MapType(T.StringType(), T.BooleanType())),
+        T.StructField("headers_bigint", T.MapType(T.StringType(), T.StringType())),
+        T.StructField("body", T.BinaryType()),
+        T.StructField("date", T.StringType()),
+        T.StructField("queue", T.StringType()),
+    ]
+)
+
+EVENTS = T.StructType(
+    [
+        T.StructField("time", T.DoubleType()),
+        T.StructField("kind", T.StringType()),
+        T.StructField("mid", T.StringType()),
+        T.StructField("selector", T.LongType()),
+        T.StructField("target", T.StringType()),
+        T.StructField("detail", T.StringType()),
+        T.StructField("address", T.StringType()),
+        T.StructField("epoch", T.StringType()),
+        T.StructField("position", T.LongType()),
+        T.StructField("date", T.StringType()),
+        T.StructField("queue", T.StringType()),
+    ]
+)
+
+
+def session(master: str | None = None, app: str = "xump-pipeline") -> SparkSession:
+    """The SparkSession for the jobs (see the module docstring)."""
+    master = master or os.environ.get("XUMP_SPARK_MASTER") or "local[*]"
+    local = master.startswith("local")
+    java_options = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
+    )
+    if local:
+        builder = builder.config("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
+        builder = builder.config(
+            "spark.driver.memory", os.environ.get("XUMP_SPARK_DRIVER_MEMORY", "2g")
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    for key, value in _SQL_SETTINGS.items():
+        spark.conf.set(key, value)
+    return spark
+
+
+def _has_parquet(root: Path) -> bool:
+    return root.is_dir() and any(root.glob("date=*/queue=*/*.parquet"))
+
+
+def _day(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d")
+
+
+def _window(
+    frame: DataFrame,
+    time_column: str,
+    since: float | None,
+    until: float | None,
+    queues: list[str] | None,
+) -> DataFrame:
+    conditions: list[Column] = []
+    if since is not None:
+        conditions += [F.col("date") >= _day(since), F.col(time_column) >= since]
+    if until is not None:
+        conditions += [F.col("date") <= _day(until), F.col(time_column) < until]
+    if queues is not None:
+        conditions.append(F.col("queue").isin(list(queues)))
+    for condition in conditions:
+        frame = frame.where(condition)
+    return frame
+
+
+def _read(spark: SparkSession, root: Path, schema: T.StructType) -> DataFrame:
+    if not _has_parquet(root):
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).option("basePath", str(root)).parquet(str(root))
+
+
+def read_history(
+    spark: SparkSession,
+    archive: str | Path,
+    since: float | None = None,
+    until: float | None = None,
+    queues: list[str] | None = None,
+) -> DataFrame:
+    """History rows (archive.HISTORY_SCHEMA + date, queue) in the window."""
+    frame = _read(spark, Path(archive) / "history", HISTORY)
+    return _window(frame, "timestamp", since, until, queues)
+
+
+def read_events(
+    spark: SparkSession,
+    archive: str | Path,
+    since: float | None = None,
+    until: float | None = None,
+    queues: list[str] | None = None,
+) -> DataFrame:
+    """Journal events (archive.EVENTS_SCHEMA + date, queue) in the window."""
+    frame = _read(spark, Path(archive) / "events", EVENTS)
+    return _window(frame, "time", since, until, queues)
+
+
+# -- checks and options shared by the jobs --------------------------------------------------
+def check_window(
+    archive: str | Path,
+    out: str | Path,
+    since: float | None,
+    until: float | None,
+    queues: list[str] | None,
+) -> None:
+    """InvalidArgument, before Spark starts, for options that cannot work."""
+    if not isinstance(archive, str | Path) or not str(archive):
+        raise InvalidArgument(f"archive must be a path, not {archive!r}")
+    if not Path(archive).is_dir():
+        raise InvalidArgument(f"no archive at {str(archive)!r}")
+    if not isinstance(out, str | Path) or not str(out):
+        raise InvalidArgument(f"out must be a path, not {out!r}")
+    for name, seconds in (("since", since), ("until", until)):
+        if seconds is not None and (
+            not isinstance(seconds, int | float)
+            or isinstance(seconds, bool)
+            or not math.isfinite(seconds)
+        ):
+            raise InvalidArgument(f"{name} must be seconds since the epoch, not {seconds!r}")
+    if since is not None and until is not None and until <= since:
+        raise InvalidArgument("until must come after since")
+    if queues is not None and (
+        isinstance(queues, str) or not all(isinstance(q, str) and q for q in queues)
+    ):
+        raise InvalidArgument(f"queues must be a list of queue names, not {queues!r}")
+
+
+def report(progress: Progress, stage: str) -> None:
+    if progress is not None:
+        progress(stage)
+
+
+def write_summary(out: str | Path, summary: dict[str, Any]) -> None:
+    """summary.json under `out`, written atomically."""
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    temporary = directory / ".summary.json.tmp"
+    temporary.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    os.replace(temporary, directory / "summary.json")
+
+
+def seconds(text: str) -> float:
+    """A command-line time: seconds since the epoch, or an ISO 8601 date/time (UTC if no
+    zone is given)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither seconds since the epoch nor an ISO 8601 time"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def arguments(description: str, when: bool = False) -> argparse.ArgumentParser:
+    """The options every job takes; with `when`, a WHEN's too (backtest, replay)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--archive", required=True, help="the archive directory")
+    parser.add_argument("--out", required=True, help="the directory for the outputs")
+    parser.add_argument("--master", help="Spark master URL (default local[*])")
+    parser.add_argument("--since", type=seconds, help="from this time (epoch seconds or ISO)")
+    parser.add_argument("--until", type=seconds, help="before this time")
+    parser.add_argument(
+        "--queue", action="append", dest="queues", help="only this queue (repeatable)"
+    )
+    if when:
+        parser.add_argument("--match", dest="match_operator", help="eq, topic, prefix or regex")
+        parser.add_argument("--pattern", help="the match pattern")
+        parser.add_argument("--field", default="address", help="match on this header")
+        parser.add_argument("--filter", help="a JMS / SQL-92 filter expression")
+    return parser
+
+
+def run_when_job(job: Callable[..., Any], options: argparse.Namespace) -> Any:
+    """Call a WHEN job (backtest.run, replay.select) with a command line's options."""
+    return job(
+        options.archive,
+        options.out,
+        options.match_operator,
+        options.pattern,
+        options.filter,
+        options.master,
+        options.since,
+        options.until,
+        options.queues,
+        field=options.field,
+        progress=print_progress,
+    )
+
+
+def print_error(error: Exception) -> None:
+    """A job's refusal on standard error, with the column of a bad expression."""
+    column = getattr(error, "column", None)
+    where = f" (column {column})" if column is not None and "column" not in str(error) else ""
+    print(f"error: {error}{where}", file=sys.stderr)
+
+
+def print_progress(stage: str) -> None:
+    print(f"... {stage}", flush=True)

@@ -1,0 +1,92 @@
+"""The selector builder: the filter validated as it is typed, the preview over recent
+messages, creating, disabling and deleting a selector."""
+
+from __future__ import annotations
+
+from engine.message import Message
+from tests.browser.conftest import make_queue, publish
+
+
+def orders_queue(relay, count: int = 30) -> str:
+    """A queue with `count` messages in history (priority 0..9) and 3 waiting."""
+    queue = make_queue(relay, history=1000)
+    sink = make_queue(relay)
+    copy = relay.call("selector_create", queue=queue, when="always", action="copy",
+                      target=sink, enabled=True)  # fmt: skip
+    publish(relay, queue, *[
+        Message(address=f"orders.{'eu' if n % 2 else 'us'}", headers={"priority": n % 10},
+                body=b"order %d" % n)
+        for n in range(1, count + 1)
+    ])  # fmt: skip
+    relay.call("selector_update", queue=queue, id=copy["id"], enabled=False)
+    publish(relay, queue, *[Message(address="orders.eu", headers={"priority": 9}, body=b"late")
+                            for _ in range(3)])  # fmt: skip
+    return queue
+
+
+def test_invalid_filter_shows_its_column_as_you_type(page, relay):
+    queue = make_queue(relay)
+    page.goto(f"/queues/{queue}/selectors/new/")
+    page.locator("input[name=when][value=filter]").check()
+    expression = page.get_by_role("textbox", name="filter expression")
+    expression.press_sequentially("priority >= 5 and (region = 'eu'", delay=10)
+    error = page.locator("#filter-check .expr-error")
+    error.wait_for()  # no submit: htmx asked the server as the text changed
+    assert "column" in error.inner_text()
+    column = int(error.locator("pre.caret").get_attribute("aria-label").split()[-1])
+    assert column == len("priority >= 5 and (region = 'eu'") + 1  # at the end: ')' missing
+    expression.fill("priority >= 5 ? 1")
+    page.wait_for_function(
+        "() => (document.querySelector('#filter-check pre.caret') || {}).ariaLabel === 'column 15'"
+    )
+    assert page.locator("#filter-check mark").inner_text() == "?"
+    expression.fill("priority >= 5 and region = 'eu'")
+    page.locator("#filter-check").get_by_text("Valid.").wait_for()
+    assert not page.errors
+
+
+def test_preview_shows_which_recent_messages_it_would_take(page, relay):
+    queue = orders_queue(relay)
+    sink = make_queue(relay)
+    page.goto(f"/queues/{queue}/selectors/new/")
+    page.locator("input[name=when][value=filter]").check()
+    page.get_by_role("textbox", name="filter expression").fill("priority >= 8")
+    page.get_by_label("DO").select_option("move")
+    page.get_by_label("target").fill(sink)
+    page.get_by_role("button", name="Preview against recent messages").click()
+    summary = page.locator("#preview-summary")
+    summary.wait_for()
+    # history: n % 10 in (8, 9) for n in 1..30 -> 6; waiting: 3 with priority 9
+    assert summary.inner_text().startswith("9 of the last 33 messages would be taken: MOVE")
+    rows = page.locator("#preview tbody tr")
+    assert rows.count() == 9
+    assert rows.filter(has_text="waiting").count() == 3
+    assert relay.call("queue_get", name=queue)["depth"] == 3  # the preview changed nothing
+
+
+def test_create_disable_and_delete_a_selector(page, relay):
+    queue, sink = make_queue(relay), make_queue(relay)
+    page.goto(f"/queues/{queue}/selectors/new/")
+    page.locator("input[name=when][value=match]").check()
+    page.get_by_label("match operator").select_option("topic")
+    page.get_by_label("pattern", exact=True).fill("orders.*")
+    page.get_by_label("DO").select_option("copy")
+    page.get_by_label("target").fill(sink)
+    page.get_by_label("enabled").check()
+    page.get_by_role("button", name="Create selector").click()
+    page.wait_for_url(f"**/queues/{queue}/")
+    page.get_by_text("Selector 1 created.").wait_for()
+    [made] = relay.call("selectors", queue=queue)
+    assert (made["when"], made["match"]["pattern"], made["target"], made["enabled"]) == (
+        "match", "orders.*", sink, True,
+    )  # fmt: skip
+    page.get_by_role("button", name="Disable selector 1").click()
+    page.get_by_text("Selector 1 disabled.").wait_for()
+    assert relay.call("selector_get", queue=queue, id=1)["enabled"] is False
+    page.get_by_role("link", name="Delete selector 1").click()
+    page.get_by_role("button", name="Delete selector").click()
+    page.get_by_text("Selector 1 deleted.").wait_for()
+    assert relay.call("selectors", queue=queue) == []
+    page.goto(f"/audit/?q={queue}")
+    log = page.locator("table.audit").inner_text()
+    assert all(a in log for a in ("selector.create", "selector.disable", "selector.delete"))

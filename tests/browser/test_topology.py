@@ -1,0 +1,128 @@
+"""Topology: the wiring as a directed graph, a click on a queue opens it, and 200 queues
+are laid out quickly without overlapping."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from engine.message import Message
+from engine.relay import RelayClient
+from tests.browser.conftest import make_queue, publish, unique
+
+READY = "() => document.getElementById('cy').dataset.ready === 'yes'"
+
+
+def selector(relay, queue, action, target, **more):
+    relay.call("selector_create", queue=queue, when="always", action=action, target=target,
+               enabled=True, **more)  # fmt: skip
+
+
+def click_node(page, node_id: str) -> None:
+    """Click where cytoscape draws the node (its rendered position inside the canvas)."""
+    x, y = page.evaluate(
+        "id => { const p = window.xumpTopology.getElementById(id).renderedPosition();"
+        " return [p.x, p.y]; }",
+        node_id,
+    )
+    box = page.locator("#cy").bounding_box()
+    page.mouse.click(box["x"] + x, box["y"] + y)
+
+
+def test_edges_drawn_by_action_and_a_click_opens_the_queue(page, relay):
+    orders = make_queue(relay, unique("orders"))
+    audit_copy, billing = make_queue(relay), make_queue(relay, unique("billing"))
+    selector(relay, orders, "copy", audit_copy)
+    selector(relay, orders, "move", billing)
+    selector(relay, billing, "deliver", unique("invoicer"))
+    page.goto("/topology/")
+    page.wait_for_function(READY)
+    styles = page.evaluate(
+        "q => window.xumpTopology.getElementById('q:' + q).outgoers('edge').map(e =>"
+        " [e.data('action'), e.style('line-style'), e.style('line-color')])",
+        orders,
+    )
+    assert sorted(styles) == [["copy", "dashed", "rgb(31,111,235)"],
+                              ["move", "solid", "rgb(36,41,47)"]]  # fmt: skip
+    # traffic makes the edges leaving the queue thicker, live
+    publish(relay, orders, *[Message(address="o", body=b"x") for _ in range(50)])
+    page.wait_for_function(
+        "q => window.xumpTopology.getElementById('q:' + q).outgoers('edge')"
+        ".every(e => e.data('w') > 2)",
+        arg=orders,
+        timeout=15_000,
+    )
+    # find the queue (it centres and zooms), then click its node
+    page.get_by_label("Find a queue").fill(billing)
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_function("() => !window.xumpTopology.animated()")
+    page.wait_for_function(
+        "q => window.xumpTopology.getElementById('q:' + q).selected()", arg=billing
+    )
+    click_node(page, f"q:{billing}")
+    page.wait_for_url(f"**/queues/{billing}/")
+    assert page.get_by_role("heading", name=f"Queue {billing}").is_visible()
+    assert not page.errors
+
+
+def test_two_hundred_queues_are_laid_out_quickly_and_apart(page, relay, console, redis_server):
+    """A realistic fan-out: 1 ingress, 9 topic routers, 190 consumer queues delivering."""
+    prefix = unique("big")
+    ingress, routers = f"{prefix}-ingress", [f"{prefix}-r{r}" for r in range(9)]
+    consumers = [f"{prefix}-r{c % 9}-c{c}" for c in range(190)]
+    names = [ingress, *routers, *consumers]
+
+    def wire(chunk: list[str]) -> None:  # one relay client per thread: calls go in parallel
+        client = RelayClient(redis_server.url, console.env["XUMP_STORE"])
+        try:
+            for name in chunk:
+                client.call("queue_create", name=name)
+                if name in routers:
+                    client.call("selector_create", queue=ingress, when="match", action="copy",
+                                match={"operator": "topic", "pattern": f"{name}.#",
+                                       "field": "address"}, target=name, enabled=True)  # fmt: skip
+                elif name != ingress:
+                    number = int(name.rsplit("-c", 1)[1])
+                    client.call("selector_create", queue=routers[number % 9], when="always",
+                                action="move" if number % 3 else "copy", target=name,
+                                enabled=True)  # fmt: skip
+                    client.call("selector_create", queue=name, when="always", action="deliver",
+                                target=f"app{number % 7}", enabled=True)  # fmt: skip
+        finally:
+            client.close()
+
+    wire([ingress, *routers])
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(wire, [consumers[i::8] for i in range(8)]))
+    assert len(names) == 200
+    started = time.monotonic()
+    page.goto("/topology/")
+    page.wait_for_function(READY, timeout=30_000)
+    loaded = time.monotonic() - started
+    found = page.evaluate(
+        """names => {
+          const cy = window.xumpTopology;
+          const boxes = names.map(n => cy.getElementById('q:' + n))
+            .filter(n => n.length).map(n => n.boundingBox({includeLabels: false}));
+          let overlaps = 0;
+          for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+            const a = boxes[i], b = boxes[j];
+            if (a.x1 < b.x2 - 1 && b.x1 < a.x2 - 1 && a.y1 < b.y2 - 1 && b.y1 < a.y2 - 1)
+              overlaps++;
+          }
+          return {shown: boxes.length, overlaps: overlaps,
+                  ms: +document.getElementById('cy').dataset.layoutMs};
+        }""",
+        names,
+    )
+    assert found["shown"] == 200
+    assert found["overlaps"] == 0
+    assert found["ms"] < 5_000, found
+    assert loaded < 15, loaded
+    # readable: zoomed onto one queue its label is drawn at a legible size
+    page.get_by_label("Find a queue").fill(names[57])
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_function("() => !window.xumpTopology.animated()")
+    assert page.evaluate("() => window.xumpTopology.zoom()") >= 1.2
+    print(f"200 queues: layout {found['ms']} ms, page ready in {loaded:.1f} s")
+    assert not page.errors
