@@ -220,7 +220,7 @@ class RelayClient:
             batch, self._pending = self._pending, []
         error: BaseException | None = None
         try:
-            self.client.rpush(self.inbox, *[payload for payload, _ in batch])
+            self._push([payload for payload, _ in batch])
         except BaseException as failure:  # the others must hear of it whatever it is
             error = failure
         with self._lock:
@@ -237,6 +237,10 @@ class RelayClient:
         if error is not None and not isinstance(error, Exception):
             raise error  # KeyboardInterrupt and the like, in the thread it happened in
         self._raise(error)
+
+    def _push(self, payloads: list[bytes]) -> None:
+        """One round trip that appends commands to the inbox (a subclass may add to it)."""
+        self.client.rpush(self.inbox, *payloads)
 
     def _raise(self, error: BaseException | None) -> None:
         if error is not None:

@@ -78,15 +78,17 @@ def keys(store: str) -> dict[str, str]:
 
 # -- the client side: every process ---------------------------------------------------------
 class _RelayClient(RelayClient):
-    """engine.relay's client that rings the router's doorbell after every command."""
+    """engine.relay's client that rings the router's doorbell with every inbox push, in the
+    same round trip."""
 
     def __init__(self, url: str, store: str, service: Service) -> None:
         super().__init__(url, store)
         self.service = service
 
-    def _send(self, *args: Any, **kwargs: Any) -> None:
-        super()._send(*args, **kwargs)
-        self.service.kick()
+    def _push(self, payloads: list[bytes]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(self.inbox, *payloads)
+        self.service.kick(pipe)
 
 
 class Service:
@@ -123,10 +125,12 @@ class Service:
     def call(self, method: str, **arguments: Any) -> Any:
         return self.relay.call(method, timeout=self.call_timeout, **arguments)
 
-    def kick(self) -> None:
+    def kick(self, pipe: redis.client.Pipeline | None = None) -> None:
         """Make sure a router will read the inbox soon: ring the doorbell and, with worker
-        routing, schedule one routing task per burst."""
-        pipe = self.redis.pipeline(transaction=False)
+        routing, schedule one routing task per burst. `pipe`: commands to send in the same
+        round trip, before these (the relay client's inbox push); their errors raise."""
+        if pipe is None:
+            pipe = self.redis.pipeline(transaction=False)
         pipe.publish(self.keys["doorbell"], b"")
         if self.routing == "worker":
             pipe.set(self.keys["kicked"], "1", nx=True, ex=30)
@@ -134,7 +138,7 @@ class Service:
             answers = pipe.execute()
         except redis.RedisError as error:
             raise StoreError(f"cannot reach Redis: {error}") from None
-        if self.routing == "worker" and answers[1]:
+        if self.routing == "worker" and answers[-1]:
             from xumpweb.routing.tasks import route
 
             route.delay(self.store)

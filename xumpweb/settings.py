@@ -13,6 +13,8 @@ XUMP_STORE           name of the Redis store the service's queues live in (defau
 XUMP_ROUTING         "worker" (default): Celery workers route; "inline": the web process
                      routes in a thread of its own (one process, the embedded case)
 XUMP_MAX_BODY        largest message body the API accepts, in bytes (default 1 MiB)
+XUMP_DIRECT_PUBLISH  "0" to send token publishes through Django's whole request handling
+                     too (default on: api/direct.py answers them, the same way, faster)
 XUMP_DELIVERY_TIMEOUT  seconds before an unconfirmed delivery is returned (default 60)
 XUMP_LEASE_MS        how long a router's lease on the store lasts unless renewed (default 5000)
 XUMP_CALL_TIMEOUT    seconds an API call waits for the router to answer (default 10)
@@ -98,6 +100,7 @@ XUMP_ROUTING = os.environ.get("XUMP_ROUTING", "worker").strip().lower()
 if XUMP_ROUTING not in ("worker", "inline"):
     raise SystemExit(f"XUMP_ROUTING must be 'worker' or 'inline', not {XUMP_ROUTING!r}")
 XUMP_MAX_BODY = int(_number("XUMP_MAX_BODY", 1024 * 1024))
+XUMP_DIRECT_PUBLISH = _flag("XUMP_DIRECT_PUBLISH", True)
 XUMP_DELIVERY_TIMEOUT = _number("XUMP_DELIVERY_TIMEOUT", 60.0)
 XUMP_LEASE_MS = int(_number("XUMP_LEASE_MS", 5000))
 XUMP_CALL_TIMEOUT = _number("XUMP_CALL_TIMEOUT", 10.0)

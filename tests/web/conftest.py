@@ -94,8 +94,10 @@ def _environment(redis_url: str, directory: Path, routing: str) -> dict[str, str
     return env
 
 
-def start_service(redis_url: str, directory: Path, routing: str) -> Service:
+def start_service(redis_url: str, directory: Path, routing: str, **settings: str) -> Service:
+    """The ASGI server on a free port; `settings`: more environment (XUMP_...=value)."""
     env = _environment(redis_url, directory, routing)
+    env.update(settings)
     port = free_port()
     service = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", env)
     migrated = service.manage("migrate", "--noinput", "--verbosity", "0")

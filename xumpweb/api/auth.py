@@ -58,14 +58,28 @@ def find_token(presented: str, request: HttpRequest | None = None) -> ApiToken |
     """ApiToken.find, remembered until any token changes (see the module doc). Given the
     request, the same round trip reads the wiring version for its view (`wiring_version`):
     a single publish makes one Redis round trip fewer."""
-    try:
-        if request is None:
+    if request is None:
+        try:
             version = _redis().get(TOKENS_VERSION)
-        else:
-            version, wiring = _redis().mget(TOKENS_VERSION, service().keys["wiring"])
-            request.xump_wiring = int(wiring or 0)  # type: ignore[attr-defined]
+        except redis.RedisError:
+            return ApiToken.find(presented)
+        return _remembered_token(presented, version)
+    token, wiring = token_and_wiring(presented)
+    request.xump_wiring = wiring  # type: ignore[attr-defined]
+    return token
+
+
+def token_and_wiring(presented: str) -> tuple[ApiToken | None, int | None]:
+    """The presented token (as find_token) and the wiring version, in one round trip; the
+    version is None when Redis cannot be read."""
+    try:
+        version, wiring = _redis().mget(TOKENS_VERSION, service().keys["wiring"])
     except redis.RedisError:
-        return ApiToken.find(presented)
+        return ApiToken.find(presented), None
+    return _remembered_token(presented, version), int(wiring or 0)
+
+
+def _remembered_token(presented: str, version: bytes | None) -> ApiToken | None:
     now = time.monotonic()
     found = _remembered.get(presented)
     if found is not None and found[0] == version and now - found[1] < REMEMBER_FOR:
@@ -114,15 +128,20 @@ class TokenOrSession(HttpBearer):
         found = find_token(token, request)
         if found is None:
             raise AuthenticationError()
-        now = timezone.now()
-        if found.last_used is None or now - found.last_used >= LAST_USED_EVERY:
-            ApiToken.objects.filter(pk=found.pk).update(last_used=now)
-            found.last_used = now
+        mark_used(found)
         request.xump_token = found  # type: ignore[attr-defined]
         return found
 
 
 token_or_session = TokenOrSession()
+
+
+def mark_used(token: ApiToken) -> None:
+    """Record when the token was last used (at most once a minute: it is a write)."""
+    now = timezone.now()
+    if token.last_used is None or now - token.last_used >= LAST_USED_EVERY:
+        ApiToken.objects.filter(pk=token.pk).update(last_used=now)
+        token.last_used = now
 
 
 def allowed(request: HttpRequest, right: str, queue: str) -> bool:
@@ -144,8 +163,13 @@ def wiring_version(request: HttpRequest) -> int:
 def need(request: HttpRequest, queue: str, *rights: str) -> None:
     """403 unless the caller has one of `rights` on `queue`."""
     if not any(allowed(request, right, queue) for right in rights):
-        wanted = " or ".join(rights)
-        raise ApiError(403, "forbidden", f"this caller may not {wanted} on queue {queue!r}")
+        raise refusal(queue, rights)
+
+
+def refusal(queue: str, rights: tuple[str, ...]) -> ApiError:
+    """The 403 for a caller without any of `rights` on `queue`."""
+    wanted = " or ".join(rights)
+    return ApiError(403, "forbidden", f"this caller may not {wanted} on queue {queue!r}")
 
 
 def need_token_admin(request: HttpRequest) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal
 
-from django.conf import settings
 from django.http import HttpRequest
 from ninja import Query, Router
 
@@ -13,7 +12,8 @@ from engine.errors import NotFound
 from xumpweb.api.auth import need, wiring_version
 from xumpweb.api.common import call
 from xumpweb.api.errors import ApiError
-from xumpweb.api.publishing import check_room, message_from, messages_from, read_json
+from xumpweb.api.publishing import publish_batch as publish_batch_from
+from xumpweb.api.publishing import publish_one
 from xumpweb.api.schemas import ConfirmIn, ErrorOut, MidOut, MidsOut, RejectIn
 from xumpweb.runtime import service
 
@@ -37,12 +37,7 @@ def publish(request: HttpRequest, queue: str):
     """Durably stored when this answers 202; routed right after. Give the body as `body`
     (text), `body_base64` or `json` (any JSON value, stored as compact JSON text)."""
     need(request, queue, "publish")
-    message = message_from(read_json(request.body), settings.XUMP_MAX_BODY)
-    running = service()
-    wiring = wiring_version(request)
-    check_room(running, queue, 1, wiring)
-    [mid] = running.publish_many(queue, [message], wiring)
-    return 202, {"mid": mid}
+    return 202, publish_one(service(), queue, request.body, wiring_version(request))
 
 
 @router.post(
@@ -55,11 +50,7 @@ def publish_batch(request: HttpRequest, queue: str):
     """Up to 10,000 messages, in order, all or none: one bad message (its index is in the
     error) publishes nothing."""
     need(request, queue, "publish")
-    messages = messages_from(read_json(request.body))
-    running = service()
-    wiring = wiring_version(request)
-    check_room(running, queue, len(messages), wiring)
-    return 202, {"mids": running.publish_many(queue, messages, wiring)}
+    return 202, publish_batch_from(service(), queue, request.body, wiring_version(request))
 
 
 def _timestamp(text: str) -> float:

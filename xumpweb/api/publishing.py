@@ -167,3 +167,20 @@ def check_room(service: Service, queue: str, count: int, version: int | None = N
 
 
 _limits: dict[str, Any] = {}
+
+
+def publish_one(running: Service, queue: str, raw: bytes, wiring: int | None) -> dict[str, str]:
+    """POST /api/queues/{queue}/publish after authentication: the answer's JSON."""
+    message = message_from(read_json(raw), settings.XUMP_MAX_BODY)
+    check_room(running, queue, 1, wiring)
+    [mid] = running.publish_many(queue, [message], wiring)
+    return {"mid": mid}
+
+
+def publish_batch(
+    running: Service, queue: str, raw: bytes, wiring: int | None
+) -> dict[str, list[str]]:
+    """POST /api/queues/{queue}/publish-batch after authentication: the answer's JSON."""
+    messages = messages_from(read_json(raw))
+    check_room(running, queue, len(messages), wiring)
+    return {"mids": running.publish_many(queue, messages, wiring)}

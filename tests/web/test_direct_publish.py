@@ -1,0 +1,131 @@
+"""Token publishes answered by api/direct.py give what Django's whole handling gives.
+
+Two servers on the session's redis-server: `service` (the direct path on, the default) and
+one with XUMP_DIRECT_PUBLISH=0. The same requests go to both, good and bad; the answers
+(status, JSON, headers) must be the same, and what each published must be in its queue.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.web.conftest import start_service, unique
+
+SAME_HEADERS = (
+    "content-type",
+    "x-frame-options",
+    "x-content-type-options",
+    "referrer-policy",
+    "cross-origin-opener-policy",
+)
+MID = re.compile(r'"r[0-9a-f]+-\d+"')
+
+
+@pytest.fixture(scope="module")
+def through_django(redis_server, tmp_path_factory):
+    running = start_service(
+        redis_server.url, tmp_path_factory.mktemp("django-publish"), "inline",
+        XUMP_DIRECT_PUBLISH="0", XUMP_MAX_BODY="1000",
+    )  # fmt: skip
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def direct(redis_server, tmp_path_factory):
+    running = start_service(
+        redis_server.url, tmp_path_factory.mktemp("direct-publish"), "inline",
+        XUMP_MAX_BODY="1000",
+    )  # fmt: skip
+    yield running
+    running.close()
+
+
+def setup(service, queue: str) -> dict[str, str]:
+    """The queues and tokens the requests below name, made alike on one server."""
+    with service.client() as client:
+        assert client.post("/api/queues", json={"name": queue}).status_code == 201
+        full = client.post("/api/queues", json={"name": f"{queue}-full", "limit": 1})
+        assert full.status_code == 201
+        tokens = {"admin": service.admin_token}
+        for name, rights in (("reader", {"*": ["consume"]}), ("writer", {queue: ["publish"]})):
+            issued = client.post("/api/tokens", json={"name": unique(name), "rights": rights})
+            tokens[name] = issued.json()["secret"]
+        return tokens
+
+
+def requests(queue: str) -> list[tuple[str, str, str, bytes]]:
+    """(token name, what, path, body)"""
+    one, batch = f"/api/queues/{queue}/publish", f"/api/queues/{queue}/publish-batch"
+    return [
+        ("admin", "text body", one, b'{"body": "hello", "address": "a.b"}'),
+        ("writer", "JSON body and headers", one,
+         b'{"json": {"n": 1}, "headers": {"kind": "x", "size": 3}}'),
+        ("admin", "base64 body", one, b'{"body_base64": "AAEC"}'),
+        ("admin", "a batch", batch, b'{"messages": [{"body": "1"}, {"body": "2"}]}'),
+        ("admin", "malformed JSON", one, b'{"body": '),
+        ("admin", "not an object", one, b"[1, 2]"),
+        ("admin", "unknown field", one, b'{"body": "x", "colour": "red"}'),
+        ("admin", "two bodies", one, b'{"body": "x", "json": 1}'),
+        ("admin", "bad base64", one, b'{"body_base64": "%%%"}'),
+        ("admin", "bad header value", one, b'{"body": "x", "headers": {"h": [1]}}'),
+        ("admin", "address not a string", one, b'{"body": "x", "address": 5}'),
+        ("admin", "body over XUMP_MAX_BODY", one, b'{"body": "' + b"x" * 1001 + b'"}'),
+        ("admin", "empty batch", batch, b'{"messages": []}'),
+        ("admin", "bad message in a batch", batch, b'{"messages": [{"body": "1"}, 7]}'),
+        ("admin", "unknown queue", f"/api/queues/{queue}-nope/publish", b'{"body": "x"}'),
+        ("admin", "full queue", f"/api/queues/{queue}-full/publish-batch",
+         b'{"messages": [{"body": "1"}, {"body": "2"}]}'),
+        ("reader", "no publish right", one, b'{"body": "x"}'),
+        ("writer", "right on another queue", f"/api/queues/{queue}-full/publish", b'{"body": "x"}'),
+        ("unknown", "unknown token", one, b'{"body": "x"}'),
+    ]  # fmt: skip
+
+
+def test_every_answer_is_the_same_down_both_paths(direct, through_django) -> None:
+    queue = unique("pub")
+    tokens = {"direct": setup(direct, queue), "django": setup(through_django, queue)}
+    tokens["direct"]["unknown"] = tokens["django"]["unknown"] = "xump_00000000_nope"
+    for who, what, path, body in requests(queue):
+        answers = {}
+        for name, service in (("direct", direct), ("django", through_django)):
+            answers[name] = httpx.post(
+                service.url + path, content=body,
+                headers={"Authorization": f"Bearer {tokens[name][who]}",
+                         "Content-Type": "application/json"},
+            )  # fmt: skip
+        mine, theirs = answers["direct"], answers["django"]
+        assert mine.status_code == theirs.status_code, what
+        assert MID.sub('"mid"', mine.text) == MID.sub('"mid"', theirs.text), what
+        for header in SAME_HEADERS:
+            assert mine.headers.get(header) == theirs.headers.get(header), (what, header)
+        assert mine.status_code < 500, what
+    for service in (direct, through_django):  # the four good requests published five
+        with service.client() as client:
+            waiting = client.get(f"/api/queues/{queue}/waiting").json()["messages"]
+        assert [m["body"] for m in waiting] == ["hello", '{"n":1}', "\x00\x01\x02", "1", "2"]
+
+
+def test_the_direct_path_serves_token_publishes_and_hands_on_the_rest(direct) -> None:
+    """Told apart by the server log: Django logs every 4xx answer ("Not Found: <path>"),
+    the direct path leaves that to the access log."""
+    queue = unique("pub")
+    log = Path(direct.env["XUMP_TEST_DIR"]) / "server.log"
+    with direct.client() as client:
+        published = client.post(f"/api/queues/{queue}/publish", json={"body": "x"})
+        bad_host = client.post(
+            f"/api/queues/{queue}/publish", json={"body": "x"}, headers={"Host": "evil.example"}
+        )
+        listed = client.get(f"/api/queues/{queue}")
+    assert published.status_code == listed.status_code == 404
+    assert bad_host.status_code == 400  # Django's DisallowedHost answer, as before
+    deadline = time.monotonic() + 5
+    while f"Not Found: /api/queues/{queue}" not in log.read_text():  # Django's, for the GET
+        assert time.monotonic() < deadline, "Django logged nothing"
+        time.sleep(0.05)
+    assert f"Not Found: /api/queues/{queue}/publish" not in log.read_text()
