@@ -1,7 +1,8 @@
 """The service end to end (issue 7), beside RabbitMQ doing the same. Prints figures.
 
     python bench/service_bench.py [--http N] [--messages N] [--latency-seconds S]
-                                  [--only xump|rabbitmq] [--latency-only]
+                                  [--single-seconds S] [--only xump|rabbitmq]
+                                  [--latency-only]
 
 Starts its own private redis-server (AOF, appendfsync always: a 202 means on disk), the
 ASGI server (uvicorn, one process, as the Procfile runs it) and one Celery worker that
@@ -16,7 +17,9 @@ measures:
    "deliveries" frames (credit 1,000, batch 100), ack each frame in one "ack" frame and
    open their window by as much; msg/s from the first publish until the router has applied
    the last ack (both worker queues say confirmed = N, outstanding = 0);
-3. latency at 1,000 msg/s: single POST /api/queues/{q}/publish paced at 1,000 a second
+3. single publishes: POST /api/queues/{q}/publish, one message a request, as fast as the
+   answers come on 8 keep-alive connections (LeanHttp) for --single-seconds; publishes/s;
+4. latency at 1,000 msg/s: single POST /api/queues/{q}/publish paced at 1,000 a second
    (4 keep-alive connections, a lean HTTP/1.1 client: LeanHttp), each body carrying its
    send time; p50/p99 of send -> delivery frame at the subscriber, the rate actually sent
    (a publisher waits for each 202, so a slow service is sent less), publish -> 202, and
@@ -61,6 +64,7 @@ BATCH = 5000
 SUBSCRIBER_CREDIT, SUBSCRIBER_BATCH = 1000, 100
 PATTERN_CREDIT = 1000  # the wolfpack's MOVE credit per worker
 RATE = 1000  # msg/s for the latency run
+SINGLE_CONNECTIONS = 8  # connections of the single-publish run
 RABBIT = ("127.0.0.1", 5672)
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -378,6 +382,16 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
         wait_for_counter(service, [held], "published", BATCH * 2 + args.http * 2)
         results["http_routed_after"] = time.perf_counter() - started
         results["cpu"]["http"] = (meter.stop(), args.http * 2, 0.0)
+        single_publishes(service.url, service.admin_token, held, 1.0)  # warm up
+        meter.start()
+        results["single"] = single_publishes(
+            service.url, service.admin_token, held, args.single_seconds
+        )
+        results["cpu"]["single"] = (
+            meter.stop(),
+            max(1, round(results["single"] * args.single_seconds)),
+            0.0,
+        )
 
         results["e2e"], _, results["cpu"]["e2e"] = wolfpack_run(
             args.messages, ws_publisher, (args.messages, 1000)
@@ -491,11 +505,36 @@ def load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+def single_publishes(base: str, token: str, queue: str, seconds: float) -> float:
+    """publishes/s of single publishes from SINGLE_CONNECTIONS connections, each sending
+    the next as soon as its 202 comes."""
+    path = f"/api/queues/{quote(queue, safe='')}/publish"
+    payload = orjson.dumps({"body": body(0)})
+    sent = 0
+
+    async def connection(until: float) -> None:
+        nonlocal sent
+        async with LeanHttp(base, token) as http:
+            while time.perf_counter() < until:
+                status, text = await http.post(path, payload)
+                if status != 202:
+                    raise SystemExit(f"publish: {status} {text!r}")
+                sent += 1
+
+    async def run() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(connection(started + seconds) for _ in range(SINGLE_CONNECTIONS)))
+        return sent / (time.perf_counter() - started)
+
+    return asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, default=100_000, help="messages per HTTP run")
     parser.add_argument("--messages", type=int, default=50_000, help="messages end to end")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--single-seconds", type=float, default=5.0)
     parser.add_argument(
         "--latency-only", action="store_true", help="only the latency run (no throughput runs)"
     )
@@ -504,7 +543,7 @@ def main() -> None:
     args.http = max(args.http - args.http % (2 * BATCH), 2 * BATCH)
     args.messages = max(args.messages - args.messages % 1000, 1000)
     load_before = load()
-    xump = {key: float("nan") for key in ("http1", "http2", "e2e", "p50", "p99")}
+    xump = {key: float("nan") for key in ("http1", "http2", "single", "e2e", "p50", "p99")}
     if args.only != "rabbitmq":
         with tempfile.TemporaryDirectory(prefix="xump-service-bench-") as directory:
             xump.update(bench_xump(args, Path(directory)))
@@ -520,6 +559,8 @@ def main() -> None:
             f"    (the router had taken in all {args.http:,} of the 2-client run "
             f"{xump['http_routed_after']:.2f} s after its first request)"
         )
+    print(f"  single publishes, {SINGLE_CONNECTIONS} connections      "
+          f"{xump['single']:>10,.0f} msg/s")  # fmt: skip
     header = f"  {'':44} {'Xump':>12} {'RabbitMQ':>12} {'ratio':>7}"
     print(header)
     rows = [

@@ -17,12 +17,15 @@ caused into the outboxes. So:
 Besides publish, confirm and reject, a client can **call** an operation the owner offers
 (`RelayOwner(calls=...)`: wiring changes, history pages, stats) and wait for its answer: the
 call is a command like the others, so it sees every command sent before it, and its answer
-is written to a reply list in the same atomic step as the changes it made.
+is written to a reply list in the same atomic step as the changes it made. A publish whose
+refusal the publisher must hear (QueueFull from a queue that would drop it) is such a call
+(`publish_applied`); a plain publish the owner refuses goes to the errors list.
 
 Keys (the store's hash tag keeps them in the store's slot):
     xump:{S}:inbox                 LIST  JSON commands, oldest first
     xump:{S}:outbox:<destination>  LIST  JSON deliveries, oldest first
     xump:{S}:errors                LIST  JSON {command, error} for commands that failed
+                                         (the newest `errors_kept`, 10,000 by default)
     xump:{S}:reply:<id>            LIST  the answer to one call, kept for a minute
 
 A client that takes a delivery and dies before confirming leaves it outstanding until the
@@ -255,6 +258,25 @@ class RelayClient:
 
     def publish_many(self, queue: str, messages: Iterable[Message]) -> list[str]:
         """Durably queued, in order, when this returns; the messages' mids."""
+        batch, plain = self._batch(messages)
+        self._send({"op": "publish", "queue": queue, "messages": batch}, plain)
+        return [data["mid"] for data in batch]
+
+    def publish_applied(
+        self, queue: str, messages: Iterable[Message], timeout: float = 10.0
+    ) -> list[str]:
+        """publish_many that returns once the owner has published the messages, so what it
+        refuses raises here (QueueFull for a full queue with nowhere to overflow, NotFound)
+        instead of going to the errors list; all or none. A round trip to the owner: for
+        the publishes that need the answer. StoreError when no owner answers in time (the
+        messages may still be published after)."""
+        batch, _ = self._batch(messages)
+        self.call("publish", timeout, queue=queue, messages=batch)
+        return [data["mid"] for data in batch]
+
+    def _batch(self, messages: Iterable[Message]) -> tuple[list[dict[str, Any]], bool]:
+        """The messages as the relay writes them, with mids given out here; and whether
+        orjson may write them (see _dumps)."""
         batch = []
         plain = True
         for message in messages:
@@ -263,8 +285,7 @@ class RelayClient:
             batch.append(data)
             if data["headers"] and not _plain(data["headers"]):
                 plain = False
-        self._send({"op": "publish", "queue": queue, "messages": batch}, plain)
-        return [data["mid"] for data in batch]
+        return batch, plain
 
     def call(self, method: str, timeout: float = 10.0, **arguments: Any) -> Any:
         """Run one of the owner's operations after every command sent before it; its
@@ -316,6 +337,17 @@ class RelayClient:
         self.client.close()
 
 
+def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) -> tuple:
+    """The owner's side of RelayClient.publish_applied."""
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise errors.InvalidArgument("messages must be a list of relay messages")
+    try:
+        checked = [_message_from(data) for data in messages]
+    except (KeyError, TypeError, ValueError) as error:
+        raise errors.InvalidArgument(f"not a relay message: {error}") from None
+    return None, engine.publish_many(queue, checked, keep_mids=True)
+
+
 class RelayOwner:
     """Runs a shared store's commands through this process's engine (see the module doc).
 
@@ -331,6 +363,7 @@ class RelayOwner:
         lease_ms: int = 5000,
         delivery_timeout: float = 60.0,
         calls: dict[str, Call] | None = None,
+        errors_kept: int = 10_000,
     ) -> None:
         backend = engine.backend(store)
         if not isinstance(backend, RedisStore):
@@ -340,8 +373,9 @@ class RelayOwner:
         self.owner = owner
         self.lease_ms = lease_ms
         self.delivery_timeout = delivery_timeout
+        self.errors_kept = errors_kept  # stale acks alone would grow the list for ever
         self.inbox, self._outbox, self.errors = _keys(store)
-        self.calls = calls or {}
+        self.calls: dict[str, Call] = {"publish": _publish_call, **(calls or {})}
         self._replies: list[tuple] = []
 
     def acquire(self, timeout: float = 30.0) -> bool:
@@ -375,6 +409,7 @@ class RelayOwner:
             extra.extend(self._to_outboxes(deliveries))
             if failed:
                 extra.append(("RPUSH", self.errors, *failed))
+                extra.append(("LTRIM", self.errors, -self.errors_kept, -1))
             for key, answer in self._replies:
                 extra.append(("RPUSH", key, answer))
                 extra.append(("PEXPIRE", key, REPLY_TTL_MS))

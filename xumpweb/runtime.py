@@ -103,15 +103,25 @@ class Service:
         self.relay = _RelayClient(url, store, self)
         self.redis: redis.Redis = self.relay.client
         self._queues: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._dropping: tuple[int, frozenset[str]] = (-1, frozenset())
 
     # commands: durable in the inbox when these return
     def publish_many(
         self, queue: str, messages: list[Message], wiring: int | None = None
     ) -> list[str]:
         """Queue messages for routing; their mids. NotFound for an unknown queue. `wiring`:
-        the wiring version the caller has just read, if it has (saves a round trip)."""
+        the wiring version the caller has just read, if it has (saves a round trip).
+
+        A queue that would drop what does not fit (a limit, no overflow selector, no
+        dead-letter queue) is published to through the router, which answers: QueueFull
+        when the batch does not fit, and none of it published (SPEC §3, rule 7). Every
+        other publish returns once durable in the inbox, before routing."""
+        if wiring is None:
+            wiring = self.wiring_version()
         if queue not in self.queue_names(wiring):
             raise NotFound(f"queue {queue!r} does not exist")
+        if queue in self._drops_when_full(wiring):
+            return self.relay.publish_applied(queue, messages, self.call_timeout)
         return self.relay.publish_many(queue, messages)  # the relay client kicks
 
     def confirm_later(self, tags: list[str]) -> None:
@@ -146,6 +156,20 @@ class Service:
     # what every process may read without the router
     def wiring_version(self) -> int:
         return int(self.redis.get(self.keys["wiring"]) or 0)
+
+    def _drops_when_full(self, version: int) -> frozenset[str]:
+        """Queues with a limit and neither an overflow selector nor a dead-letter queue, as
+        the wiring of `version` has them."""
+        if version != self._dropping[0]:
+            from xumpweb.wiring.models import Queue, Selector
+
+            overflowing = set(Selector.objects.filter(when="overflow", enabled=True)
+                              .values_list("queue__name", flat=True))  # fmt: skip
+            limited = Queue.objects.filter(limit__isnull=False)
+            names = {name for name, dead_letter in limited.values_list("name", "dead_letter")
+                     if not dead_letter}  # fmt: skip
+            self._dropping = (version, frozenset(names - overflowing))
+        return self._dropping[1]
 
     def queue_names(self, version: int | None = None) -> frozenset[str]:
         """Names of the queues the wiring has, re-read when the wiring version (read now

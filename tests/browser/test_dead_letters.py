@@ -78,3 +78,39 @@ def test_nothing_chosen_changes_nothing(page, relay):
     page.get_by_role("button", name="Apply").click()
     page.get_by_text("Choose at least one dead letter.").wait_for()
     assert relay.call("queue_get", name=dlq)["depth"] == 1
+
+
+def test_bounce_sends_a_dead_letter_to_its_return_address_and_refuses_one_without(page, relay):
+    dlq = make_queue(relay, unique("dlq"))
+    source = make_queue(relay, dead_letter=dlq)
+    replies = make_queue(relay, unique("replies"))
+    relay.call(
+        "selector_create", queue=source, when="match",
+        match={"operator": "eq", "pattern": "never", "field": "address"},
+        action="delete", enabled=True,
+    )  # fmt: skip
+    publish(relay, source, Message(address="order.7", body=b"order 7",
+                                   return_address="reply.alice"))  # fmt: skip
+    publish(relay, source, Message(address="order.8", body=b"order 8"))  # no return address
+    # the fix: the source sends replies on; the bounce addresses the dead letter to one
+    relay.call("selector_create", queue=source, when="match",
+               match={"operator": "prefix", "pattern": "reply.", "field": "address"},
+               action="move", target=replies, enabled=True)  # fmt: skip
+    page.goto("/dead-letters/")
+    group = group_of(page, dlq)
+    group.get_by_label("choose message 1").check()
+    page.get_by_label("bounce to their return address").check()
+    page.get_by_role("button", name="Apply").click()
+    page.get_by_text("Bounced 1 dead letter.").wait_for()
+    [arrived] = relay.call("peek", queue=replies)
+    assert (arrived["address"], arrived["body"]) == ("reply.alice", "order 7")
+    assert arrived["headers"]["x-original-address"] == "order.7"
+    group = group_of(page, dlq)
+    group.get_by_label("choose message 2").check()  # order 8 (labels carry the seq)
+    page.get_by_label("bounce to their return address").check()
+    page.get_by_role("button", name="Apply").click()
+    page.get_by_text("has no return address to bounce to").wait_for()
+    assert relay.call("queue_get", name=dlq)["depth"] == 1
+    page.goto(f"/audit/?q={dlq}")
+    assert "deadletter.bounce" in page.locator("table.audit").inner_text()
+    assert not page.errors

@@ -64,6 +64,35 @@ def test_preview_shows_which_recent_messages_it_would_take(page, relay):
     assert relay.call("queue_get", name=queue)["depth"] == 3  # the preview changed nothing
 
 
+def test_preview_of_default_and_overflow_selectors(page, relay):
+    """DEFAULT takes what no other enabled selector matches; OVERFLOW only what arrives at
+    a full queue, which none of the recent messages did."""
+    queue = orders_queue(relay)  # its COPY selector is disabled: it does not count
+    relay.call("selector_create", queue=queue, when="match",  # nor does this one
+               match={"operator": "prefix", "pattern": "orders.us", "field": "address"},
+               action="delete", enabled=False)  # fmt: skip
+    relay.call("selector_create", queue=queue, when="match",
+               match={"operator": "eq", "pattern": "orders.eu", "field": "address"},
+               action="copy", target=make_queue(relay), enabled=True)  # fmt: skip
+    page.goto(f"/queues/{queue}/selectors/new/")
+    page.locator("input[name=when][value=default]").check()
+    page.get_by_label("DO").select_option("delete")
+    page.get_by_role("button", name="Preview against recent messages").click()
+    summary = page.locator("#preview-summary")
+    summary.wait_for()
+    # orders.us: the even n of 1..30 -> 15, all in history; the 3 waiting are orders.eu
+    assert summary.inner_text().startswith("15 of the last 33 messages would be taken: DELETE")
+    assert "no other enabled selector matches" in summary.inner_text()
+    addresses = page.locator("#preview tbody tr td.mono:nth-child(2)").all_inner_texts()
+    assert addresses == ["orders.us"] * 15
+    page.locator("input[name=when][value=overflow]").check()
+    page.get_by_role("button", name="Preview against recent messages").click()
+    page.locator("#preview-summary", has_text="only messages arriving at a full queue").wait_for()
+    assert page.locator("#preview-summary").inner_text().startswith("0 of the last 33")
+    assert page.locator("#preview tbody tr").count() == 0
+    assert not page.errors
+
+
 def test_create_disable_and_delete_a_selector(page, relay):
     queue, sink = make_queue(relay), make_queue(relay)
     page.goto(f"/queues/{queue}/selectors/new/")

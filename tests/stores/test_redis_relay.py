@@ -3,6 +3,7 @@ lease; clients publish and confirm through the inbox and take deliveries from ou
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import redis
 
 from engine import Delivery, Engine, Message
-from engine.errors import StoreError
+from engine.errors import NotFound, QueueFull, StoreError
 from engine.relay import RelayClient, RelayOwner
 from tests.conftest import RedisServer
 from tests.engine.conftest import drop_redis_keys
@@ -89,6 +90,37 @@ def test_clients_publish_and_confirm_through_the_owner(shared) -> None:
         client.confirm(got)
         client.confirm(["q:1:nonsense.1"])  # a bad tag is noted, not fatal
         wait_until(lambda: engine.stats("q")["confirmed"] == 100, 10)
+        wait_until(lambda: redis.Redis.from_url(url).llen(relay.errors) == 1, 10)
+
+
+def test_the_errors_list_keeps_the_newest_failures_only(shared) -> None:
+    url, name = shared
+    with serving_app_queue(url, name, errors_kept=5) as (_, relay):
+        client = RelayClient(url, name)
+        client.confirm([f"q:1:stale.{n}" for n in range(8)])  # each stale tag is one error
+        errors = redis.Redis.from_url(url)
+        wait_until(lambda: errors.llen(relay.errors) == 5, 10)
+        kept = [json.loads(item)["command"]["tags"] for item in errors.lrange(relay.errors, 0, -1)]
+        assert kept == [[f"q:1:stale.{n}"] for n in range(3, 8)]
+
+
+def test_publish_applied_answers_what_the_owner_refuses(shared) -> None:
+    """publish_many returns once the inbox holds the messages; publish_applied once the
+    owner published them, so a full queue's QueueFull reaches the publisher."""
+    url, name = shared
+    with serving_app_queue(url, name) as (engine, relay):
+        engine.queue_create("small", limit=2)
+        client = RelayClient(url, name)
+        mids = client.publish_applied("small", [Message(body=b"1"), Message(body=b"2")])
+        assert [m.mid for m in engine.peek("small", 10)] == mids  # published on return
+        with pytest.raises(QueueFull, match="none published"):
+            client.publish_applied("small", [Message(body=b"3")])
+        with pytest.raises(NotFound):
+            client.publish_applied("nowhere", [Message(body=b"4")])
+        assert engine.stats("small")["published"] == 2 and engine.stats("small")["dropped"] == 0
+        assert redis.Redis.from_url(url).llen(relay.errors) == 0
+        # the same through the inbox: accepted, then refused by the owner, noted in errors
+        client.publish_many("small", [Message(body=b"5")])
         wait_until(lambda: redis.Redis.from_url(url).llen(relay.errors) == 1, 10)
 
 

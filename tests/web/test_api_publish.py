@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
 
 from tests.web.conftest import unique
 
@@ -135,6 +138,28 @@ def test_a_full_queue_refuses_with_409(service) -> None:
         refused = client.post(f"/api/queues/{queue}/publish-batch", json=batch)
         assert refused.status_code == 409 and refused.json()["error"] == "queue_full"
         assert client.get(f"/api/queues/{queue}/stats").json()["published"] == 0
+
+
+def test_a_202_into_a_queue_that_drops_when_full_means_published(service) -> None:
+    """Publishes racing into the last places of a queue that would drop what does not fit:
+    every 202 is a message in the queue, every other answer is a 409 (none published)."""
+    with service.client() as client:
+        queue = make_queue(client, limit=5)
+
+    def publish(n: int) -> httpx.Response:
+        with service.client() as own:
+            return own.post(f"/api/queues/{queue}/publish", json={"body": str(n)})
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(publish, range(24)))
+    accepted = {a.json()["mid"] for a in answers if a.status_code == 202}
+    assert len(accepted) == 5
+    assert all(a.status_code == 409 for a in answers if a.status_code != 202)
+    with service.client() as client:
+        waiting = client.get(f"/api/queues/{queue}/waiting").json()["messages"]
+        stats = client.get(f"/api/queues/{queue}/stats").json()
+    assert {m["mid"] for m in waiting} == accepted
+    assert stats["dropped"] == 0
 
 
 def test_queue_names_with_colons_and_slashes_work(service) -> None:

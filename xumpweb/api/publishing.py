@@ -7,8 +7,8 @@ All or nothing: the first bad message is reported with its index and nothing is 
 
 Publishing returns once the messages are in the store's durable inbox; the router applies
 them after. A queue with a limit and neither an overflow selector nor a dead-letter queue
-would drop what does not fit, so publishes to such a queue are checked against its last
-known depth first (the router's snapshot, at most about a second old, plus the batch).
+would drop what does not fit: publishes to such a queue wait for the router's answer
+(runtime.Service.publish_many), so a 409 queue_full is exact and a 202 means published.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from engine import Message
-from engine.errors import InvalidArgument, MessageTooLarge, QueueFull
+from engine.errors import InvalidArgument, MessageTooLarge
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.validation import check_headers
 from xumpweb.api.errors import ApiError
@@ -134,45 +134,9 @@ def messages_from(payload: Any) -> list[Message]:
     return out
 
 
-def check_room(service: Service, queue: str, count: int, version: int | None = None) -> None:
-    """QueueFull when the queue would drop messages that do not fit (see the module doc).
-    `version`: the wiring version the caller has just read, if it has."""
-    from xumpweb.wiring.models import Queue, Selector
-
-    if version is None:
-        version = service.wiring_version()
-    cached = _limits.get("version")
-    if cached != version:
-        _limits.clear()
-        _limits["version"] = version
-        overflowing = set(
-            Selector.objects.filter(when="overflow", enabled=True).values_list(
-                "queue__name", flat=True
-            )
-        )
-        for name, limit, dead_letter in Queue.objects.filter(limit__isnull=False).values_list(
-            "name", "limit", "dead_letter"
-        ):
-            if not dead_letter and name not in overflowing:
-                _limits[name] = limit
-    limit = _limits.get(queue)
-    if limit is None:
-        return
-    depth = next((q["depth"] for q in service.snapshot()["queues"] if q["name"] == queue), 0)
-    if depth + count > limit:
-        raise QueueFull(
-            f"queue {queue!r} has room for {max(limit - depth, 0)} of the {count} messages "
-            f"(limit {limit}); none published"
-        )
-
-
-_limits: dict[str, Any] = {}
-
-
 def publish_one(running: Service, queue: str, raw: bytes, wiring: int | None) -> dict[str, str]:
     """POST /api/queues/{queue}/publish after authentication: the answer's JSON."""
     message = message_from(read_json(raw), settings.XUMP_MAX_BODY)
-    check_room(running, queue, 1, wiring)
     [mid] = running.publish_many(queue, [message], wiring)
     return {"mid": mid}
 
@@ -182,5 +146,4 @@ def publish_batch(
 ) -> dict[str, list[str]]:
     """POST /api/queues/{queue}/publish-batch after authentication: the answer's JSON."""
     messages = messages_from(read_json(raw))
-    check_room(running, queue, len(messages), wiring)
     return {"mids": running.publish_many(queue, messages, wiring)}

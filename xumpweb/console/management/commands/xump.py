@@ -152,9 +152,6 @@ class Command(BaseCommand):
         self.stdout.write(mid)
 
     def _publish(self, queue: str, messages: list[Message]) -> list[str]:
-        from xumpweb.api.publishing import check_room
-
-        check_room(self.service, queue, len(messages))
         return self.service.publish_many(queue, messages)
 
     def _publish_file(self, queue: str, options: dict[str, Any]) -> None:
