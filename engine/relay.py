@@ -24,7 +24,7 @@ refusal the publisher must hear (QueueFull from a queue that would drop it) is s
 Keys (the store's hash tag keeps them in the store's slot):
     xump:{S}:inbox                 LIST  JSON commands, oldest first
     xump:{S}:outbox:<destination>  LIST  JSON deliveries, oldest first
-    xump:{S}:errors                LIST  JSON {command, error} for commands that failed
+    xump:{S}:errors                LIST  JSON {command, error, at} for commands that failed
                                          (the newest `errors_kept`, 10,000 by default)
     xump:{S}:reply:<id>            LIST  the answer to one call, kept for a minute
 
@@ -337,6 +337,11 @@ class RelayClient:
         self.client.close()
 
 
+def _failure(command: dict[str, Any], error: BaseException) -> str:
+    """An errors-list item: the command, why it failed, when (epoch seconds)."""
+    return json.dumps({"command": command, "error": str(error), "at": time.time()})
+
+
 def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) -> tuple:
     """The owner's side of RelayClient.publish_applied."""
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
@@ -464,15 +469,14 @@ class RelayOwner:
             if op != "confirm":
                 raise XumpError(f"unknown relay command {op!r}")
         except (XumpError, KeyError, TypeError, ValueError) as error:
-            failed.append(json.dumps({"command": command, "error": str(error)}))
+            failed.append(_failure(command, error))
             return []
         deliveries: list[Delivery] = []
         for tag in command.get("tags", []):  # one stale tag must not hold up the others
             try:
                 deliveries.extend(engine.confirm(tag))
             except XumpError as error:
-                failed.append(json.dumps({"command": {"op": "confirm", "tags": [tag]},
-                                          "error": str(error)}))  # fmt: skip
+                failed.append(_failure({"op": "confirm", "tags": [tag]}, error))
         return deliveries
 
     def _call(self, command: dict[str, Any]) -> list[Delivery]:

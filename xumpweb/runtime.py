@@ -191,6 +191,21 @@ class Service:
         found["inbox"] = waiting
         return found
 
+    def refused(self, count: int = 50) -> tuple[int, list[dict[str, Any]]]:
+        """Commands the router refused (its errors list): how many are kept, and the newest
+        `count`, newest first, each {command, error, at}."""
+        if count <= 0:
+            return self.redis.llen(self.keys["errors"]), []
+        total, raw = self.redis.pipeline().llen(self.keys["errors"]).lrange(
+            self.keys["errors"], -count, -1).execute()  # fmt: skip
+        return total, [json.loads(item) for item in reversed(raw)]
+
+    def clear_refused(self) -> int:
+        """Forget the refused commands; how many there were."""
+        count, _ = self.redis.pipeline(transaction=True).llen(self.keys["errors"]).delete(
+            self.keys["errors"]).execute()  # fmt: skip
+        return count
+
     def health(self) -> dict[str, Any]:
         report: dict[str, Any] = {}
         try:

@@ -114,3 +114,23 @@ def test_bounce_sends_a_dead_letter_to_its_return_address_and_refuses_one_withou
     page.goto(f"/audit/?q={dlq}")
     assert "deadletter.bounce" in page.locator("table.audit").inner_text()
     assert not page.errors
+
+
+def test_refused_commands_are_shown_then_cleared(page, relay):
+    """A publish the router refuses (its queue was deleted after the publish was accepted)
+    is set aside, not lost from sight."""
+    gone = make_queue(relay, unique("gone"))
+    relay.call("queue_delete", name=gone)
+    [mid] = relay.publish_many(gone, [Message(address="a.b", body=b"x")])
+    page.goto("/dead-letters/")
+    refused = page.locator("#refused")
+    row = refused.locator("tbody tr", has_text=gone)
+    row.wait_for()
+    assert mid in row.inner_text() and "does not exist" in row.inner_text()
+    refused.get_by_role("link", name="Clear the refused commands…").click()
+    page.get_by_role("button", name="Clear").click()
+    page.get_by_text("Cleared").wait_for()
+    assert page.locator("#refused tbody tr", has_text=gone).count() == 0
+    page.goto("/audit/?q=refused")
+    assert "refused.clear" in page.locator("table.audit").inner_text()
+    assert not page.errors

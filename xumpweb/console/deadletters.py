@@ -1,6 +1,8 @@
 """The dead-letter inspector: dead letters (waiting messages carrying `x-reason`) across
 every dead-letter queue, grouped by reason and source queue, sent back, moved, bounced or
-deleted one or many at a time, each action audited.
+deleted one or many at a time, each action audited. Below them, the commands the router
+refused (its errors list: a publish to a queue deleted meanwhile, a stale ack), which an
+operator may clear.
 
 Sending uses the `dead_letter_send` operation (publish to the target and take the dead
 letter out of its queue in one step, mids kept) and deleting uses `purge`; a router of a
@@ -12,17 +14,20 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import redis
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from xumpweb.console.common import CallFailed, audit, call, has_operation, shown
+from xumpweb.console.common import CallFailed, audit, call, has_operation, shown, when
 from xumpweb.console.dashboard import dead_letter_queues
+from xumpweb.runtime import service
 from xumpweb.wiring.models import Queue
 
 SHOWN = 500  # dead letters read per dead-letter queue
+REFUSED_SHOWN = 50  # refused commands shown, newest first
 
 
 def collect() -> tuple[list[dict[str, Any]], list[str]]:
@@ -49,9 +54,34 @@ def collect() -> tuple[list[dict[str, Any]], list[str]]:
     return found, problems
 
 
+def refused_commands() -> tuple[int, list[dict[str, Any]]]:
+    """How many commands the router refused, and the newest as the page shows them."""
+    total, items = service().refused(REFUSED_SHOWN)
+    rows = []
+    for item in items:
+        command = item.get("command") or {}
+        messages_of = command.get("messages") or []
+        rows.append({
+            "when": when(item.get("at")) if item.get("at") else "",
+            "op": str(command.get("op", "")),
+            "queue": str(command.get("queue", "")),
+            "what": (f"{len(messages_of)} message{'s' if len(messages_of) != 1 else ''}: "
+                     + ", ".join(str(m.get("mid", "")) for m in messages_of[:3])
+                     + (" …" if len(messages_of) > 3 else ""))
+                    if messages_of else ", ".join(map(str, command.get("tags", [])[:3])),
+            "error": str(item.get("error", "")),
+        })  # fmt: skip
+    return total, rows
+
+
 @login_required
 def inspector(request: HttpRequest) -> HttpResponse:
     groups, problems = collect()
+    try:
+        refused_total, refused = refused_commands()
+    except redis.RedisError as error:
+        refused_total, refused = 0, []
+        problems.append(f"cannot read the refused commands: {error}")
     context = {
         "groups": groups,
         "problems": problems,
@@ -59,6 +89,8 @@ def inspector(request: HttpRequest) -> HttpResponse:
         "queues": sorted(Queue.objects.values_list("name", flat=True)),
         "can_send": has_operation("dead_letter_send"),
         "can_delete": has_operation("purge"),
+        "refused": refused,
+        "refused_total": refused_total,
     }
     return render(request, "console/deadletters.html", context)
 
@@ -109,4 +141,21 @@ def act(request: HttpRequest) -> HttpResponse:
         verb = {"reroute": "Re-routed", "move": "Moved", "bounce": "Bounced",
                 "delete": "Deleted"}[action]  # fmt: skip
         messages.success(request, f"{verb} {done} dead letter{'s' if done != 1 else ''}.")
+    return redirect("console:deadletters")
+
+
+@login_required
+def refused_clear(request: HttpRequest) -> HttpResponse:
+    """Forget the refused commands, after a confirmation page (audited with how many there
+    were)."""
+    if request.method != "POST":
+        total, _ = service().refused(0)
+        return render(request, "console/confirm_refused_clear.html", {"total": total})
+    try:
+        count = service().clear_refused()
+    except redis.RedisError as error:
+        messages.error(request, f"Nothing cleared: cannot reach Redis ({error}).")
+        return redirect("console:deadletters")
+    audit(request, "refused.clear", "router", {"refused": count}, {"refused": 0})
+    messages.success(request, f"Cleared {count} refused command{'s' if count != 1 else ''}.")
     return redirect("console:deadletters")

@@ -64,6 +64,7 @@ urlpatterns = [
     path("patterns/<int:number>/delete/", patterns.pattern_delete, name="pattern_delete"),
     path("dead-letters/", deadletters.inspector, name="deadletters"),
     path("dead-letters/act/", deadletters.act, name="deadletters_act"),
+    path("dead-letters/refused/clear/", deadletters.refused_clear, name="refused_clear"),
     path("topology/", topology.topology, name="topology"),
     path("topology/graph/", topology.topology_graph, name="topology_graph"),
     path("audit/", accounts.audit_log, name="audit"),
