@@ -194,16 +194,22 @@ class Service:
     def refused(self, count: int = 50) -> tuple[int, list[dict[str, Any]]]:
         """Commands the router refused (its errors list): how many are kept, and the newest
         `count`, newest first, each {command, error, at}."""
-        if count <= 0:
-            return self.redis.llen(self.keys["errors"]), []
-        total, raw = self.redis.pipeline().llen(self.keys["errors"]).lrange(
-            self.keys["errors"], -count, -1).execute()  # fmt: skip
-        return total, [json.loads(item) for item in reversed(raw)]
+        pipe = self.redis.pipeline().llen(self.keys["errors"])
+        if count > 0:
+            pipe.lrange(self.keys["errors"], -count, -1)
+        try:
+            total, *raw = pipe.execute()
+        except redis.RedisError as error:
+            raise StoreError(f"cannot read the refused commands from Redis: {error}") from None
+        return total, [json.loads(item) for item in reversed(raw[0] if raw else [])]
 
     def clear_refused(self) -> int:
         """Forget the refused commands; how many there were."""
-        count, _ = self.redis.pipeline(transaction=True).llen(self.keys["errors"]).delete(
-            self.keys["errors"]).execute()  # fmt: skip
+        pipe = self.redis.pipeline(transaction=True)
+        try:
+            count, _ = pipe.llen(self.keys["errors"]).delete(self.keys["errors"]).execute()
+        except redis.RedisError as error:
+            raise StoreError(f"cannot clear the refused commands in Redis: {error}") from None
         return count
 
     def health(self) -> dict[str, Any]:

@@ -64,6 +64,8 @@ def endpoints(w: dict) -> list[tuple[str, str, object]]:
         ("GET", "/api/tokens", None),
         ("POST", "/api/tokens", {"name": "x", "rights": {}}),
         ("DELETE", f"/api/tokens/{w['token_id']}", None),
+        ("GET", "/api/refused", None),
+        ("DELETE", "/api/refused", None),
     ]
 
 

@@ -172,12 +172,13 @@ def refusal(queue: str, rights: tuple[str, ...]) -> ApiError:
     return ApiError(403, "forbidden", f"this caller may not {wanted} on queue {queue!r}")
 
 
-def need_token_admin(request: HttpRequest) -> None:
-    """Token management: staff users by session, or tokens with manage on '*'."""
+def need_token_admin(request: HttpRequest, doing: str = "managing tokens") -> None:
+    """What concerns every queue (tokens, the refused commands): staff users by session, or
+    tokens with manage on '*'."""
     token = getattr(request, "xump_token", None)
     if token is not None:
         if "manage" in (token.rights.get("*") or []):
             return
-        raise ApiError(403, "forbidden", "managing tokens needs a token with manage on '*'")
+        raise ApiError(403, "forbidden", f"{doing} needs a token with manage on '*'")
     if not request.user.is_staff:
-        raise ApiError(403, "forbidden", "managing tokens needs a staff user")
+        raise ApiError(403, "forbidden", f"{doing} needs a staff user")

@@ -1,4 +1,5 @@
-"""Health (no authentication) and filter validation (for the console's selector builder)."""
+"""Health (no authentication), filter validation (for the console's selector builder) and
+the commands the router refused (its errors list)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from typing import Any
 
 from django.db import DatabaseError, connection
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Query, Router
 
 from engine.errors import InvalidSelector
 from engine.filters import compile_filter
+from xumpweb.api.auth import need_token_admin
+from xumpweb.api.common import record
 from xumpweb.api.errors import error_response
 from xumpweb.api.schemas import ErrorOut, FilterIn
 from xumpweb.runtime import service
@@ -51,3 +54,28 @@ def filter_validate(request: HttpRequest, payload: FilterIn):
         extra = {} if error.column is None else {"column": error.column}
         return error_response(400, "invalid_selector", str(error), **extra)
     return {"ok": True}
+
+
+@router.get(
+    "/refused", response={200: dict, 401: ErrorOut, 403: ErrorOut, 503: ErrorOut},
+    summary="Commands the router refused",
+)  # fmt: skip
+def refused(request: HttpRequest, count: int = Query(50, ge=1, le=1000)):
+    """Commands the router could not apply and set aside, newest first: `{"total": n,
+    "refused": [{"command", "error", "at"}]}`; a refused publish holds its messages (bodies
+    in base64). The newest 10,000 are kept. Needs manage on '*' (or a staff session)."""
+    need_token_admin(request, "reading the refused commands")
+    total, items = service().refused(count)
+    return {"total": total, "refused": items}
+
+
+@router.delete(
+    "/refused", response={200: dict, 401: ErrorOut, 403: ErrorOut, 503: ErrorOut},
+    summary="Forget the refused commands",
+)  # fmt: skip
+def refused_clear(request: HttpRequest):
+    """`{"cleared": n}`. Needs manage on '*' (or a staff session); audited."""
+    need_token_admin(request, "clearing the refused commands")
+    count = service().clear_refused()
+    record(request, "refused.clear", "router", {"refused": count}, {"refused": 0})
+    return {"cleared": count}

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-import redis
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from engine.errors import StoreError
 from xumpweb.console.common import CallFailed, audit, call, has_operation, shown, when
 from xumpweb.console.dashboard import dead_letter_queues
 from xumpweb.runtime import service
@@ -79,9 +79,9 @@ def inspector(request: HttpRequest) -> HttpResponse:
     groups, problems = collect()
     try:
         refused_total, refused = refused_commands()
-    except redis.RedisError as error:
+    except StoreError as error:
         refused_total, refused = 0, []
-        problems.append(f"cannot read the refused commands: {error}")
+        problems.append(str(error))
     context = {
         "groups": groups,
         "problems": problems,
@@ -148,13 +148,13 @@ def act(request: HttpRequest) -> HttpResponse:
 def refused_clear(request: HttpRequest) -> HttpResponse:
     """Forget the refused commands, after a confirmation page (audited with how many there
     were)."""
-    if request.method != "POST":
-        total, _ = service().refused(0)
-        return render(request, "console/confirm_refused_clear.html", {"total": total})
     try:
+        if request.method != "POST":
+            total, _ = service().refused(0)
+            return render(request, "console/confirm_refused_clear.html", {"total": total})
         count = service().clear_refused()
-    except redis.RedisError as error:
-        messages.error(request, f"Nothing cleared: cannot reach Redis ({error}).")
+    except StoreError as error:
+        messages.error(request, f"Nothing cleared: {error}.")
         return redirect("console:deadletters")
     audit(request, "refused.clear", "router", {"refused": count}, {"refused": 0})
     messages.success(request, f"Cleared {count} refused command{'s' if count != 1 else ''}.")
