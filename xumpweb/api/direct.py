@@ -25,6 +25,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
@@ -32,7 +33,12 @@ from django.http.request import split_domain_port, validate_host
 
 from engine.errors import XumpError
 from xumpweb.api.auth import mark_used, refusal, token_and_wiring
-from xumpweb.api.errors import ApiError, engine_error_response, error_response
+from xumpweb.api.errors import (
+    ApiError,
+    engine_error_response,
+    error_response,
+    redis_error_response,
+)
 from xumpweb.api.publishing import publish_batch, publish_one
 from xumpweb.runtime import service
 
@@ -138,6 +144,8 @@ def _serve(kind: str, queue: str, presented: str, body: bytes) -> tuple[int, byt
         return _error(error_response(error.status, error.code, error.detail, **error.extra))
     except XumpError as error:
         return _error(engine_error_response(error))
+    except redis.RedisError as error:
+        return _error(redis_error_response(error))
     except Exception:
         logger.exception("API request POST %s failed", f"/api/queues/{queue}/{kind}")
         return _error(error_response(500, "internal_error", "internal error; see the server log"))

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI
@@ -75,6 +76,13 @@ def engine_error_response(error: engine_errors.XumpError) -> JsonResponse:
     return error_response(status, code, str(error), **extra)
 
 
+def redis_error_response(error: redis.RedisError) -> JsonResponse:
+    """Redis went away under a request that reads it directly (not through the relay, whose
+    errors are StoreErrors already): 503, as for the store."""
+    logger.warning("Redis failed under an API request: %s", error)
+    return error_response(503, "store_unavailable", f"cannot reach Redis: {error}")
+
+
 def _where(location: Any) -> str:
     parts = [str(part) for part in location if part not in ("body", "payload")]
     return ".".join(parts) or "body"
@@ -126,6 +134,9 @@ def install(api: NinjaAPI) -> None:
     def on_too_big(request: HttpRequest, error: RequestDataTooBig) -> HttpResponse:
         return error_response(413, "request_too_large", "the request body is too large")
 
+    def on_redis(request: HttpRequest, error: redis.RedisError) -> HttpResponse:
+        return redis_error_response(error)
+
     def on_anything(request: HttpRequest, error: Exception) -> HttpResponse:
         logger.exception("API request %s %s failed", request.method, request.path)
         return error_response(500, "internal_error", "internal error; see the server log")
@@ -138,6 +149,7 @@ def install(api: NinjaAPI) -> None:
     api.add_exception_handler(HttpError, on_http_error)
     api.add_exception_handler(Http404, on_not_found)
     api.add_exception_handler(RequestDataTooBig, on_too_big)
+    api.add_exception_handler(redis.RedisError, on_redis)
     api.add_exception_handler(Exception, on_anything)
 
 

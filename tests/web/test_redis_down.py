@@ -1,0 +1,62 @@
+"""When Redis goes away the API answers 503 store_unavailable (JSON, no traceback), and
+works again once Redis is back."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conftest import RedisServer
+from tests.web.conftest import start_service, unique
+
+
+@pytest.fixture
+def lonely(tmp_path):
+    """A service with a redis-server of its own, which the test may kill."""
+    (tmp_path / "redis").mkdir()
+    (tmp_path / "service").mkdir()
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.start()
+    running = start_service(redis_server.url, tmp_path / "service", "inline")
+    yield running, redis_server
+    running.close()
+    redis_server.stop()
+
+
+def test_the_api_answers_503_while_redis_is_down_and_recovers(lonely) -> None:
+    service, redis_server = lonely
+    queue = unique()
+    with service.client() as client:
+        assert client.post("/api/queues", json={"name": queue}).status_code == 201
+        assert client.post(f"/api/queues/{queue}/publish", json={"body": "1"}).status_code == 202
+        redis_server.kill()
+        for method, path, body in [
+            ("POST", f"/api/queues/{queue}/publish", {"body": "2"}),
+            ("POST", f"/api/queues/{queue}/publish-batch", {"messages": [{"body": "3"}]}),
+            ("GET", f"/api/queues/{queue}/waiting", None),
+            ("GET", "/api/queues", None),
+            ("GET", "/api/refused", None),
+            ("POST", "/api/confirm", {"tags": [f"{queue}:1:1"]}),
+        ]:
+            answer = client.request(method, path, json=body)
+            assert answer.status_code == 503, (method, path, answer.status_code, answer.text)
+            assert answer.json()["error"] == "store_unavailable", answer.text
+        health = client.get("/api/health")
+        assert health.status_code == 503 and health.json()["redis"]["ok"] is False
+        redis_server.start()  # the same port and AOF file
+        deadline = time.monotonic() + 20
+        while True:
+            answer = client.post(f"/api/queues/{queue}/publish", json={"body": "4"})
+            if answer.status_code == 202 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert answer.status_code == 202, answer.text
+        deadline = time.monotonic() + 20
+        while True:
+            waiting = client.get(f"/api/queues/{queue}/waiting")
+            bodies = [m["body"] for m in waiting.json().get("messages", [])]
+            if bodies == ["1", "4"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert bodies == ["1", "4"]
