@@ -153,6 +153,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # a 503 page while Redis is away (console/unavailable.py)
+    "xumpweb.console.unavailable.StoreUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "xumpweb.urls"

@@ -1,10 +1,12 @@
-"""When Redis goes away the API answers 503 store_unavailable (JSON, no traceback), and
-works again once Redis is back."""
+"""When Redis goes away the API answers 503 store_unavailable (JSON, no traceback) and the
+console a 503 page that says so, and both work again once Redis is back."""
 
 from __future__ import annotations
 
+import re
 import time
 
+import httpx
 import pytest
 
 from tests.conftest import RedisServer
@@ -60,3 +62,31 @@ def test_the_api_answers_503_while_redis_is_down_and_recovers(lonely) -> None:
                 break
             time.sleep(0.2)
         assert bodies == ["1", "4"]
+
+
+def test_console_pages_say_the_store_is_unavailable(lonely) -> None:
+    service, redis_server = lonely
+    queue = unique()
+    with service.client() as client:
+        assert client.post("/api/queues", json={"name": queue}).status_code == 201
+    with httpx.Client(base_url=service.url, timeout=30) as browser:
+        form = browser.get("/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+        done = browser.post("/login/", data={"username": "admin", "password": "admin-password",
+                                             "csrfmiddlewaretoken": token})  # fmt: skip
+        assert done.status_code == 302, done.text
+        assert browser.get("/").status_code == 200
+        redis_server.kill()
+        for path in ("/", f"/queues/{queue}/", "/topology/"):
+            page = browser.get(path)
+            assert page.status_code == 503, (path, page.status_code)
+            assert "The message store is not available" in page.text, path
+            assert "Traceback" not in page.text
+        inspector = browser.get("/dead-letters/")  # shows what it can, and says what it cannot
+        assert inspector.status_code == 200
+        assert "cannot read the refused commands" in inspector.text
+        redis_server.start()
+        deadline = time.monotonic() + 20
+        while browser.get(f"/queues/{queue}/").status_code != 200:
+            assert time.monotonic() < deadline, "the console did not come back"
+            time.sleep(0.2)

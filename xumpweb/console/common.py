@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection
 from django.http import HttpRequest
 
-from engine.errors import XumpError
+from engine.errors import StoreError, XumpError
 from engine.message import Message
 from xumpweb.routing import operations
 from xumpweb.runtime import service
@@ -31,9 +31,12 @@ class CallFailed(Exception):
 
 
 def call(method: str, **arguments: Any) -> Any:
-    """Run an operation in the router; CallFailed with a readable message on any error."""
+    """Run an operation in the router; CallFailed with a readable message when it refuses.
+    StoreError (Redis or the router away) goes on to the 503 page (unavailable.py)."""
     try:
         return service().call(method, **arguments)
+    except StoreError:
+        raise
     except XumpError as error:
         raise CallFailed(str(error) or type(error).__name__) from None
 
