@@ -1,0 +1,422 @@
+"""SPEC §7 under faults: numbered messages published (single and batched) into a wolfpack
+while one process at a time is killed, stopped or cut off, with real processes throughout:
+a private redis-server on an AOF with fsync always, the ASGI server, Celery workers and
+beat, and WebSocket subscriber processes (tests/faults/subscriber.py) that record every
+delivery they receive and every ack they send.
+
+After each fault the test checks what a user is promised:
+* every message whose publish was answered 202 is delivered (none lost);
+* a message is delivered more than once only when a connection that received it ended
+  abnormally (a subscriber killed, or its connection cut) — those are counted;
+* no message is ever in two live subscribers' hands at once: for each message, the windows
+  from receipt to ack (or to the end of the connection) never overlap.
+
+XUMP_FAULT_MESSAGES (default 20,000) sets the count per fault. The counts are printed as a
+table at the end of the module (README's reliability section quotes it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.conftest import RedisServer
+from tests.web.conftest import PYTHON, ROOT, Service, start_service
+
+MESSAGES = int(os.environ.get("XUMP_FAULT_MESSAGES", "20000"))
+RATE = float(os.environ.get("XUMP_FAULT_RATE", "2500"))  # messages a second, publishing
+TIMEOUT = 3.0  # the service's delivery timeout (XUMP_DELIVERY_TIMEOUT) in these tests
+WORKERS = ("w1", "w2")  # the wolfpack's destinations; two subscriber processes each
+ROWS: list[dict] = []
+
+pytestmark = pytest.mark.slow
+
+
+def wait_until(check, within: float, every: float = 0.05):
+    deadline = time.monotonic() + within
+    while True:
+        found = check()
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(every)
+
+
+# -- the system under test ------------------------------------------------------------------
+@dataclass
+class Subscriber:
+    name: str
+    destination: str
+    log: Path
+    process: subprocess.Popen | None = None
+    killed_at: list[float] = field(default_factory=list)  # times of kill -9, in order
+
+
+class System:
+    """One private redis-server, the service with worker routing, two Celery workers' worth
+    of slots, beat, and two subscriber processes per wolfpack worker."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        (directory / "redis").mkdir()
+        self.redis = RedisServer(directory / "redis")
+        self.redis.start()
+        self.service: Service = start_service(
+            self.redis.url, directory, "worker", XUMP_DELIVERY_TIMEOUT=str(TIMEOUT)
+        )
+        self.service.start_worker("worker")
+        self.start_beat()
+        self.http = httpx.Client(
+            base_url=self.service.url, timeout=10,
+            headers={"Authorization": f"Bearer {self.service.admin_token}"},
+        )  # fmt: skip
+        self.subscribers: dict[str, Subscriber] = {}
+        self.store = self.service.env["XUMP_STORE"]
+
+    # processes
+    def start_beat(self) -> None:
+        log = open(self.directory / "beat.log", "ab")  # noqa: SIM115
+        self.service.processes["beat"] = subprocess.Popen(
+            [PYTHON, "-m", "celery", "-A", "xumpweb", "beat", "--loglevel", "WARNING",
+             "--schedule", str(self.directory / "beat-schedule")],
+            cwd=ROOT, env=self.service.env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def restart_server(self) -> None:
+        port = self.service.url.rsplit(":", 1)[1]
+        log = open(self.directory / "server.log", "ab")  # noqa: SIM115
+        self.service.processes["server"] = subprocess.Popen(
+            [PYTHON, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
+             "--port", port, "--log-level", "warning", "--no-access-log"],
+            cwd=ROOT, env=self.service.env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def start_subscriber(self, name: str, destination: str, hold: int = 0) -> Subscriber:
+        subscriber = self.subscribers.get(name) or Subscriber(
+            name, destination, self.directory / f"{name}.log"
+        )
+        arguments = [PYTHON, "-m", "tests.faults.subscriber", self.service.ws_url,
+                     self.service.admin_token, destination, str(subscriber.log),
+                     "--credit", "100"]  # fmt: skip
+        if hold:
+            arguments += ["--hold", str(hold)]
+        subscriber.process = subprocess.Popen(
+            arguments, cwd=ROOT, env=self.service.env,
+            stdout=subprocess.DEVNULL, stderr=open(self.directory / f"{name}.err", "ab"),  # noqa: SIM115
+        )  # fmt: skip
+        self.subscribers[name] = subscriber
+        return subscriber
+
+    def stop_subscriber(self, name: str) -> None:
+        process = self.subscribers[name].process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def kill_subscriber(self, name: str) -> None:
+        subscriber = self.subscribers[name]
+        subscriber.killed_at.append(time.time())
+        subscriber.process.kill()
+        subscriber.process.wait()
+
+    def close(self) -> None:
+        for name in self.subscribers:
+            self.stop_subscriber(name)
+        self.http.close()
+        self.service.close()
+        self.redis.stop()
+
+    # wiring and reading
+    def wolfpack(self, service_queue: str) -> None:
+        for worker in WORKERS:
+            answer = self.http.post("/api/patterns", json={
+                "kind": "wolfpack", "router": service_queue, "name": worker, "credit": 100,
+            })  # fmt: skip
+            assert answer.status_code in (200, 201), answer.text
+
+    def lease_pid(self) -> int | None:
+        """The pid of the process holding the store's lease (its owner name is
+        host:pid:thread), if any."""
+        client = redis.Redis.from_url(self.redis.url)
+        try:
+            value = client.get(f"xump:{{{self.store}}}:lease")
+        finally:
+            client.close()
+        if not value:
+            return None
+        return int(value.decode().split(":")[1])
+
+
+class Publisher(threading.Thread):
+    """Publishes `total` numbered messages, ten single publishes then a batch of 190, and
+    so on, at about RATE a second; retries what was not answered 202 (a retry is a new
+    publish with its own mid). `accepted`: mid -> serial for each 202."""
+
+    def __init__(self, system: System, queue: str, total: int) -> None:
+        super().__init__(daemon=True)
+        self.system, self.queue, self.total = system, queue, total
+        self.accepted: dict[str, int] = {}
+        self.refused = Counter()  # why attempts failed: status code or exception name
+        self.failure: BaseException | None = None
+        self.client = httpx.Client(
+            base_url=system.service.url, timeout=10,
+            headers={"Authorization": f"Bearer {system.service.admin_token}"},
+        )  # fmt: skip
+
+    def _attempt(self, serials: list[int]) -> bool:
+        try:
+            if len(serials) == 1:
+                answer = self.client.post(
+                    f"/api/queues/{self.queue}/publish", json={"body": f"n{serials[0]}"}
+                )
+                if answer.status_code == 202:
+                    self.accepted[answer.json()["mid"]] = serials[0]
+                    return True
+            else:
+                answer = self.client.post(
+                    f"/api/queues/{self.queue}/publish-batch",
+                    json={"messages": [{"body": f"n{n}"} for n in serials]},
+                )
+                if answer.status_code == 202:
+                    for mid, serial in zip(answer.json()["mids"], serials, strict=True):
+                        self.accepted[mid] = serial
+                    return True
+            self.refused[answer.status_code] += 1
+        except httpx.HTTPError as error:
+            self.refused[type(error).__name__] += 1
+        return False
+
+    def run(self) -> None:
+        try:
+            started = time.monotonic()
+            serial = 0
+            while serial < self.total:
+                group = 1 if serial % 200 < 10 else min(190, self.total - serial)
+                serials = list(range(serial, serial + group))
+                deadline = time.monotonic() + 120
+                while not self._attempt(serials):
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"publishes refused for 120 s: {self.refused}")
+                    time.sleep(0.1)
+                serial += group
+                ahead = serial / RATE - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+        except BaseException as error:
+            self.failure = error
+        finally:
+            self.client.close()
+
+    @property
+    def published(self) -> int:
+        return len(self.accepted)
+
+
+# -- reading what the subscribers recorded ----------------------------------------------------
+@dataclass
+class Record:
+    receipts: list[tuple[str, str, float, float, bool]]  # mid, connection, start, end, abnormal
+    received: Counter
+
+
+def read_records(system: System, end: float) -> Record:
+    receipts = []
+    received: Counter = Counter()
+    for subscriber in system.subscribers.values():
+        if not subscriber.log.exists():
+            continue
+        run = -1  # the subscriber's processes, numbered by their "start" lines
+        closed: dict[str, tuple[float, bool]] = {}
+        held: dict[tuple[str, str], float] = {}
+        acks: dict[tuple[str, str], float] = {}
+        for fields in (line.split("\t") for line in subscriber.log.read_text().splitlines()):
+            kind, at = fields[0], float(fields[2])
+            if kind == "start":
+                run += 1
+                continue
+            connection = f"{subscriber.name}/{run}/{fields[1]}"
+            if kind == "close":
+                closed[connection] = (at, fields[3] != "stopped")
+            elif kind == "recv":
+                held[(connection, fields[3])] = at
+                received[fields[3]] += 1
+            elif kind == "ack":
+                acks[(connection, fields[3])] = at
+        for (connection, mid), start in held.items():
+            # a connection without a close line ended with its process: killed, or still
+            # running at `end`; one that ended abnormally may see what it held again
+            killed = [t for t in subscriber.killed_at if t >= start]
+            if connection in closed:
+                stop, abnormal = closed[connection]
+            else:
+                stop, abnormal = (killed[0], True) if killed else (end, False)
+            receipts.append((mid, connection, start, acks.get((connection, mid), stop),
+                             abnormal))  # fmt: skip
+    return Record(receipts, received)
+
+
+def check(system: System, publisher: Publisher, name: str, started: float) -> dict:
+    """Wait until every accepted message arrived; the counts; assert the promises."""
+    accepted = set(publisher.accepted)
+
+    def arrived() -> bool:
+        return accepted <= set(read_records(system, time.time()).received)
+
+    everything = wait_until(arrived, within=180, every=0.5)
+    time.sleep(2 * TIMEOUT)  # a duplicate still on its way would show now
+    for subscriber in list(system.subscribers):
+        system.stop_subscriber(subscriber)
+    record = read_records(system, time.time())
+    delivered = set(record.received)
+    lost = accepted - delivered
+    repeats = {mid: n for mid, n in record.received.items() if n > 1}
+    abnormal = {mid for mid, _, _, _, flag in record.receipts if flag}
+    unexplained = set(repeats) - abnormal
+    overlaps = 0
+    windows = defaultdict(list)
+    for mid, connection, start, stop, _ in record.receipts:
+        windows[mid].append((start, stop, connection))
+    for spans in windows.values():
+        spans.sort()
+        held_until, holder = 0.0, ""
+        for start, stop, connection in spans:
+            if start < held_until and connection != holder:
+                overlaps += 1  # received while another connection still held it
+            if stop > held_until:
+                held_until, holder = stop, connection
+    row = {
+        "fault": name,
+        "published (202)": len(accepted),
+        "delivered": len(delivered & accepted),
+        "lost": len(lost),
+        "duplicates": sum(n - 1 for n in repeats.values()),
+        "of them unexplained": len(unexplained),
+        "in two hands at once": overlaps,
+        "refused publishes": sum(publisher.refused.values()),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    ROWS.append(row)
+    assert everything and not lost, (row, sorted(lost)[:10])
+    assert not unexplained, (row, sorted(unexplained)[:10])
+    assert overlaps == 0, row
+    return row
+
+
+@pytest.fixture(scope="module", autouse=True)
+def table(request):
+    yield
+    if not ROWS:
+        return
+    columns = list(ROWS[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in ROWS]
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    text = "\n".join(["", f"Faults, {MESSAGES:,} messages each:", *lines])
+    if reporter is not None:
+        reporter.write_line(text)
+    else:
+        print(text)
+
+
+@pytest.fixture
+def system(tmp_path):
+    running = System(tmp_path)
+    yield running
+    running.close()
+
+
+def run_with_fault(system: System, name: str, fault, hold: int = 0) -> dict:
+    """Wolfpack `jobs` with w1 and w2, two subscribers each; publish MESSAGES while `fault`
+    (called once a third is published) does its harm; then check."""
+    started = time.monotonic()
+    system.wolfpack("jobs")
+    for worker in WORKERS:
+        system.start_subscriber(f"{worker}-a", worker, hold=hold if worker == "w1" else 0)
+        system.start_subscriber(f"{worker}-b", worker)
+    publisher = Publisher(system, "jobs", MESSAGES)
+    publisher.start()
+    assert wait_until(lambda: publisher.published >= MESSAGES // 3 or publisher.failure,
+                      within=120)  # fmt: skip
+    fault()
+    publisher.join(timeout=300)
+    assert publisher.failure is None, publisher.failure
+    return check(system, publisher, name, started)
+
+
+# -- the faults -------------------------------------------------------------------------------
+def test_kill_9_of_the_routing_worker(system):
+    def fault() -> None:
+        system.service.stop("worker", kill=True)
+        system.service.start_worker("replacement")
+
+    run_with_fault(system, "kill -9 of the worker", fault)
+
+
+def test_kill_9_of_the_web_server(system):
+    def fault() -> None:
+        system.service.stop("server", kill=True)
+        time.sleep(1.0)  # publishers and subscribers meet a dead port for a while
+        system.restart_server()
+
+    run_with_fault(system, "kill -9 of the web server", fault)
+
+
+def test_kill_9_of_redis_and_restart_on_its_aof(system):
+    def fault() -> None:
+        system.redis.kill()
+        time.sleep(1.0)
+        system.redis.start()
+
+    run_with_fault(system, "kill -9 of redis-server, restart on AOF", fault)
+
+
+def test_sigstop_of_the_routing_worker_past_its_lease(system):
+    system.service.start_worker("second")
+
+    def fault() -> None:
+        holder = wait_until(system.lease_pid, within=30)
+        stopped = next(
+            name for name, process in system.service.processes.items() if process.pid == holder
+        )
+        process = system.service.processes[stopped]
+        process.send_signal(signal.SIGSTOP)
+        try:  # the other worker takes the lease over while this one sleeps
+            assert wait_until(lambda: system.lease_pid() not in (None, holder), within=60)
+        finally:
+            process.send_signal(signal.SIGCONT)
+
+    run_with_fault(system, "SIGSTOP of the routing worker past its lease", fault)
+
+
+def test_kill_9_of_a_subscriber_holding_unacked_deliveries(system):
+    def fault() -> None:
+        log = system.subscribers["w1-a"].log
+        assert wait_until(lambda: log.exists() and "holding" in log.read_text(), within=60)
+        system.kill_subscriber("w1-a")
+        system.start_subscriber("w1-a", "w1")  # a new process, which acks as usual
+
+    run_with_fault(system, "kill -9 of a subscriber holding unacked deliveries", fault, hold=150)
+
+
+def test_a_destination_offline_for_five_delivery_timeouts(system):
+    def fault() -> None:
+        system.stop_subscriber("w1-a")
+        system.stop_subscriber("w1-b")
+        time.sleep(5 * TIMEOUT)  # what is promised must hold however long it waits
+        system.start_subscriber("w1-a", "w1")
+        system.start_subscriber("w1-b", "w1")
+
+    run_with_fault(system, "w1's subscribers offline for 5 delivery timeouts", fault)
