@@ -5,8 +5,10 @@
 
 `start` uses the server at XUMP_REDIS_URL (default redis://127.0.0.1:6379/0) when it
 answers a PING. Otherwise, for a local URL, it starts `redis-server` from PATH on the URL's
-port, daemonized, with its data under DIR/redis/ (default var/redis/; AOF on, fsync every
-second: the development default) and notes its pid in DIR/redis/started.pid. Without
+port, daemonized, with its data under DIR/redis/ (default var/redis/; AOF on with an fsync
+before every answer, `appendfsync always`, as SPEC §7 promises: a 202 is on disk) and notes
+its pid in DIR/redis/started.pid. A Redis that already answers is used as it is, with a
+warning when its settings do not keep that promise (/api/health reports the same). Without
 redis-server it stops with the command that installs it. `stop` shuts down the server that
 `start` started (the one whose pid started.pid holds) and nothing else.
 
@@ -83,6 +85,22 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _durability_warning(url: str) -> str:
+    """A warning line when the Redis at `url` does not fsync every write ("" when it does)."""
+    try:
+        with _client(url) as client:
+            found = client.config_get("append*")
+    except redis.RedisError as error:
+        return f"\nwarning: cannot read its persistence settings ({error})"
+    if found.get("appendonly") == "yes" and found.get("appendfsync") == "always":
+        return ""
+    return (
+        f"\nwarning: its appendonly is {found.get('appendonly')!r} and appendfsync "
+        f"{found.get('appendfsync')!r}: a publish answered 202 may be lost if Redis dies "
+        "(set appendonly yes and appendfsync always)"
+    )
+
+
 def start(url: str, var: Path) -> str:
     directory = var / "redis"
     marker = directory / "started.pid"
@@ -91,7 +109,8 @@ def start(url: str, var: Path) -> str:
         if marker.exists() and marker.read_text().strip() != str(running):
             marker.unlink()  # a server we started once is gone; this one is someone else's
         ours = " (started by an earlier make run: stopped when this one ends)"
-        return f"Redis answers at {_shown(url)}" + (ours if marker.exists() else "")
+        said = f"Redis answers at {_shown(url)}" + (ours if marker.exists() else "")
+        return said + _durability_warning(url)
     parsed = urlparse(url)
     if parsed.scheme != "redis" or (parsed.hostname or "127.0.0.1") not in LOCAL_HOSTS:
         raise Refused(
@@ -110,7 +129,7 @@ def start(url: str, var: Path) -> str:
     command = [
         program, "--port", str(port), "--bind", "127.0.0.1", "-::1",
         "--dir", str(directory.resolve()), "--appendonly", "yes",
-        "--appendfsync", "everysec", "--save", "", "--daemonize", "yes",
+        "--appendfsync", "always", "--save", "", "--daemonize", "yes",
         "--pidfile", str((directory / "redis.pid").resolve()),
         "--logfile", str(log.resolve()),
     ]  # fmt: skip

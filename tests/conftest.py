@@ -19,10 +19,12 @@ def free_port() -> int:
 
 class RedisServer:
     """A private redis-server on a free port, its data (AOF, fsync on every write) in a
-    directory of its own. Tests may kill and restart it; nothing else uses it."""
+    directory of its own. Tests may kill and restart it; nothing else uses it. `settings`:
+    more redis-server options, after (so over) these."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *settings: str) -> None:
         self.directory = directory
+        self.settings = list(settings)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
@@ -33,6 +35,7 @@ class RedisServer:
                 "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.directory), "--appendonly", "yes",
                 "--appendfsync", "always", "--save", "", "--daemonize", "no",
+                *self.settings,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -66,7 +66,7 @@ def test_it_starts_a_redis_server_with_its_data_under_var_and_stops_it(tmp_path,
         assert answers(port)
         config = redis.Redis(port=port).config_get("*")
         assert Path(config["dir"]) == (tmp_path / "redis").resolve()
-        assert config["appendonly"] == "yes"
+        assert config["appendonly"] == "yes" and config["appendfsync"] == "always"
         assert (tmp_path / "redis" / "appendonlydir").is_dir()
         pid = int((tmp_path / "redis" / "started.pid").read_text())
         assert pid == redis.Redis(port=port).info("server")["process_id"]

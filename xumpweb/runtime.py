@@ -48,6 +48,7 @@ from engine.errors import NotFound, StoreError
 from engine.message import Delivery
 from engine.relay import RelayClient, RelayOwner, relay_keys
 from engine.stores.redis import RedisStore
+from xumpweb import redis_health
 from xumpweb.analytics.journal import append_commands, journal_key
 from xumpweb.routing import operations
 
@@ -216,7 +217,9 @@ class Service:
         report: dict[str, Any] = {}
         try:
             self.redis.ping()
-            report["redis"] = {"ok": True}
+            refused = redis_health.write_refusal(self.redis, self.keys["snapshot"] + ":probe")
+            report["redis"] = {"ok": True} if refused is None else {"ok": False, "detail": refused}
+            report["durability"] = redis_health.durability(self.redis)
         except redis.RedisError as error:
             report["redis"] = {"ok": False, "detail": str(error)}
             report["workers"] = {"ok": False, "detail": "Redis is unreachable"}

@@ -24,6 +24,14 @@ XUMP_ARCHIVE_INTERVAL  seconds between archive exports run by Celery beat (defau
 XUMP_JOURNAL_LIMIT   delivery-journal events kept in Redis until archived (default 2,000,000;
                      beyond it the oldest are dropped and the archive reports the gap)
 XUMP_SPARK_MASTER    the Spark master URL the pipeline jobs use (default local[*])
+XUMP_LOGIN_FAILURES  failed logins for one user name from one address before that pair is
+                     locked out (default 5; console and admin login alike)
+XUMP_LOGIN_COOLOFF   minutes a lockout lasts (default 15)
+XUMP_HTTPS           "1" when the service is reached over HTTPS: Secure session and CSRF
+                     cookies, Strict-Transport-Security (default off)
+XUMP_HSTS_SECONDS    Strict-Transport-Security max-age with XUMP_HTTPS (default 31536000)
+XUMP_PROXY_SSL_HEADER  with XUMP_HTTPS behind a proxy that ends TLS: "1" to trust its
+                     X-Forwarded-Proto: https header (default off)
 """
 
 from __future__ import annotations
@@ -135,6 +143,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "xumpweb.wiring",
     "xumpweb.routing",
     "xumpweb.api",
@@ -145,6 +154,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy: the console's own scripts only (xumpweb/security.py)
+    "xumpweb.security.ContentSecurityPolicyMiddleware",
     # /static/ under uvicorn without DEBUG (see WHITENOISE_USE_FINDERS)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -153,6 +164,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # login rate limiting: last, so it sees the login views' answers (django-axes)
+    "axes.middleware.AxesMiddleware",
     # a 503 page while Redis is away (console/unavailable.py)
     "xumpweb.console.unavailable.StoreUnavailableMiddleware",
 ]
@@ -183,6 +196,31 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LOGIN_URL = "/login/"
+
+# Login rate limiting (django-axes): after XUMP_LOGIN_FAILURES failed logins for one user
+# name from one address, that pair is refused for XUMP_LOGIN_COOLOFF minutes with
+# templates/console/locked_out.html (429). A successful login clears that user's failures.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(_number("XUMP_LOGIN_FAILURES", 5))
+AXES_COOLOFF_TIME = _number("XUMP_LOGIN_COOLOFF", 15.0) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "console/locked_out.html"
+AXES_VERBOSE = False
+
+# HTTPS (XUMP_HTTPS=1): cookies only over TLS, and HSTS on every HTTPS answer (Django sends
+# it on secure requests only: behind a proxy that ends TLS, set XUMP_PROXY_SSL_HEADER too)
+XUMP_HTTPS = _flag("XUMP_HTTPS")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = XUMP_HTTPS
+SECURE_HSTS_SECONDS = int(_number("XUMP_HSTS_SECONDS", 31_536_000)) if XUMP_HTTPS else 0
+if XUMP_HTTPS and _flag("XUMP_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

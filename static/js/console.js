@@ -7,3 +7,10 @@
     htmx.config.historyCacheSize = 0;
   }
 })();
+
+// A form with data-confirm asks before it submits (no inline onsubmit: the CSP forbids it).
+document.addEventListener("submit", function (event) {
+  "use strict";
+  var question = event.target.dataset && event.target.dataset.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});
