@@ -143,6 +143,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # Swagger UI for /api/docs from our own /static/, not a CDN (CSP, offline)
     "axes",
     "xumpweb.wiring",
     "xumpweb.routing",

@@ -1,9 +1,10 @@
 // The dashboard's live numbers and rate sparklines.
 //
 // Two feeds, one picture: frames of /ws/monitor/ (opened by htmx's ws extension on
-// #monitor) carry depths and rates every <= 500 ms; while that socket is closed, htmx
-// re-renders #queue-table every 2 s (partials/queue_table.html) and the counters in each
-// row's data-* attributes give the rates between two renders. Sparklines keep the last
+// #monitor) carry depths and rates every <= 500 ms; while that socket is closed, this
+// script has htmx re-render #queue-table every 2 s (its "poll" trigger) and the counters in
+// each row's data-* attributes give the rates between two renders. Old news is shown as
+// such (see "is what the page shows still true?" below). Sparklines keep the last
 // two minutes per queue in memory, across re-renders.
 (function () {
   "use strict";
@@ -213,11 +214,144 @@
     drawAll();
   }
 
+  // -- is what the page shows still true? ---------------------------------------------------
+  // News is a monitor frame (at least one a second while the socket is open: the server's
+  // keep-alive) or a successful poll of the rows (every 2 s while it is closed). Without
+  // news for STALE_AFTER, or at once when a poll fails, every pill turns "stale since" the
+  // last news. Frames also carry what the server knows is down (Redis, routing) and since
+  // when; when that comes back up, the rows and pills are fetched again from the server.
+  var STALE_AFTER = 2000; // ms
+  var POLL_CLOSED = 2000, POLL_OPEN = 10000; // ms between polls of the rows
+  var socketOpen = false, socketClosedAt = null, pollFailed = false;
+  var newsAt = Date.now(), lastPollAt = Date.now(), staleSince = null;
+  var snapshotTime = null; // the router's time of the newest snapshot shown (s)
+  var down = {}; // "redis" | "routing" -> true while a frame says so
+
+  function utc(ms) {
+    return new Date(ms).toISOString().slice(11, 19) + " UTC";
+  }
+
+  function pill(name) {
+    return document.querySelector('#health [data-pill="' + name + '"]');
+  }
+
+  function setPill(name, ok, text) {
+    var el = pill(name);
+    if (!el) return;
+    el.classList.remove("ok", "bad", "stale");
+    el.classList.add(ok ? "ok" : "bad");
+    el.textContent = text;
+  }
+
+  function refresh() {
+    var table = document.getElementById("queue-table");
+    if (table) {
+      lastPollAt = Date.now();
+      htmx.trigger(table, "refresh");
+    }
+  }
+
+  function applyStatus(frame) {
+    var status = frame.status || {};
+    var redis = status.redis || { ok: true }, routing = status.routing || { ok: true };
+    var recovered = false;
+    if (!redis.ok) {
+      var since = redis.since ? " since " + utc(redis.since * 1000) : "";
+      setPill("redis", false, "Redis down" + since + ": " + (redis.detail || "unreachable"));
+      down.redis = true;
+    } else if (down.redis) {
+      setPill("redis", true, "Redis up");
+      down.redis = false;
+      recovered = true;
+    }
+    if (!routing.ok) {
+      var last = frame.snapshot_time ? " since " + utc(frame.snapshot_time * 1000) : "";
+      setPill("routing", false, "Routing stalled" + last + ": " + (routing.detail || ""));
+      down.routing = true;
+    } else if (down.routing) {
+      down.routing = false;
+      recovered = true;
+    }
+    if (recovered) refresh(); // the server renders the pills (and rows) afresh
+  }
+
+  function news() {
+    newsAt = Date.now();
+    if (staleSince !== null) {
+      staleSince = null;
+      refresh(); // stale pills and rows replaced by what the server says now
+    }
+    showFeed();
+  }
+
+  function showFeed() {
+    var state = document.getElementById("live-state");
+    if (!state) return;
+    var text;
+    if (staleSince !== null) {
+      text = socketOpen
+        ? "stale: no live frame since " + utc(staleSince)
+        : "live feed lost since " + utc(socketClosedAt || staleSince) +
+          ": the web server does not answer";
+    } else if (socketOpen) {
+      text = "live";
+    } else {
+      text = socketClosedAt ? "live feed lost since " + utc(socketClosedAt) +
+        ", updating every 2 s" : "updating every 2 s";
+    }
+    if (state.textContent !== text) state.textContent = text;
+    state.classList.toggle("on", socketOpen && staleSince === null);
+    state.classList.toggle("lost", staleSince !== null);
+  }
+
+  function markStale() {
+    if (staleSince === null) staleSince = newsAt;
+    document.querySelectorAll("#health .pill").forEach(function (el) {
+      if (el.dataset.stale) return;
+      el.dataset.stale = "1";
+      el.classList.remove("ok", "bad", "warn");
+      el.classList.add("stale");
+      var note = document.createElement("span");
+      note.className = "stale-note";
+      note.textContent = " (stale since " + utc(staleSince) + ")";
+      el.append(note);
+    });
+    showFeed();
+  }
+
+  function showSnapshotAge() {
+    var el = document.querySelector("[data-snapshot-age]");
+    if (!el || !snapshotTime) return;
+    var age = Math.max(0, Date.now() / 1000 - snapshotTime);
+    el.textContent = age < 120 ? age.toFixed(1) + " s ago" : Math.round(age / 60) + " min ago";
+  }
+
+  function tick() {
+    var now = Date.now();
+    var table = document.getElementById("queue-table");
+    if (table && now - lastPollAt >= (socketOpen ? POLL_OPEN : POLL_CLOSED)) {
+      lastPollAt = now;
+      htmx.trigger(table, "poll");
+    }
+    var quiet = now - newsAt > (socketOpen ? STALE_AFTER : POLL_CLOSED + STALE_AFTER);
+    if (quiet || (!socketOpen && pollFailed)) markStale();
+    showSnapshotAge();
+  }
+
   function setLive(live) {
     window.xumpLive = live;
-    var state = document.getElementById("live-state");
-    if (state) state.textContent = live ? "live" : "updating every 2 s";
-    if (state) state.classList.toggle("on", live);
+    if (socketOpen && !live) {
+      socketClosedAt = Date.now();
+      refresh(); // is the server still there? a failed poll says at once
+    }
+    if (live) socketClosedAt = null;
+    socketOpen = live;
+    showFeed();
+  }
+
+  function isRows(event) {
+    var elt = event.detail && event.detail.elt;
+    return elt && elt.id === "queue-table";
   }
 
   document.addEventListener("htmx:wsOpen", function () { setLive(true); });
@@ -231,9 +365,31 @@
       return; // an HTML fragment: htmx swaps it
     }
     event.preventDefault();
-    if (frame && frame.type === "monitor") applyFrame(frame);
+    if (!frame || frame.type !== "monitor") return;
+    if (frame.snapshot_time) snapshotTime = frame.snapshot_time;
+    if (frame.queues) applyFrame(frame);
+    news();
+    applyStatus(frame);
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (!isRows(event)) return;
+    pollFailed = !event.detail.successful;
+    if (pollFailed) {
+      // with frames arriving, a failed poll is the 503 of Redis being down: the frames say so
+      if (!socketOpen) markStale();
+    } else {
+      var table = document.getElementById("queue-table");
+      if (table) snapshotTime = parseFloat(table.dataset.snapshotTime) || snapshotTime;
+      if (!socketOpen) news();
+      down = {}; // the pills are the server's own again
+    }
   });
   // the time guard in fromRows makes repeated calls for one render harmless
   document.addEventListener("htmx:afterSettle", fromRows);
-  document.addEventListener("DOMContentLoaded", fromRows);
+  document.addEventListener("DOMContentLoaded", function () {
+    var table = document.getElementById("queue-table");
+    if (table) snapshotTime = parseFloat(table.dataset.snapshotTime) || null;
+    fromRows();
+    setInterval(tick, 250);
+  });
 })();

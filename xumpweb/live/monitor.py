@@ -4,13 +4,20 @@ Theory of operation. The router writes a snapshot of every queue's counters to R
 every 500 ms (runtime.Router._snapshot). One task per web process reads it every EVERY
 seconds while anybody watches, turns counter deltas into per-second rates (RateMeter) and
 offers the frame to every monitor connection. A frame goes out when something in it
-changed, or every QUIET_EVERY seconds otherwise, so an idle console costs almost nothing.
-Each connection keeps only the newest frame it has not sent yet: a slow browser skips
-frames instead of piling them up.
+changed, or every QUIET_EVERY seconds otherwise: the page counts a feed silent for longer
+than its STALE_AFTER (2 s, static/js/dashboard.js) as stale, so the keep-alive is what lets
+it tell "nothing changed" from "nothing arrives". Each connection keeps only the newest
+frame it has not sent yet: a slow browser skips frames instead of piling them up.
+
+When the snapshot cannot be read (Redis away) the hub does not fall silent: it pushes a
+frame whose status says Redis is down, why, and since when, and no queues (the page keeps
+the numbers it has and marks them stale).
 
 Frame: {"type": "monitor", "time": push time, "snapshot_time": the router's time or null,
+"status": {"redis": {"ok", "detail"?, "since"?}, "routing": {"ok", "detail"?}},
 "queues": [{name, depth, history_size, outstanding, dead_letter, limit, counters: {...},
-rates: {published, delivered, confirmed}}], "recent": [...], "inbox": n}.
+rates: {published, delivered, confirmed}}], "recent": [...], "inbox": n}; while Redis is
+down: {"type": "monitor", "time", "snapshot_time": the last one read, "status"} only.
 """
 
 from __future__ import annotations
@@ -27,8 +34,9 @@ from asgiref.sync import sync_to_async
 logger = logging.getLogger("xump.live")
 
 EVERY = 0.5  # seconds between reads of the snapshot (and at most this often a frame)
-QUIET_EVERY = 5.0  # seconds between frames when nothing changes
+QUIET_EVERY = 1.0  # seconds between frames when nothing changes (the page's keep-alive)
 STALE = 2.0  # a snapshot this old, unchanged, means nobody routes: the rates are zero
+ROUTER_LATE = 3.0  # a snapshot this old (the router writes one every 0.5 s): routing is down
 RATES = ("published", "delivered", "confirmed")
 COUNTERS = ("published", "routed", "delivered", "confirmed", "rejected", "dead_lettered",
             "dropped", "expired")  # fmt: skip
@@ -86,13 +94,33 @@ def frame(snapshot: dict[str, Any], rates: dict[str, dict[str, float]], now: flo
             "counters": {key: stats.get(key, 0) for key in COUNTERS},
             "rates": rates.get(queue["name"], dict.fromkeys(RATES, 0.0)),
         })  # fmt: skip
+    taken = snapshot.get("time")
+    if taken is None or now - taken < ROUTER_LATE:
+        routing: dict[str, Any] = {"ok": True}
+    else:
+        routing = {"ok": False, "detail": "the router has written no snapshot for "
+                   f"{now - taken:.0f} s: no process routes (worker or router down)"}  # fmt: skip
     return {
         "type": "monitor",
         "time": now,
-        "snapshot_time": snapshot.get("time"),
+        "snapshot_time": taken,
+        "status": {"redis": {"ok": True}, "routing": routing},
         "queues": queues,
         "recent": snapshot.get("recent", []),
         "inbox": snapshot.get("inbox", 0),
+    }
+
+
+def down_frame(detail: str, since: float, snapshot_time: float | None, now: float) -> dict:
+    """The frame while the snapshot cannot be read: what is down, why, since when."""
+    return {
+        "type": "monitor",
+        "time": now,
+        "snapshot_time": snapshot_time,
+        "status": {
+            "redis": {"ok": False, "detail": detail, "since": since},
+            "routing": {"ok": False, "detail": "Redis is unreachable"},
+        },
     }
 
 
@@ -134,20 +162,28 @@ class MonitorHub:
     async def _run(self) -> None:
         last_content: str | None = None
         last_push = 0.0
+        last_snapshot_time: float | None = None
+        down_since: float | None = None
         while self.watchers:
             started = time.monotonic()
+            now = time.time()
             try:
                 snapshot = await self.read()
             except Exception as problem:  # Redis away: say so, keep watching
-                logger.warning("cannot read the monitor snapshot: %s", problem)
-                snapshot = None
-            if snapshot is not None:
-                now = time.time()
+                if down_since is None:
+                    down_since = now
+                    logger.warning("cannot read the monitor snapshot: %s", problem)
+                made = down_frame(str(problem), down_since, last_snapshot_time, now)
+                content = _encode(made["status"])
+            else:
+                down_since = None
+                last_snapshot_time = snapshot.get("time")
                 made = frame(snapshot, self.meter.rates(snapshot, now), now)
-                content = _encode([made["queues"], made["recent"], made["inbox"]])
-                if content != last_content or started - last_push >= QUIET_EVERY:
-                    last_content, last_push = content, started
-                    self._offer(_encode(made))
+                content = _encode([made["queues"], made["recent"], made["inbox"],
+                                   made["status"]])  # fmt: skip
+            if content != last_content or started - last_push >= QUIET_EVERY:
+                last_content, last_push = content, started
+                self._offer(_encode(made))
             await asyncio.sleep(max(0.0, EVERY - (time.monotonic() - started)))
 
 
