@@ -225,7 +225,7 @@
   var socketOpen = false, socketClosedAt = null, pollFailed = false;
   var newsAt = Date.now(), lastPollAt = Date.now(), staleSince = null;
   var snapshotTime = null; // the router's time of the newest snapshot shown (s)
-  var down = {}; // "redis" | "routing" -> true while a frame says so
+  var down = {}; // "redis" (since when, ms) | "routing" (true) while a frame says so
 
   function utc(ms) {
     return new Date(ms).toISOString().slice(11, 19) + " UTC";
@@ -258,10 +258,17 @@
     if (!redis.ok) {
       var since = redis.since ? " since " + utc(redis.since * 1000) : "";
       setPill("redis", false, "Redis down" + since + ": " + (redis.detail || "unreachable"));
-      down.redis = true;
+      var durable = pill("durability"); // unknown while Redis does not answer
+      if (durable && !durable.classList.contains("stale")) {
+        durable.classList.remove("ok", "warn");
+        durable.classList.add("stale");
+        durable.textContent = "Durability unknown: Redis does not answer";
+      }
+      down.redis = redis.since ? redis.since * 1000 : Date.now();
     } else if (down.redis) {
       setPill("redis", true, "Redis up");
       down.redis = false;
+      showFeed();
       recovered = true;
     }
     if (!routing.ok) {
@@ -293,6 +300,8 @@
         ? "stale: no live frame since " + utc(staleSince)
         : "live feed lost since " + utc(socketClosedAt || staleSince) +
           ": the web server does not answer";
+    } else if (socketOpen && down.redis) {
+      text = "live: Redis down since " + utc(down.redis) + ", the numbers are from before";
     } else if (socketOpen) {
       text = "live";
     } else {
@@ -300,8 +309,8 @@
         ", updating every 2 s" : "updating every 2 s";
     }
     if (state.textContent !== text) state.textContent = text;
-    state.classList.toggle("on", socketOpen && staleSince === null);
-    state.classList.toggle("lost", staleSince !== null);
+    state.classList.toggle("on", socketOpen && staleSince === null && !down.redis);
+    state.classList.toggle("lost", staleSince !== null || !!down.redis);
   }
 
   function markStale() {
@@ -368,8 +377,8 @@
     if (!frame || frame.type !== "monitor") return;
     if (frame.snapshot_time) snapshotTime = frame.snapshot_time;
     if (frame.queues) applyFrame(frame);
-    news();
     applyStatus(frame);
+    news();
   });
   document.addEventListener("htmx:afterRequest", function (event) {
     if (!isRows(event)) return;
