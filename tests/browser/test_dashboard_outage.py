@@ -1,7 +1,8 @@
-"""The open dashboard shows outages: Redis hanging makes the feed stale; Redis killed under it turns the Redis pill "down since
-HH:MM:SS UTC" and the feed says so; Redis back, the page is live again; the web server
-stopped, the page says the live feed is lost and its pills are stale. Waits are for the
-text, with generous deadlines (the page itself is bound to about 2 s)."""
+"""The open dashboard shows outages: Redis hanging makes the feed stale; Redis killed
+under it turns the Redis pill "down since HH:MM:SS UTC" and the feed says so; Redis back,
+the page is live again; the web server stopped, the page says the live feed is lost and its
+pills are stale. Waits are for the text, with generous deadlines (the page itself is bound
+to about 2 s)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from tests.web.conftest import unique
-from xumpweb.live.monitor import EVERY, QUIET_EVERY
 from tests.web.test_subscribe import (
     Xump,
     closing,
@@ -21,6 +20,7 @@ from tests.web.test_subscribe import (
     subscribe,
     take,
 )
+from xumpweb.live.monitor import EVERY, QUIET_EVERY
 
 
 @pytest.fixture
