@@ -9,7 +9,8 @@ import time
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from tests.web.conftest import unique
+from tests.conftest import RedisServer
+from tests.web.conftest import start_service, unique
 from tests.web.test_subscribe import (
     Xump,
     closing,
@@ -159,3 +160,30 @@ def test_the_console_session_may_watch(service):
         send(socket, {"type": "heartbeat"})
         with pytest.raises(TimeoutError):
             receive(socket, timeout=0.5)  # no session, no token: nothing shown
+
+
+def test_it_says_redis_is_down_and_since_when_instead_of_falling_silent(tmp_path):
+    (tmp_path / "redis").mkdir()
+    (tmp_path / "service").mkdir()
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.start()
+    lonely = start_service(redis_server.url, tmp_path / "service", "inline")
+    try:
+        with monitor(lonely) as socket:
+            frame = frame_where(socket, lambda f: f["snapshot_time"] is not None)
+            assert frame["status"] == {"redis": {"ok": True}, "routing": {"ok": True}}
+            redis_server.kill()
+            down = frame_where(socket, lambda f: not f["status"]["redis"]["ok"])
+            assert "queues" not in down  # the numbers it had are not repeated as news
+            assert down["status"]["redis"]["since"] > frame["time"]  # the first failed read
+            assert down["status"]["redis"]["detail"]
+            assert down["snapshot_time"] >= frame["snapshot_time"]  # the last one it read
+            [again] = monitor_frames(socket, 1)  # not silent while it lasts
+            assert again["status"]["redis"]["since"] == down["status"]["redis"]["since"]
+            redis_server.start()
+            frame_where(
+                socket, lambda f: f["status"]["redis"]["ok"] and f["status"]["routing"]["ok"]
+            )
+    finally:
+        lonely.close()
+        redis_server.stop()
