@@ -183,6 +183,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            "builtins": ["xumpweb.access_tags"],  # {% can %}: what the role allows
         },
     },
 ]

@@ -138,11 +138,14 @@ def content(frame: dict) -> list:
     return [frame["queues"], frame["recent"], frame["inbox"], frame["status"]]
 
 
-def test_only_tokens_with_manage_on_everything_may_watch(service):
-    for rights in ({"*": ["publish", "consume"]}, {"orders": ["manage"]}):
+def test_only_tokens_that_read_every_queue_may_watch(service):
+    for rights in ({"*": ["publish"]}, {"orders": ["manage"]}, {"orders*": ["read"]}):
         with monitor(service, issue_token(service, rights)) as socket:
             frame, code = closing(socket)
         assert frame["error"] == "forbidden" and code == 4403
+    for rights in ({"*": ["read"]}, {"*": ["consume"]}):  # consume and manage include read
+        with monitor(service, issue_token(service, rights)) as socket:
+            assert receive(socket)["type"] == "monitor"
     with monitor(service, "xump_bad_token") as socket:
         frame, code = closing(socket)
     assert frame["error"] == "unauthorized" and code == 4401

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from xumpweb.access import check, requires
 from xumpweb.analytics import charts
 from xumpweb.analytics.forms import ReplayForm, RunForm
 from xumpweb.analytics.models import AnalyticsRun
@@ -30,7 +30,7 @@ def _queue_names() -> list[str]:
     return list(Queue.objects.order_by("name").values_list("name", flat=True))
 
 
-@login_required
+@requires("console")
 def runs(request: HttpRequest) -> HttpResponse:
     found = list(AnalyticsRun.objects.all()[:LISTED])
     context = {"runs": found, "active": any(run.active for run in found)}
@@ -39,7 +39,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     return render(request, "analytics/runs.html", context)
 
 
-@login_required
+@requires("analytics")
 def run_new(request: HttpRequest) -> HttpResponse:
     queues = _queue_names()
     if request.method == "POST":
@@ -60,7 +60,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(request, "analytics/new.html", {"form": form})
 
 
-@login_required
+@requires("console")
 def run_page(request: HttpRequest, number: int) -> HttpResponse:
     run = get_object_or_404(AnalyticsRun, pk=number)
     window = {key: charts.moment(run.parameters.get(key)) for key in ("since", "until")}
@@ -71,7 +71,7 @@ def run_page(request: HttpRequest, number: int) -> HttpResponse:
     return render(request, "analytics/run.html", context)
 
 
-@login_required
+@requires("console")
 def run_status(request: HttpRequest, number: int) -> HttpResponse:
     """The status line (htmx polls it while the run is at work; when it ends the page is
     reloaded to draw the result)."""
@@ -82,7 +82,7 @@ def run_status(request: HttpRequest, number: int) -> HttpResponse:
     return response
 
 
-@login_required
+@requires("console")
 def run_json(request: HttpRequest, number: int) -> JsonResponse:
     """A run as JSON: its parameters, status, progress, result and error."""
     run = get_object_or_404(AnalyticsRun, pk=number)
@@ -96,7 +96,7 @@ def run_json(request: HttpRequest, number: int) -> JsonResponse:
     })  # fmt: skip
 
 
-@login_required
+@requires("analytics")
 def replay(request: HttpRequest, number: int) -> HttpResponse:
     source = get_object_or_404(AnalyticsRun, pk=number, kind="backtest")
     if source.status != "done":
@@ -105,6 +105,7 @@ def replay(request: HttpRequest, number: int) -> HttpResponse:
     form = ReplayForm(request.POST or None, queues=_queue_names())
     if request.method == "POST" and form.is_valid():
         target = form.cleaned_data["queue"]
+        check(request, "publish", target)
         run = AnalyticsRun.objects.create(
             kind="replay",
             parameters={"backtest": source.pk, "queue": target},
@@ -118,7 +119,7 @@ def replay(request: HttpRequest, number: int) -> HttpResponse:
     return render(request, "analytics/replay.html", context)
 
 
-@login_required
+@requires("analytics")
 @require_POST
 def archive_now(request: HttpRequest) -> HttpResponse:
     busy = AnalyticsRun.objects.filter(kind="archive", status="queued").first()

@@ -4,8 +4,9 @@ Two ways in:
 * programs send `Authorization: Bearer xump_<prefix>_<secret>` (an ApiToken); the token's
   rights map queue names or globs to publish / consume / manage;
 * the console's logged-in users come with Django's session cookie; a change (POST, PUT,
-  PATCH, DELETE) made that way must carry the CSRF token. Staff users may do everything;
-  other logged-in users may only read (consume).
+  PATCH, DELETE) made that way must carry the CSRF token.
+What either may do is decided by xumpweb/access.py (roles, tokens bounded by their owner),
+the same rule the console and the WebSockets use.
 
 A request that names neither, or a token that is unknown or revoked, is answered 401; a
 caller without the right for the queue it names is answered 403 (errors.py).
@@ -13,8 +14,9 @@ caller without the right for the queue it names is answered 403 (errors.py).
 Looking a token up in the database costs more than the rest of a single publish, so each
 process remembers what a presented token stood for (`find_token`) until any token changes:
 saving or deleting one bumps a version number in Redis (`forget_tokens`, connected to the
-model's signals in apps.py), which every lookup reads first (one GET). An entry lives a
-minute at most, in case Redis could not be told of a change.
+model's signals in apps.py, and on every change of a user's role: `forget_roles`), which
+every lookup reads first (one GET); open WebSockets watch it too (live/security.py). An
+entry lives a minute at most, in case Redis could not be told of a change.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer
 from ninja.utils import check_csrf
 
+from xumpweb import access
 from xumpweb.api.errors import ApiError
 from xumpweb.runtime import service
 from xumpweb.wiring.models import ApiToken
@@ -104,6 +107,14 @@ def forget_tokens(created: bool = False, **_: Any) -> None:
                        "what they remember for up to %g s", problem, REMEMBER_FOR)  # fmt: skip
 
 
+def forget_roles(update_fields: Any = None, **_: Any) -> None:
+    """A user, group, permission or queue grant changed: what a token may do depends on its
+    owner's role, and open WebSockets re-check theirs (a login's last_login is no change)."""
+    if update_fields is not None and set(update_fields) <= {"last_login"}:
+        return
+    forget_tokens()
+
+
 class TokenOrSession(HttpBearer):
     """Bearer token first; else the session (with CSRF on changes)."""
 
@@ -144,14 +155,9 @@ def mark_used(token: ApiToken) -> None:
         token.last_used = now
 
 
-def allowed(request: HttpRequest, right: str, queue: str) -> bool:
-    token = getattr(request, "xump_token", None)
-    if token is not None:
-        return token.allows(right, queue)
-    user = request.user
-    if not user.is_authenticated or not user.is_active:
-        return False
-    return user.is_staff or right == "consume"
+def allowed(request: HttpRequest, action: str, queue: str) -> bool:
+    """access.may for the request's token or session user."""
+    return access.may(access.for_request(request), action, queue)
 
 
 def wiring_version(request: HttpRequest) -> int:
@@ -161,7 +167,7 @@ def wiring_version(request: HttpRequest) -> int:
 
 
 def need(request: HttpRequest, queue: str, *rights: str) -> None:
-    """403 unless the caller has one of `rights` on `queue`."""
+    """403 unless the caller may do one of `rights` (access.py's actions) on `queue`."""
     if not any(allowed(request, right, queue) for right in rights):
         raise refusal(queue, rights)
 
@@ -172,13 +178,17 @@ def refusal(queue: str, rights: tuple[str, ...]) -> ApiError:
     return ApiError(403, "forbidden", f"this caller may not {wanted} on queue {queue!r}")
 
 
-def need_token_admin(request: HttpRequest, doing: str = "managing tokens") -> None:
-    """What concerns every queue (tokens, the refused commands): staff users by session, or
-    tokens with manage on '*'."""
-    token = getattr(request, "xump_token", None)
-    if token is not None:
-        if "manage" in (token.rights.get("*") or []):
-            return
-        raise ApiError(403, "forbidden", f"{doing} needs a token with manage on '*'")
-    if not request.user.is_staff:
-        raise ApiError(403, "forbidden", f"{doing} needs a staff user")
+def need_token_admin(
+    request: HttpRequest, doing: str = "managing tokens", action: str = "tokens-for-others"
+) -> access.Principal:
+    """403 unless the caller may do `action`, one that concerns every queue (access.py:
+    the admin actions need an admin user or a token with manage on '*'; read-all, read on
+    '*'); the caller's principal."""
+    principal = access.for_request(request)
+    if access.may(principal, action):
+        return principal
+    reading = action == "read-all"
+    if principal.role == "token":
+        right = "read" if reading else "manage"
+        raise ApiError(403, "forbidden", f"{doing} needs a token with {right} on '*'")
+    raise ApiError(403, "forbidden", f"{doing} needs {'a role' if reading else 'the admin role'}")

@@ -10,7 +10,7 @@ Content-Length within DATA_UPLOAD_MAX_MEMORY_SIZE.
 
 This path does the same work with the same functions as the django-ninja views in
 messages.py (publishing.publish_one / publish_batch, auth.token_and_wiring, mark_used,
-refusal) and gives the same answers: status, JSON body and headers. Whatever it does not
+access.may, refusal) and gives the same answers: status, JSON body and headers. Whatever it does not
 serve itself goes to Django unchanged (the body it read is handed on): any other request,
 a token it does not know (Django answers the 401), a bad Host, a chunked or oversized
 body, the console's session-authenticated publishes. tests/web/test_direct_publish.py
@@ -32,6 +32,7 @@ from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 
 from engine.errors import XumpError
+from xumpweb import access
 from xumpweb.api.auth import mark_used, refusal, token_and_wiring
 from xumpweb.api.errors import (
     ApiError,
@@ -136,7 +137,7 @@ def _serve(kind: str, queue: str, presented: str, body: bytes) -> tuple[int, byt
         if token is None:
             return None
         mark_used(token)
-        if not token.allows("publish", queue):
+        if not access.may(access.for_token(token), "publish", queue):
             raise refusal(queue, ("publish",))
         answer = PUBLISHERS[kind](service(), queue, body, wiring)
         return 202, ACCEPTED_TYPE, json.dumps(answer).encode()

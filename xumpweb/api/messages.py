@@ -86,7 +86,7 @@ def history(
 ):
     """A page of processed messages: `start=latest` (default) or `before=<seq>` newest
     first; `start=oldest`, `after=<seq>` or `since=<time>` oldest first. Give one."""
-    need(request, queue, "consume", "manage")
+    need(request, queue, "read")
     given = [name for name, value in (("start", start), ("before", before), ("after", after),
                                       ("since", since)) if value is not None]  # fmt: skip
     if len(given) > 1:
@@ -107,7 +107,7 @@ def history(
 def waiting(request: HttpRequest, queue: str, count: int = Query(50, ge=1, le=1000)):
     """The oldest unprocessed messages, oldest first, left in place (e.g. a dead-letter
     queue's content)."""
-    need(request, queue, "consume", "manage")
+    need(request, queue, "read")
     return {"queue": queue, "messages": call("peek", queue=queue, count=count)}
 
 

@@ -8,7 +8,7 @@ from django.db import IntegrityError
 from django.http import HttpRequest
 from ninja import Router
 
-from xumpweb.api.auth import allowed, need
+from xumpweb.api.auth import allowed, need, need_token_admin
 from xumpweb.api.common import call, record
 from xumpweb.api.errors import ApiError
 from xumpweb.api.schemas import ErrorOut, PatternIn
@@ -44,7 +44,7 @@ def _pattern(id: int) -> Pattern:
 def pattern_list(request: HttpRequest):
     found = [
         pattern_json(p) for p in Pattern.objects.all()
-        if allowed(request, "consume", p.router) or allowed(request, "manage", p.router)
+        if allowed(request, "read", p.router)
     ]  # fmt: skip
     return {"patterns": found}
 
@@ -56,7 +56,7 @@ def pattern_create(request: HttpRequest, payload: PatternIn):
     router_name = payload.router or DEFAULT_ROUTERS.get(payload.kind)
     if not router_name:
         raise ApiError(400, "invalid_argument", "a wolfpack needs `router`: its service queue")
-    need(request, router_name, "manage")
+    need_token_admin(request, "building patterns", "patterns")
     existing = Pattern.objects.filter(
         kind=payload.kind, router=router_name, name=payload.name
     ).first()
@@ -84,7 +84,7 @@ def pattern_create(request: HttpRequest, payload: PatternIn):
 @router.get("/patterns/{int:id}", response={200: dict, **ERRORS}, summary="Read a pattern")
 def pattern_get(request: HttpRequest, id: int):
     pattern = _pattern(id)
-    need(request, pattern.router, "consume", "manage")
+    need(request, pattern.router, "read")
     return pattern_json(pattern)
 
 
@@ -93,7 +93,7 @@ def pattern_delete(request: HttpRequest, id: int):
     """Deletes the selectors the pattern built and its private queue (the router queue
     stays: other patterns may share it)."""
     pattern = _pattern(id)
-    need(request, pattern.router, "manage")
+    need_token_admin(request, "removing patterns", "patterns")
     before = pattern_json(pattern)
     call("pattern_remove", queue=pattern.built_queue, selectors=pattern.built_selectors)
     pattern.delete()

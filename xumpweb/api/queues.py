@@ -21,7 +21,7 @@ def queue_list(request: HttpRequest):
     deliveries and counters."""
     found = [
         queue for queue in call("queues")
-        if any(allowed(request, right, queue["name"]) for right in ("consume", "manage", "publish"))
+        if any(allowed(request, right, queue["name"]) for right in ("read", "publish"))
     ]  # fmt: skip
     return {"queues": found}
 
@@ -43,14 +43,14 @@ def queue_create(request: HttpRequest, payload: QueueCreate):
 @router.get("/queues/{path:queue}/stats", response={200: dict, **ERRORS}, summary="Queue stats")
 def queue_stats(request: HttpRequest, queue: str):
     """Counters: published, routed, delivered, confirmed, dropped, dead_lettered, depth."""
-    need(request, queue, "consume", "manage")
+    need(request, queue, "read")
     return call("stats", queue=queue)
 
 
 @router.get("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Read a queue")
 def queue_get(request: HttpRequest, queue: str):
     """The queue's settings, state and counters, with its selectors in routing order."""
-    need(request, queue, "consume", "manage")
+    need(request, queue, "read")
     return call("queue_get", name=queue)
 
 

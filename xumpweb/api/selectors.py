@@ -23,7 +23,7 @@ ONE = "/queues/{path:queue}/selectors/{int:id}"
 )
 def selector_list(request: HttpRequest, queue: str):
     """The queue's selectors in routing order."""
-    need(request, queue, "consume", "manage")
+    need(request, queue, "read")
     return {"queue": queue, "selectors": call("selectors", queue=queue)}
 
 
@@ -53,7 +53,7 @@ def selector_credit(request: HttpRequest, queue: str, id: int, payload: CreditIn
 
 @router.get(ONE, response={200: dict, **ERRORS}, summary="Read a selector")
 def selector_get(request: HttpRequest, queue: str, id: int):
-    need(request, queue, "consume", "manage")
+    need(request, queue, "read")
     return call("selector_get", queue=queue, id=id)
 
 

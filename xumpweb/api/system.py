@@ -68,8 +68,8 @@ def filter_validate(request: HttpRequest, payload: FilterIn):
 def refused(request: HttpRequest, count: int = Query(50, ge=1, le=1000)):
     """Commands the router could not apply and set aside, newest first: `{"total": n,
     "refused": [{"command", "error", "at"}]}`; a refused publish holds its messages (bodies
-    in base64). The newest 10,000 are kept. Needs manage on '*' (or a staff session)."""
-    need_token_admin(request, "reading the refused commands")
+    in base64). The newest 10,000 are kept. Needs read on '*' (any console role)."""
+    need_token_admin(request, "reading the refused commands", "read-all")
     total, items = service().refused(count)
     return {"total": total, "refused": items}
 
@@ -79,8 +79,8 @@ def refused(request: HttpRequest, count: int = Query(50, ge=1, le=1000)):
     summary="Forget the refused commands",
 )  # fmt: skip
 def refused_clear(request: HttpRequest):
-    """`{"cleared": n}`. Needs manage on '*' (or a staff session); audited."""
-    need_token_admin(request, "clearing the refused commands")
+    """`{"cleared": n}`. Needs an admin (or a token with manage on '*'); audited."""
+    need_token_admin(request, "clearing the refused commands", "refused")
     count = service().clear_refused()
     record(request, "refused.clear", "router", {"refused": count}, {"refused": 0})
     return {"cleared": count}

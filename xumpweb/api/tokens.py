@@ -1,5 +1,8 @@
-"""API tokens: list, issue (the secret is shown once), revoke. Staff users by session, or
-tokens with manage on '*'."""
+"""API tokens: list, issue (the secret is shown once), revoke (xumpweb/access.py decides).
+
+Console users (by session) list and revoke their own tokens and issue tokens with rights
+they hold; admins (and tokens with manage on '*') see and revoke every token. Other tokens
+do not manage tokens."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Router
 
+from xumpweb import access
 from xumpweb.api.auth import need_token_admin
 from xumpweb.api.common import record
 from xumpweb.api.errors import ApiError
@@ -37,18 +41,31 @@ def token_json(token: ApiToken) -> dict[str, Any]:
 
 @router.get("/tokens", response={200: dict, **ERRORS}, summary="List API tokens")
 def token_list(request: HttpRequest):
-    need_token_admin(request)
-    return {"tokens": [token_json(t) for t in ApiToken.objects.select_related("user")]}
+    """Every token for admins; a console user's own tokens otherwise."""
+    return {"tokens": [token_json(t) for t in access.tokens_seen_by(_manager(request))]}
+
+
+def _manager(request: HttpRequest) -> access.Principal:
+    """The caller, when it may manage (some) tokens: a console user with a role, or an
+    admin token."""
+    principal = access.for_request(request)
+    if principal.role == "token" or not principal.has_role:
+        return need_token_admin(request)
+    return principal
 
 
 @router.post("/tokens", response={201: dict, **ERRORS}, summary="Issue an API token")
 def token_create(request: HttpRequest, payload: TokenIn):
-    """The answer's `secret` is shown this once; only its hash is kept."""
-    need_token_admin(request)
+    """The answer's `secret` is shown this once; only its hash is kept. The rights must be
+    ones the caller holds (403 otherwise)."""
+    principal = _manager(request)
     for pattern in payload.rights:
         if not pattern or len(pattern) > 200:
             raise ApiError(400, "invalid_argument", "a rights key is a queue name or glob")
     rights = {pattern: sorted(set(granted)) for pattern, granted in payload.rights.items()}
+    problem = access.may_grant(principal, rights)
+    if problem is not None:
+        raise ApiError(403, "forbidden", problem)
     caller = getattr(request, "xump_token", None)
     user = caller.user if caller is not None else request.user
     token, secret = ApiToken.issue(payload.name, rights, user=user)
@@ -59,10 +76,13 @@ def token_create(request: HttpRequest, payload: TokenIn):
 
 @router.delete("/tokens/{int:id}", response={200: dict, **ERRORS}, summary="Revoke an API token")
 def token_delete(request: HttpRequest, id: int):
-    need_token_admin(request)
+    """An admin revokes any token; a console user their own (403 for another's)."""
+    principal = _manager(request)
     token = ApiToken.objects.filter(pk=id).first()
     if token is None:
         raise ApiError(404, "not_found", f"API token {id} does not exist")
+    if not access.tokens_seen_by(principal).filter(pk=id).exists():
+        raise ApiError(403, "forbidden", f"API token {id} is not yours to revoke")
     before = token_json(token)
     if token.revoked is None:
         token.revoked = timezone.now()

@@ -1,10 +1,10 @@
 """Who may do what: the audit log and API tokens (created with scopes, shown once,
-revoked)."""
+revoked). A user sees and revokes their own tokens (admins every token) and gives a new
+token only rights they hold (xumpweb/access.py)."""
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
@@ -12,6 +12,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from xumpweb import access
+from xumpweb.access import requires
 from xumpweb.console.common import audit
 from xumpweb.console.forms import TokenForm
 from xumpweb.wiring.models import ApiToken, AuditEvent
@@ -20,7 +22,7 @@ AUDIT_PAGE = 50
 NEW_SECRET = "console-new-token-secret"  # session key: a new token's secret, shown once
 
 
-@login_required
+@requires("read-all")
 def audit_log(request: HttpRequest) -> HttpResponse:
     events = AuditEvent.objects.all()
     query = request.GET.get("q", "").strip()
@@ -32,12 +34,17 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     return render(request, "console/audit.html", {"page": page, "q": query})
 
 
-@login_required
+@requires("console")
 def tokens(request: HttpRequest) -> HttpResponse:
     """Create (POST, then a redirect, so a reload makes no second token) and list tokens.
     A new token's secret rides in the session to the one page that shows it."""
+    principal = access.for_request(request)
     if request.method == "POST":
         form = TokenForm(request.POST)
+        if form.is_valid():
+            problem = access.may_grant(principal, form.cleaned_data["rights"])
+            if problem is not None:
+                form.add_error("rights", problem)
         if form.is_valid():
             token, secret = ApiToken.issue(
                 form.cleaned_data["name"], form.cleaned_data["rights"], user=request.user
@@ -49,16 +56,19 @@ def tokens(request: HttpRequest) -> HttpResponse:
     else:
         form = TokenForm()
     secret = request.session.pop(NEW_SECRET, None)
-    context = {"form": form, "secret": secret, "tokens": ApiToken.objects.all()}
+    context = {"form": form, "secret": secret, "tokens": access.tokens_seen_by(principal)}
     response = render(request, "console/tokens.html", context)
     response["Cache-Control"] = "no-store"  # the secret is in this response only
     return response
 
 
-@login_required
+@requires("console")
 @require_POST
 def token_revoke(request: HttpRequest, number: int) -> HttpResponse:
+    principal = access.for_request(request)
     token = get_object_or_404(ApiToken, pk=number)
+    if not access.tokens_seen_by(principal).filter(pk=number).exists():
+        raise access.refuse(principal, "revoke another user's token")
     if token.revoked is None:
         token.revoked = timezone.now()
         token.save(update_fields=["revoked"])

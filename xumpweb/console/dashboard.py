@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from xumpweb import access
+from xumpweb.access import requires
 from xumpweb.console.common import CallFailed, age, audit, call, health, snapshot_by_name
 from xumpweb.console.forms import QueueCreateForm
 from xumpweb.wiring.models import Queue
@@ -37,9 +38,16 @@ def dead_letter_queues() -> set[str]:
     return found
 
 
-def queue_rows(query: str = "", sort: str = "name", descending: bool = False) -> dict[str, Any]:
+def queue_rows(
+    query: str = "", sort: str = "name", descending: bool = False, reader: Any = None
+) -> dict[str, Any]:
+    """The dashboard's rows: the queues `reader` (an access.Principal) may read."""
     by_name, snap = snapshot_by_name()
+    if reader is not None:
+        by_name = {name: q for name, q in by_name.items() if access.may(reader, "read", name)}
     stores = dict(Queue.objects.values_list("name", "store__name"))
+    if reader is not None:
+        stores = {name: s for name, s in stores.items() if access.may(reader, "read", name)}
     dead = dead_letter_queues()
     rows = []
     for name, info in by_name.items():
@@ -94,13 +102,13 @@ def _listing(request: HttpRequest) -> dict[str, Any]:
     if sort not in SORTS:
         sort = "name"
     descending = request.GET.get("dir") == "desc"
-    context = queue_rows(query, sort, descending)
+    context = queue_rows(query, sort, descending, access.for_request(request))
     context.update(q=query, sort=sort, dir="desc" if descending else "asc")
     context["sorts"] = [(key, key.replace("_", " ")) for key in SORTS]
     return context
 
 
-@login_required
+@requires("console")
 def dashboard(request: HttpRequest) -> HttpResponse:
     context = _listing(request)
     context["health"] = health()
@@ -108,7 +116,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "console/dashboard.html", context)
 
 
-@login_required
+@requires("console")
 def dashboard_rows(request: HttpRequest) -> HttpResponse:
     """The rows fragment (htmx polling and re-sorting), totals and health out of band."""
     context = _listing(request)
@@ -116,10 +124,11 @@ def dashboard_rows(request: HttpRequest) -> HttpResponse:
     return render(request, "console/partials/dashboard_rows.html", context)
 
 
-@login_required
+@requires("console")
 def dashboard_frame(request: HttpRequest) -> JsonResponse:
     """The snapshot as the topology page reads it while /ws/monitor/ is not open."""
     by_name, snap = snapshot_by_name()
+    reader = access.for_request(request)
     queues = [
         {
             "name": name,
@@ -129,17 +138,19 @@ def dashboard_frame(request: HttpRequest) -> JsonResponse:
             "stats": info.get("stats") or {},
         }
         for name, info in by_name.items()
+        if access.may(reader, "read", name)
     ]
     return JsonResponse({"type": "snapshot", "time": snap.get("time"), "queues": queues})
 
 
-@login_required
+@requires("console")
 @require_POST
 def queue_create(request: HttpRequest) -> HttpResponse:
     form = QueueCreateForm(request.POST)
     if form.is_valid():
         settings = form.engine_settings()
         name = settings.pop("name")
+        access.check(request, "manage-queue", name)
         try:
             answer = call("queue_create", name=name, **settings)
         except CallFailed as error:

@@ -15,12 +15,13 @@ from collections import defaultdict
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from engine.errors import StoreError
+from xumpweb import access
+from xumpweb.access import requires
 from xumpweb.console.common import CallFailed, audit, call, has_operation, shown, when
 from xumpweb.console.dashboard import dead_letter_queues
 from xumpweb.runtime import service
@@ -30,12 +31,15 @@ SHOWN = 500  # dead letters read per dead-letter queue
 REFUSED_SHOWN = 50  # refused commands shown, newest first
 
 
-def collect() -> tuple[list[dict[str, Any]], list[str]]:
-    """Groups of dead letters by (dead-letter queue, reason, original queue)."""
+def collect(reader: access.Principal) -> tuple[list[dict[str, Any]], list[str]]:
+    """Groups of dead letters by (dead-letter queue, reason, original queue), of the
+    dead-letter queues `reader` may read."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     problems = []
     names = sorted(dead_letter_queues() & set(Queue.objects.values_list("name", flat=True)))
     for name in names:
+        if not access.may(reader, "read", name):
+            continue
         try:
             waiting = call("peek", queue=name, count=SHOWN)
         except CallFailed as error:
@@ -74,11 +78,16 @@ def refused_commands() -> tuple[int, list[dict[str, Any]]]:
     return total, rows
 
 
-@login_required
+@requires("console")
 def inspector(request: HttpRequest) -> HttpResponse:
-    groups, problems = collect()
+    reader = access.for_request(request)
+    groups, problems = collect(reader)
+    for group in groups:  # whether the buttons show: see `allowed_letters`
+        group["may_act"] = access.may(reader, "deadletter", group["queue"]) or access.may(
+            reader, "deadletter", group["source"] or group["queue"]
+        )
     try:
-        refused_total, refused = refused_commands()
+        refused_total, refused = refused_commands() if access.may(reader, "read-all") else (0, [])
     except StoreError as error:
         refused_total, refused = 0, []
         problems.append(str(error))
@@ -91,11 +100,12 @@ def inspector(request: HttpRequest) -> HttpResponse:
         "can_delete": has_operation("purge"),
         "refused": refused,
         "refused_total": refused_total,
+        "may_act": any(group["may_act"] for group in groups),
     }
     return render(request, "console/deadletters.html", context)
 
 
-@login_required
+@requires("console")
 @require_POST
 def act(request: HttpRequest) -> HttpResponse:
     """One action on the chosen dead letters, one operation per dead-letter queue."""
@@ -115,6 +125,9 @@ def act(request: HttpRequest) -> HttpResponse:
     if action == "move" and not target:
         messages.error(request, "Choose the queue to move them to.")
         return redirect("console:deadletters")
+    problem = allowed_letters(request, chosen, action, target)
+    if problem is not None:
+        raise access.refuse(access.for_request(request), problem)
     needed = "purge" if action == "delete" else "dead_letter_send"
     if not has_operation(needed):
         messages.error(request, f"This version of the router has no {needed} operation.")
@@ -144,7 +157,32 @@ def act(request: HttpRequest) -> HttpResponse:
     return redirect("console:deadletters")
 
 
-@login_required
+def allowed_letters(
+    request: HttpRequest, chosen: dict[str, list[int]], action: str, target: str | None
+) -> str | None:
+    """What the caller may not do to the chosen dead letters, or None. A dead letter may be
+    handled by whoever may `deadletter` its dead-letter queue or the queue it came from
+    (`x-original-queue`); sending it on also needs publish on where it goes (the target,
+    or the queue it came from)."""
+    reader = access.for_request(request)
+    for queue, seqs in chosen.items():
+        try:
+            waiting = {m["seq"]: m for m in call("peek", queue=queue, count=SHOWN)}
+        except CallFailed:
+            waiting = {}
+        for seq in seqs:
+            headers = (waiting.get(seq) or {}).get("headers") or {}
+            source = str(headers.get("x-original-queue") or "")
+            if not (access.may(reader, "deadletter", queue)
+                    or (source and access.may(reader, "deadletter", source))):  # fmt: skip
+                return f"handle the dead letters of {queue!r}"
+            going = target or source
+            if action != "delete" and going and not access.may(reader, "publish", going):
+                return f"send dead letters to {going!r}"
+    return None
+
+
+@requires("refused")
 def refused_clear(request: HttpRequest) -> HttpResponse:
     """Forget the refused commands, after a confirmation page (audited with how many there
     were)."""

@@ -207,7 +207,8 @@ class TokenForm(Form):
     rights = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         initial="*: publish, consume",
-        help_text="one per line: queue or glob: rights (publish, consume, manage)",
+        help_text="one per line: queue or glob: rights (read, publish, consume, manage), "
+        "only rights you hold",
     )
 
     def clean_rights(self) -> dict[str, list[str]]:
@@ -220,10 +221,10 @@ class TokenForm(Form):
             if not colon or not pattern:
                 raise forms.ValidationError(f"line {number}: write `queue-or-glob: rights`")
             names = [g.strip() for g in granted.split(",") if g.strip()]
-            unknown = [g for g in names if g not in ("publish", "consume", "manage")]
+            unknown = [g for g in names if g not in ("read", "publish", "consume", "manage")]
             if unknown or not names:
                 raise forms.ValidationError(
-                    f"line {number}: rights are publish, consume and manage, not {unknown}"
+                    f"line {number}: rights are read, publish, consume and manage, not {unknown}"
                 )
             rights.setdefault(pattern, [])
             rights[pattern] += [g for g in names if g not in rights[pattern]]

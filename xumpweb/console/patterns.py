@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from xumpweb import access
+from xumpweb.access import requires
 from xumpweb.console.common import CallFailed, audit, call, snapshot_by_name
 from xumpweb.console.forms import PatternForm
 from xumpweb.wiring.models import Pattern, Queue
@@ -72,11 +73,14 @@ def planned(arguments: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@login_required
+@requires("console")
 def pattern_list(request: HttpRequest) -> HttpResponse:
     by_name, _ = snapshot_by_name()
     rows = []
+    reader = access.for_request(request)
     for pattern in Pattern.objects.all():
+        if not access.may(reader, "read", pattern.router):
+            continue
         live = by_name.get(pattern.built_queue) or {}
         stats = live.get("stats") or {}
         rows.append({
@@ -90,7 +94,7 @@ def pattern_list(request: HttpRequest) -> HttpResponse:
     return render(request, "console/patterns.html", {"rows": rows, "kinds": KINDS})
 
 
-@login_required
+@requires("patterns")
 def pattern_new(request: HttpRequest, kind: str) -> HttpResponse:
     if kind not in KINDS:
         raise Http404(f"no pattern kind {kind!r}")
@@ -115,7 +119,7 @@ def pattern_new(request: HttpRequest, kind: str) -> HttpResponse:
     return render(request, "console/pattern_new.html", context)
 
 
-@login_required
+@requires("patterns")
 @require_POST
 def pattern_plan(request: HttpRequest, kind: str) -> HttpResponse:
     """What saving the wizard's form would build (htmx, as the form changes)."""
@@ -128,7 +132,7 @@ def pattern_plan(request: HttpRequest, kind: str) -> HttpResponse:
     return render(request, "console/partials/pattern_plan.html", context)
 
 
-@login_required
+@requires("patterns")
 def pattern_delete(request: HttpRequest, number: int) -> HttpResponse:
     pattern = get_object_or_404(Pattern, pk=number)
     if request.method == "POST":

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, time
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -15,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from engine.errors import InvalidSelector, XumpError
 from engine.filters import compile_filter
+from xumpweb.access import requires
 from xumpweb.console.common import (
     CallFailed,
     audit,
@@ -45,7 +45,7 @@ def settings_initial(queue: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@login_required
+@requires("read", queue="name")
 def queue_page(request: HttpRequest, name: str) -> HttpResponse:
     queue = fetch_queue(name)
     context = {
@@ -137,13 +137,13 @@ def column_error(expression: str, invalid: InvalidSelector | XumpError) -> dict[
     }
 
 
-@login_required
+@requires("read", queue="name")
 def history(request: HttpRequest, name: str) -> HttpResponse:
     context = {"queue": {"name": name}, **history_context(name, request.GET)}
     return render(request, "console/partials/history.html", context)
 
 
-@login_required
+@requires("manage-queue", queue="name")
 @require_POST
 def queue_settings(request: HttpRequest, name: str) -> HttpResponse:
     before = fetch_queue(name)
@@ -161,7 +161,7 @@ def queue_settings(request: HttpRequest, name: str) -> HttpResponse:
     return redirect("console:queue", name=name)
 
 
-@login_required
+@requires("publish", queue="name")
 @require_POST
 def publish(request: HttpRequest, name: str) -> HttpResponse:
     from engine import Message
@@ -199,7 +199,7 @@ def find_message(name: str, seq: int) -> tuple[dict[str, Any], str]:
     raise Http404(f"queue {name!r} holds no message {seq}")
 
 
-@login_required
+@requires("read", queue="name")
 def message_detail(request: HttpRequest, name: str, seq: int) -> HttpResponse:
     try:
         message, section = find_message(name, seq)
@@ -220,7 +220,7 @@ def message_detail(request: HttpRequest, name: str, seq: int) -> HttpResponse:
     return render(request, "console/message.html", context)
 
 
-@login_required
+@requires("purge", queue="name")
 def purge(request: HttpRequest, name: str) -> HttpResponse:
     queue = fetch_queue(name)
     if not has_operation("purge"):
@@ -241,7 +241,7 @@ def purge(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "console/confirm_purge.html", {"queue": queue})
 
 
-@login_required
+@requires("manage-queue", queue="name")
 def queue_delete(request: HttpRequest, name: str) -> HttpResponse:
     queue = fetch_queue(name)
     if request.method == "POST":

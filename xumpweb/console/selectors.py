@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -18,6 +17,7 @@ from django.views.decorators.http import require_POST
 from engine.errors import InvalidSelector
 from engine.filters import compile_filter
 from engine.matching import check_pattern, new_index
+from xumpweb.access import check, requires
 from xumpweb.console.common import CallFailed, audit, call, shown, to_message
 from xumpweb.console.forms import SelectorForm
 from xumpweb.console.queues import column_error, fetch_queue
@@ -34,7 +34,7 @@ def fetch_selector(queue: str, number: int) -> dict[str, Any]:
         raise Http404(str(error)) from None
 
 
-@login_required
+@requires("manage-selectors", queue="name")
 def selector_new(request: HttpRequest, name: str) -> HttpResponse:
     queue = fetch_queue(name)
     if request.method == "POST":
@@ -55,11 +55,12 @@ def selector_new(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
-@login_required
+@requires("read", queue="name")
 def selector_edit(request: HttpRequest, name: str, number: int) -> HttpResponse:
     queue = fetch_queue(name)
     selector = fetch_selector(name, number)
     if request.method == "POST":
+        check(request, "manage-selectors", name)
         form = SelectorForm(request.POST)
         if form.is_valid():
             try:
@@ -76,7 +77,7 @@ def selector_edit(request: HttpRequest, name: str, number: int) -> HttpResponse:
     return render(request, "console/selector.html", context)
 
 
-@login_required
+@requires("manage-selectors", queue="name")
 @require_POST
 def selector_enable(request: HttpRequest, name: str, number: int) -> HttpResponse:
     before = fetch_selector(name, number)
@@ -92,7 +93,7 @@ def selector_enable(request: HttpRequest, name: str, number: int) -> HttpRespons
     return redirect("console:queue", name=name)
 
 
-@login_required
+@requires("manage-selectors", queue="name")
 def selector_delete(request: HttpRequest, name: str, number: int) -> HttpResponse:
     selector = fetch_selector(name, number)
     if request.method == "POST":
@@ -109,7 +110,7 @@ def selector_delete(request: HttpRequest, name: str, number: int) -> HttpRespons
 
 
 # -- as you type ------------------------------------------------------------------------------
-@login_required
+@requires("console")
 @require_POST
 def validate_filter(request: HttpRequest) -> HttpResponse:
     """The filter field's verdict (htmx, on every pause in typing)."""
@@ -124,7 +125,7 @@ def validate_filter(request: HttpRequest) -> HttpResponse:
     return render(request, "console/partials/expression_check.html", context)
 
 
-@login_required
+@requires("console")
 @require_POST
 def validate_pattern(request: HttpRequest) -> HttpResponse:
     pattern = request.POST.get("pattern", "")
@@ -183,7 +184,7 @@ def taken_by(settings: dict[str, Any], others: list[dict[str, Any]], message: An
     return matcher(settings)(message)
 
 
-@login_required
+@requires("read", queue="name")
 @require_POST
 def preview(request: HttpRequest, name: str) -> HttpResponse:
     """Which of the source queue's last 100 messages the selector in the form would take."""

@@ -9,22 +9,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from xumpweb import access
+from xumpweb.access import requires
 from xumpweb.console.common import snapshot_by_name
 from xumpweb.console.dashboard import dead_letter_queues
 from xumpweb.wiring.models import Queue, Selector
 
 
-def graph() -> dict[str, Any]:
+def graph(reader: access.Principal) -> dict[str, Any]:
+    """The queues `reader` may read, their selectors and dead-letter lines."""
     by_name, _ = snapshot_by_name()
     dead = dead_letter_queues()
     nodes: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
-    wired = list(Queue.objects.values_list("name", "dead_letter"))
+    wired = [
+        (name, dead_letter)
+        for name, dead_letter in Queue.objects.values_list("name", "dead_letter")
+        if access.may(reader, "read", name)
+    ]
+    readable = {name for name, _ in wired}
     names = [name for name, _ in wired]
     for name in names:
         live = by_name.get(name) or {}
@@ -37,6 +44,8 @@ def graph() -> dict[str, Any]:
     destinations: set[str] = set()
     sink = False
     for row in Selector.objects.select_related("queue").order_by("queue__name", "number"):
+        if row.queue.name not in readable:
+            continue
         source = f"q:{row.queue.name}"
         if row.action in ("copy", "move", "bounce") and row.target:
             target = f"q:{row.target}"
@@ -73,11 +82,11 @@ def graph() -> dict[str, Any]:
     return {"nodes": nodes, "edges": edges}
 
 
-@login_required
+@requires("console")
 def topology(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/topology.html", {"graph": graph()})
+    return render(request, "console/topology.html", {"graph": graph(access.for_request(request))})
 
 
-@login_required
+@requires("console")
 def topology_graph(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(graph())
+    return JsonResponse(graph(access.for_request(request)))

@@ -43,9 +43,18 @@ from uvicorn.protocols.utils import ClientDisconnected
 
 from engine.errors import InvalidName
 from engine.validation import check_name
+from xumpweb import access
 from xumpweb.live import monitor
 from xumpweb.live.frames import delivery_frame, encode
-from xumpweb.live.security import find_token, query_number, query_token, session_user
+from xumpweb.live.security import (
+    find_token,
+    query_number,
+    query_token,
+    session_user,
+    unwatch,
+    user_principal,
+    watch,
+)
 from xumpweb.runtime import service
 
 logger = logging.getLogger("xump.live")
@@ -86,7 +95,8 @@ def _whole(frame: dict[str, Any], name: str, low: int, high: int, default: Any =
 
 class LiveSocket(AsyncConsumer):
     """What both consumers share: the handshake, authentication (a token in the query
-    string or in a first `auth` frame, or the console's session), JSON frames whose
+    string or in a first `auth` frame, or the console's session) and the right to stay
+    (re-checked whenever a token or role changes, security.watch), JSON frames whose
     mistakes are answered with error frames, and heartbeats."""
 
     # never the Channels layer: no layer channel (and no Redis reader) per connection
@@ -108,6 +118,8 @@ class LiveSocket(AsyncConsumer):
         self.authorized = False
         self.finished = False
         self.who = ""
+        self.secret: str | None = None  # the token this connection authenticated with
+        self.user: Any = None  # or the console's user
         self.last_sent = time.monotonic()
         self.tasks: list[asyncio.Task] = []
         await self.send({"type": "websocket.accept"})
@@ -122,8 +134,8 @@ class LiveSocket(AsyncConsumer):
         user = session_user(self.scope)
         if token is not None:
             await self.authorize_token(token)
-        elif user is not None and self.allows_user(user):
-            await self.authorized_as(user.get_username())
+        elif user is not None:
+            await self.authorize_user(user)
         else:
             self.tasks.append(asyncio.create_task(self._auth_deadline()))
 
@@ -169,6 +181,7 @@ class LiveSocket(AsyncConsumer):
         if self.finished:
             return
         self.finished = True
+        unwatch(self)
         current = asyncio.current_task()
         for task in self.tasks:
             if task is not current:
@@ -223,15 +236,40 @@ class LiveSocket(AsyncConsumer):
         token = await find_token(secret)
         if token is None:
             await self.fail("unauthorized", "unknown or revoked token", CLOSE_UNAUTHORIZED)
-        elif not self.allows_token(token):
+        elif not self.allows(access.for_token(token)):
             await self.fail("forbidden", self.forbidden_detail(), CLOSE_FORBIDDEN)
         else:
+            self.secret = secret
             await self.authorized_as(f"token:{token.name}")
+
+    async def authorize_user(self, user: Any) -> None:
+        if not self.allows(await user_principal(user)):
+            await self.fail("forbidden", self.forbidden_detail(), CLOSE_FORBIDDEN)
+        else:
+            self.user = user
+            await self.authorized_as(user.get_username())
 
     async def authorized_as(self, who: str) -> None:
         self.authorized = True
         self.who = who
+        watch(self)
         await self.start()
+
+    async def recheck(self) -> None:
+        """A token or a role changed somewhere: close unless this connection's token or
+        user still has the right (security.watch calls this)."""
+        if self.closed or not self.authorized:
+            return
+        if self.secret is not None:
+            token = await find_token(self.secret)
+            if token is None:
+                await self.fail("unauthorized", "the token was revoked", CLOSE_UNAUTHORIZED)
+                return
+            principal = access.for_token(token)
+        else:
+            principal = await user_principal(self.user, fresh=True)
+        if not self.allows(principal):
+            await self.fail("forbidden", self.forbidden_detail(), CLOSE_FORBIDDEN)
 
     async def _auth_deadline(self) -> None:
         await asyncio.sleep(AUTH_WAIT)
@@ -255,11 +293,8 @@ class LiveSocket(AsyncConsumer):
     def check_target(self) -> str | None:
         return None
 
-    def allows_token(self, token: Any) -> bool:
+    def allows(self, principal: access.Principal) -> bool:
         raise NotImplementedError
-
-    def allows_user(self, user: Any) -> bool:
-        return True
 
     def forbidden_detail(self) -> str:
         raise NotImplementedError
@@ -286,11 +321,11 @@ class SubscribeConsumer(LiveSocket):
             return str(problem)
         return None
 
-    def allows_token(self, token: Any) -> bool:
-        return token.allows("consume", self.destination)
+    def allows(self, principal: access.Principal) -> bool:
+        return access.may(principal, "consume", self.destination)
 
     def forbidden_detail(self) -> str:
-        return f"the token has no consume right on {self.destination!r}"
+        return f"no consume right on {self.destination!r}"
 
     async def start(self) -> None:
         found = service()
@@ -476,11 +511,11 @@ class MonitorConsumer(LiveSocket):
 
     kind = "monitor"
 
-    def allows_token(self, token: Any) -> bool:
-        return token.allows("manage", "*")
+    def allows(self, principal: access.Principal) -> bool:
+        return access.may(principal, "read-all")
 
     def forbidden_detail(self) -> str:
-        return 'the monitor needs a token with the manage right on "*"'
+        return "the monitor needs the read right on every queue"
 
     async def start(self) -> None:
         self.feed = monitor.hub().join()

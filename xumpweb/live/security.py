@@ -4,24 +4,40 @@ Browsers always send an Origin header on a WebSocket handshake, and a page on a 
 could otherwise ride the operator's session cookie into /ws/monitor/. Programs (the
 `websockets` library, curl) send none and authenticate with a token instead. So: no Origin
 is allowed, an Origin must name one of ALLOWED_HOSTS (channels' own check), and every
-connection still has to show a token or a logged-in session before it gets anything.
+connection still has to show a token or a logged-in session before it gets anything, and
+what that token or user may do is xumpweb/access.py's rule (subscribe: consume on the
+destination; monitor: read on every queue).
+
+A connection stays only as long as its right does: `watch` registers it with this process's
+watcher, one task that reads the tokens' version (api/auth.py; bumped when any token or
+role changes) every WATCH_EVERY seconds and, when it moved, has every connection check its
+token or user again (`recheck`): a revoked token's WebSockets close within a second.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
+import redis
+import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from channels.security.websocket import OriginValidator
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from xumpweb import access
 from xumpweb.api import auth
 from xumpweb.wiring.models import ApiToken
 
 LAST_USED_EVERY = timedelta(minutes=1)  # how stale ApiToken.last_used may get
+WATCH_EVERY = 0.25  # seconds between two reads of the tokens' version
+
+logger = logging.getLogger("xump.live")
 
 
 class ProgramOrSameOriginValidator(OriginValidator):
@@ -73,4 +89,57 @@ def find_token(secret: str) -> ApiToken | None:
         now = timezone.now()
         if token.last_used is None or now - token.last_used > LAST_USED_EVERY:
             ApiToken.objects.filter(pk=token.pk).update(last_used=now)
+        access.for_token(token)  # worked out here, where the database may be used
     return token
+
+
+@database_sync_to_async
+def user_principal(user: Any, fresh: bool = False) -> access.Principal:
+    """The principal of a session's user; `fresh`: read the user again (a role changed)."""
+    if fresh:
+        user = get_user_model().objects.filter(pk=user.pk).first()
+    return access.for_user(user)
+
+
+class Watched(Protocol):
+    async def recheck(self) -> None: ...
+
+
+_watched: set[Watched] = set()
+_watcher: asyncio.Task | None = None
+
+
+def watch(connection: Watched) -> None:
+    """Have `connection.recheck()` called whenever a token or a role changes."""
+    global _watcher
+    _watched.add(connection)
+    if _watcher is None or _watcher.done():
+        _watcher = asyncio.create_task(_watch_versions())
+
+
+def unwatch(connection: Watched) -> None:
+    _watched.discard(connection)
+
+
+async def _watch_versions() -> None:
+    client = aioredis.Redis.from_url(settings.XUMP_REDIS_URL, socket_timeout=5)
+    try:
+        seen = await client.get(auth.TOKENS_VERSION)
+        while _watched:
+            await asyncio.sleep(WATCH_EVERY)
+            try:
+                now = await client.get(auth.TOKENS_VERSION)
+            except redis.RedisError as problem:
+                logger.warning("cannot read the tokens' version: %s", problem)
+                continue
+            if now != seen:
+                seen = now
+                checked = await asyncio.gather(
+                    *(connection.recheck() for connection in list(_watched)),
+                    return_exceptions=True,
+                )
+                for failed in checked:
+                    if isinstance(failed, Exception):
+                        logger.error("re-checking a WebSocket failed", exc_info=failed)
+    finally:
+        await client.aclose()

@@ -1,4 +1,4 @@
-"""The Django admin over the wiring, tokens and the audit log.
+"""The Django admin over the wiring, tokens and the audit log (roles: admin_roles.py).
 
 Queues, selectors and their stores are written only by the router's engine (models.py), so
 saving or deleting a Queue, Selector or Pattern here sends the change to the router as an
@@ -26,12 +26,13 @@ from django.utils.html import format_html
 from engine.errors import AlreadyExists, InvalidName, InvalidSelector, XumpError
 from engine.filters import compile_filter
 from xumpweb.runtime import service
-from xumpweb.wiring import audit
+from xumpweb.wiring import admin_roles, audit
 from xumpweb.wiring.models import ApiToken, AuditEvent, Pattern, Queue, Selector, Store
 
 admin.site.site_header = "Xump administration"
 admin.site.site_title = "Xump admin"
 admin.site.index_title = "Wiring, tokens and audit"
+__all__ = ["admin_roles"]  # users, groups and queue grants (roles): admin_roles.py
 
 
 # -- sending changes to the router -----------------------------------------------------------

@@ -4,7 +4,8 @@ Stores, queues and selectors are written by the routing process's engine through
 `DjangoCatalog`, so they always say what the engine runs; people change them through the
 API, the console or the admin, which send the change to that engine (xumpweb/runtime.py).
 Patterns are declarations that compile to queues and selectors; ApiTokens carry per-queue
-rights; AuditEvents record who changed what.
+rights; QueueGrants give operators the same kind of rights (xumpweb/access.py decides with
+both); AuditEvents record who changed what.
 """
 
 from __future__ import annotations
@@ -125,9 +126,9 @@ class Pattern(models.Model):
 class ApiToken(models.Model):
     """A program's credentials. Only a hash of the secret is kept; the secret is shown once.
     `rights` maps a queue name or glob ("*", "orders.*") to a list of rights among
-    publish, consume and manage."""
+    read, publish, consume and manage (consume and manage include read)."""
 
-    RIGHTS = ("publish", "consume", "manage")
+    RIGHTS = ("read", "publish", "consume", "manage")
 
     name = models.CharField(max_length=200)
     prefix = models.CharField(max_length=12, unique=True, editable=False)
@@ -168,10 +169,63 @@ class ApiToken(models.Model):
         return token
 
     def allows(self, right: str, queue: str) -> bool:
-        return any(
-            right in granted and fnmatch.fnmatchcase(queue, pattern)
-            for pattern, granted in self.rights.items()
-        )
+        """The token's own rights only; what its owner may do bounds them too, so ask
+        xumpweb.access, not this."""
+        return rights_allow(self.rights, right, queue)
+
+
+def rights_allow(rights: dict[str, list[str]], right: str, queue: str) -> bool:
+    """Whether `rights` (queue name or glob -> rights) give `right` on `queue`; consume
+    and manage include read."""
+    wanted = IMPLIED_BY.get(right, (right,))
+    return any(
+        fnmatch.fnmatchcase(queue, pattern) and any(r in granted for r in wanted)
+        for pattern, granted in rights.items()
+    )
+
+
+IMPLIED_BY = {"read": ("read", "consume", "manage")}
+
+
+class QueueGrant(models.Model):
+    """Rights on the queues a glob names, for one user or every member of one group: the
+    operator role's scope (xumpweb/access.py). Counted only for users whose role lets them
+    operate (the "operator" group, or the `wiring.operate_queues` permission)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True,
+        related_name="queue_grants",
+    )  # fmt: skip
+    group = models.ForeignKey(
+        "auth.Group", on_delete=models.CASCADE, null=True, blank=True, related_name="queue_grants"
+    )
+    queues = models.CharField(
+        max_length=200, help_text='a queue name or glob: "jobs*", "orders", "*"'
+    )
+    rights = models.JSONField(default=list, help_text="among read, publish, consume, manage")
+
+    class Meta:
+        ordering = ["queues"]
+        permissions = [
+            ("read_everything", "Read every queue, selector, message and page (viewer)"),
+            (
+                "operate_queues",
+                "Publish, purge, handle dead letters, change selectors and "
+                "queues within the queue grants (operator)",
+            ),
+            ("administer", "Users, tokens of others, stores, patterns, definitions (admin)"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False, group__isnull=True)
+                | models.Q(user__isnull=True, group__isnull=False),
+                name="grant_to_a_user_or_a_group",
+            )
+        ]
+
+    def __str__(self) -> str:
+        holder = self.user or self.group
+        return f"{holder}: {self.queues}: {', '.join(self.rights)}"
 
 
 def _digest(secret: str) -> str:
