@@ -201,9 +201,38 @@ def test_bad_token_rights_are_a_form_error(browser):
     fields = {"name": unique("token"), "rights": '{"*": ["fly"]}', "_save": "Save"}
     answer = submit(browser, "/admin/wiring/apitoken/add/", fields)
     assert answer.status_code == 200
-    assert "rights among publish, consume, manage" in errors(answer)
+    assert "rights among read, publish, consume, manage" in errors(answer)
 
 
 def test_the_audit_log_is_read_only(browser):
     assert browser.get("/admin/wiring/auditevent/add/").status_code == 403
     assert browser.get("/admin/wiring/auditevent/").status_code == 200
+
+
+INPUT = re.compile(r'<input type="(?:text|hidden|email)" name="([^"]+)" value="([^"]*)"')
+
+
+def test_an_admin_grants_queues_and_roles_and_both_are_audited(service, browser):
+    """Queue grants and group membership (the roles of xumpweb/access.py) are edited in
+    the admin; each change leaves an audit entry."""
+    name = unique("op")
+    made = service.manage("shell", "-c", "from django.contrib.auth.models import User\n"
+                          f"print(User.objects.create_user({name!r}).pk)")  # fmt: skip
+    user = made.stdout.strip().splitlines()[-1]
+    grant = {"user": user, "queues": "jobs*", "rights": ["publish", "manage"], "_save": "Save"}
+    answer = submit(browser, "/admin/wiring/queuegrant/add/", grant)
+    assert answer.status_code == 302, errors(answer)
+    refused = submit(browser, "/admin/wiring/queuegrant/add/", {
+        "queues": "jobs*", "rights": ["publish"], "_save": "Save"})  # fmt: skip
+    assert "grant to one user or one group" in errors(refused)
+
+    page = browser.get(f"/admin/auth/user/{user}/change/").text
+    operator = re.search(r'<option value="(\d+)">operator</option>', page).group(1)
+    form = {key: html.unescape(value) for key, value in INPUT.findall(page)}
+    form.update(groups=operator, is_active="on", _save="Save")
+    form["queue_grants-0-rights"] = re.findall(  # the grant, shown inline: kept as it is
+        r'name="queue_grants-0-rights" value="(\w+)"[^>]*checked', page
+    )
+    answer = browser.post(f"/admin/auth/user/{user}/change/", data=form)
+    assert answer.status_code == 302, errors(answer)
+    assert audit_actions(browser, name) == ["user.role", "grant.create"]
