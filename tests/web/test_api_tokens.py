@@ -1,4 +1,5 @@
-"""/api/tokens: issue (secret shown once), list, revoke; only for token administrators."""
+"""/api/tokens: issue (secret shown once), list, revoke. Programs manage tokens only with
+manage on '*'; console users' own tokens are covered in test_roles.py."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_it_works(service) -> None:
 
 
 def test_it_validates_ownership(service) -> None:
-    """Only staff sessions and tokens with manage on '*' manage tokens."""
+    """Tokens without manage on '*' manage no tokens."""
     with service.client() as client:
         wanted = {"name": "narrow", "rights": {"orders": ["manage"]}}
         narrow = client.post("/api/tokens", json=wanted).json()
