@@ -424,6 +424,19 @@ def test_a_login_without_a_role_sees_only_a_page_saying_to_ask_an_admin(world) -
     assert snapshot(world) == before
 
 
+def test_users_see_their_own_tokens_and_admins_every_token(world) -> None:
+    viewer = world.sessions["viewer"].get("/tokens/").text
+    assert f"own-viewer-{U}" in viewer and f"own-operator-{U}" not in viewer
+    assert f"victim-{U}" not in viewer
+    assert "*: read</textarea>" in viewer  # the form offers what the viewer holds
+    operator = world.sessions["operator"].get("/tokens/").text
+    assert "*: read\njobs*: publish, consume, manage</textarea>" in operator
+    admin = world.sessions["admin"].get("/tokens/").text
+    assert f"own-viewer-{U}" in admin and f"victim-{U}" in admin and "Owner" in admin
+    listed = world.sessions["operator"].get("/api/tokens").json()["tokens"]
+    assert {t["user"] for t in listed} == {f"operator-{U}"}
+
+
 def test_forbidden_requests_answer_403_and_change_nothing(world) -> None:
     before = snapshot(world)
     checked = 0

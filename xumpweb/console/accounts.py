@@ -22,6 +22,11 @@ AUDIT_PAGE = 50
 NEW_SECRET = "console-new-token-secret"  # session key: a new token's secret, shown once
 
 
+def held(principal: access.Principal) -> str:
+    """The rights a user holds, as the token form's lines (what they may give at most)."""
+    return "\n".join(f"{glob}: {', '.join(rights)}" for glob, rights in principal.rights.items())
+
+
 @requires("read-all")
 def audit_log(request: HttpRequest) -> HttpResponse:
     events = AuditEvent.objects.all()
@@ -54,9 +59,10 @@ def tokens(request: HttpRequest) -> HttpResponse:
             request.session[NEW_SECRET] = secret
             return redirect("console:tokens")
     else:
-        form = TokenForm()
+        form = TokenForm(initial=None if principal.admin else {"rights": held(principal)})
     secret = request.session.pop(NEW_SECRET, None)
-    context = {"form": form, "secret": secret, "tokens": access.tokens_seen_by(principal)}
+    context = {"form": form, "secret": secret, "tokens": access.tokens_seen_by(principal),
+               "show_owner": principal.admin}  # fmt: skip
     response = render(request, "console/tokens.html", context)
     response["Cache-Control"] = "no-store"  # the secret is in this response only
     return response
