@@ -8,7 +8,8 @@ they want, on a queue or on the service as a whole (`may(principal, action, queu
   consume           take a destination's deliveries (WebSocket), confirm, reject
   manage            (also as manage-queue, manage-selectors, purge, deadletter) create,
                     change and delete a queue and its selectors, purge it, send on or delete
-                    its dead letters
+                    dead letters (console/deadletters.py: deadletter on the dead-letter queue
+                    or on the queue a dead letter came from, and publish where it goes)
   analytics         start analytics runs and archive exports (operators and admins)
   users, tokens-for-others, stores, patterns, definitions, refused    admins only
   read-all          read every queue (the monitor, the audit log, the refused commands)
