@@ -20,6 +20,7 @@ from engine.catalog import Catalog, MemoryCatalog, QueueSpec, SelectorSpec, Stor
 from engine.errors import (
     AlreadyExists,
     InvalidArgument,
+    InvalidSelector,
     NotFound,
 )
 from engine.event_journal import EventJournal
@@ -140,7 +141,14 @@ class Engine(Messaging):
                     self._targeted_by.setdefault(spec.target, set()).add(sel)  # type: ignore
                     sel.resolve(self._queues.get(spec.target))  # type: ignore[arg-type]
                 if spec.enabled:
-                    qrt.router.add(sel)
+                    try:
+                        qrt.router.add(sel)
+                    except InvalidSelector:
+                        # a regex stored before regexes ran on RE2 (matching.py) that needs
+                        # backtracking: loaded disabled, for a person to fix, rather than
+                        # leaving the whole network unbuildable
+                        spec.enabled = False
+                        catalog.save_selector(spec)
 
     def _selector_runtime(self, qrt: QueueRuntime, spec: SelectorSpec) -> SelectorRuntime:
         sel = SelectorRuntime(spec, qrt.state.selector(spec.id), next(self._turns))

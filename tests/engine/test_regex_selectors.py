@@ -75,3 +75,15 @@ def test_overlong_match_patterns_are_refused() -> None:
     eng.queue_create("in")
     with pytest.raises(InvalidSelector, match="limit is 1000"):
         eng.selector_create("in").when_match("prefix", "x" * 1001)
+
+
+def test_a_stored_regex_that_needs_backtracking_loads_disabled_instead_of_breaking_the_engine():
+    eng = wired()
+    catalog = eng.catalog
+    [spec] = [s for s in catalog.selector_specs("in") if s.id == 1]
+    spec.match = ("regex", r"(a)\1", "address")  # as an older version stored it
+    catalog.save_selector(spec)
+    rebuilt = Engine(catalog=catalog)
+    assert rebuilt.selector_fetch("in", 1).enabled is False
+    assert rebuilt.selector_fetch("in", 2).enabled is True
+    assert len(rebuilt.publish("in", Message(address="ok"))) == 1
