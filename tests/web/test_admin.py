@@ -207,3 +207,23 @@ def test_bad_token_rights_are_a_form_error(browser):
 def test_the_audit_log_is_read_only(browser):
     assert browser.get("/admin/wiring/auditevent/add/").status_code == 403
     assert browser.get("/admin/wiring/auditevent/").status_code == 200
+
+
+def test_wiring_numbers_out_of_range_are_form_errors_and_change_nothing(browser, relay):
+    name = unique()
+    relay.call("queue_create", name=name, limit=5)
+    path = f"/admin/wiring/queue/{row_id(browser, 'queue', name)}/change/"
+    for fields in ({"limit": str(2**63)}, {"limit": str(2**31)}, {"history": str(2**31)}):
+        answer = submit(browser, path, {"history": "0", "limit": "5", **fields, "_save": "Save"})
+        assert answer.status_code == 200 and "less than or equal to 2147483647" in errors(answer)
+    assert relay.call("queue_get", name=name)["limit"] == 5
+    router = unique("jobs")
+    for kind, credit in (("wolfpack", str(2**70)), ("housecat", "-167000000000000000000")):
+        answer = submit(browser, "/admin/wiring/pattern/add/", {
+            "kind": kind, "router": router, "name": unique("w"), "credit": credit,
+            "_save": "Save",
+        })  # fmt: skip
+        assert answer.status_code == 200 and "credit" in answer.text, errors(answer)
+        assert errors(answer)
+        with pytest.raises(NotFound):
+            relay.call("queue_get", name=router)

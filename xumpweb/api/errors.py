@@ -40,6 +40,7 @@ ENGINE_ERRORS: dict[type[engine_errors.XumpError], tuple[int, str]] = {
 }
 
 COLUMN = re.compile(r"\bcolumn (\d+)")
+RANGE_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}
 
 
 class ApiError(Exception):
@@ -104,7 +105,11 @@ def install(api: NinjaAPI) -> None:
         return engine_error_response(error)
 
     def on_validation(request: HttpRequest, error: ValidationError) -> HttpResponse:
-        return error_response(400, "invalid_request", validation_detail(error.errors))
+        # a number out of its range is the engine's invalid_argument, whichever door
+        # refused it (the schema's bounds are the engine's, engine/validation.py)
+        kinds = {e.get("type") for e in error.errors}
+        code = "invalid_argument" if kinds <= RANGE_ERRORS else "invalid_request"
+        return error_response(400, code, validation_detail(error.errors))
 
     def on_authentication(request: HttpRequest, error: AuthenticationError) -> HttpResponse:
         return error_response(
