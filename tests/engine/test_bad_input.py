@@ -285,3 +285,9 @@ def test_a_pattern_with_credit_out_of_range_builds_nothing(refused, wired: Engin
     # a new router queue, a topic that is refused: no router queue is left behind
     refused(wired, InvalidSelector, parrot, wired, "sub", "a." * 501, router="news")
     refused(wired, InvalidName, wolfpack, wired, "jobs", "w" * 200)
+
+
+def test_a_filter_with_a_5001_digit_number_is_refused_with_its_column(refused, wired: Engine):
+    selector = wired.selector_fetch("orders", 1)
+    error = refused(wired, InvalidSelector, selector.when_filter, "n = " + "9" * 5_001)
+    assert error.column == 5 and "64 bits" in str(error)

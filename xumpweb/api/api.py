@@ -19,6 +19,7 @@ from ninja import NinjaAPI
 from xumpweb.api import messages, patterns, queues, selectors, system, tokens
 from xumpweb.api.auth import token_or_session
 from xumpweb.api.errors import install, json_method_not_allowed
+from xumpweb.api.jsonbody import DepthLimitedParser
 from xumpweb.api.schemas import PublishBatchIn, PublishIn
 
 DESCRIPTION = """Publish messages, browse history, wire queues and selectors, confirm and
@@ -47,6 +48,7 @@ api = XumpApi(
     description=DESCRIPTION,
     auth=token_or_session,
     urls_namespace="api",
+    parser=DepthLimitedParser(),
 )
 install(api)
 # order matters: /queues/<name>/... before /queues/<name> (see the module doc)
