@@ -3,6 +3,8 @@ anything changes, in the router, the catalog and the pattern records alike."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 from tests.web.conftest import unique
@@ -64,3 +66,24 @@ def test_a_pattern_with_credit_out_of_range_builds_nothing(service) -> None:
             assert_refused(answer)
             assert client.get(f"/api/queues/{router}").status_code == 404
         assert client.get("/api/patterns").json()["patterns"] == before
+
+
+def test_the_console_refuses_out_of_range_settings_and_changes_nothing(service) -> None:
+    queue = unique("range")
+    with service.client() as client:
+        client.post("/api/queues", json={"name": queue, "limit": 5})
+    with httpx.Client(base_url=service.url, timeout=30, follow_redirects=True) as browser:
+        page = browser.get("/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        browser.post("/login/", data={"username": "admin", "password": "admin-password",
+                                      "csrfmiddlewaretoken": token})  # fmt: skip
+        token = browser.cookies["csrftoken"]
+        for fields in ({"limit": str(HUGE), "history": "0"}, {"limit": "5", "history": str(2**31)}):
+            answer = browser.post(
+                f"/queues/{queue}/settings/",
+                data={"csrfmiddlewaretoken": token, "journal": "on", **fields},
+            )
+            assert answer.status_code == 200
+            assert "Settings not saved" in answer.text and "2147483647" in answer.text
+    with service.client() as client:
+        assert client.get(f"/api/queues/{queue}").json()["limit"] == 5
