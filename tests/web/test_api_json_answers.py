@@ -103,3 +103,17 @@ def test_a_bad_host_gets_a_json_400_under_api(service, queue) -> None:
             answer = client.request(method, path, json={"body": "x"},
                                     headers={"Host": "evil.example"})  # fmt: skip
             assert_json_error(answer, 400)
+
+
+def test_the_depth_limit_is_100_levels_strings_aside(service, queue) -> None:
+    headers = {"Content-Type": "application/json"}
+    with service.client() as client:
+        url = f"/api/queues/{queue}/publish"
+        # the body object is one level, its json value 99 more: 100 in all, accepted
+        ok = client.post(url, content='{"json": ' + nested(99) + "}", headers=headers)
+        assert ok.status_code == 202, ok.text
+        assert_json_error(client.post(url, content='{"json": ' + nested(100) + "}",
+                                      headers=headers), 400)  # fmt: skip
+        # brackets inside strings are text, not nesting
+        text = {"body": "[" * 5_000 + '\\"{' * 500, "headers": {"h": "]" * 300}}
+        assert client.post(url, json=text).status_code == 202
