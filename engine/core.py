@@ -20,6 +20,7 @@ from engine.catalog import Catalog, MemoryCatalog, QueueSpec, SelectorSpec, Stor
 from engine.errors import (
     AlreadyExists,
     InvalidArgument,
+    InvalidSelector,
     NotFound,
 )
 from engine.event_journal import EventJournal
@@ -33,6 +34,7 @@ from engine.stores.base import Store
 from engine.stores.ram import RamStore
 from engine.validation import (
     DEFAULT_MAX_BODY,
+    MAX_WIRING,
     check_count,
     check_name,
     check_optional_count,
@@ -140,7 +142,14 @@ class Engine(Messaging):
                     self._targeted_by.setdefault(spec.target, set()).add(sel)  # type: ignore
                     sel.resolve(self._queues.get(spec.target))  # type: ignore[arg-type]
                 if spec.enabled:
-                    qrt.router.add(sel)
+                    try:
+                        qrt.router.add(sel)
+                    except InvalidSelector:
+                        # a regex stored before regexes ran on RE2 (matching.py) that needs
+                        # backtracking: loaded disabled, for a person to fix, rather than
+                        # leaving the whole network unbuildable
+                        spec.enabled = False
+                        catalog.save_selector(spec)
 
     def _selector_runtime(self, qrt: QueueRuntime, spec: SelectorSpec) -> SelectorRuntime:
         sel = SelectorRuntime(spec, qrt.state.selector(spec.id), next(self._turns))
@@ -293,8 +302,8 @@ class Engine(Messaging):
     ) -> QueueSpec:
         store = self._default_store if store is None else store
         check_name("store", store)
-        limit = check_optional_count("limit", limit, minimum=0)
-        history = check_count("history", history, minimum=0)
+        limit = check_optional_count("limit", limit, minimum=0, maximum=MAX_WIRING)
+        history = check_count("history", history, minimum=0, maximum=MAX_WIRING)
         if dead_letter is not None:
             check_name("dead-letter queue", dead_letter, allow_reserved=True)
         if not isinstance(self_destruct, bool):
@@ -334,9 +343,16 @@ class Engine(Messaging):
             values.update(changes)
             spec = self._queue_spec(name, current.store, **values)  # type: ignore[arg-type]
             self._check_dead_letter(name, spec.dead_letter)
-            qrt.apply(spec)
-            self._run(qrt.state.trim_history, spec.history)
+            # the catalog first: one that refuses leaves the running queue as it was; a
+            # failure after it puts both back
             self._catalog.save_queue(spec)
+            try:
+                qrt.apply(spec)
+                self._run(qrt.state.trim_history, spec.history)
+            except BaseException:
+                qrt.apply(current)
+                self._catalog.save_queue(current)
+                raise
             return self._info(qrt)
 
     def queue_fetch(self, name: str) -> QueueInfo:

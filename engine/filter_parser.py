@@ -262,6 +262,9 @@ def _number(token: Token) -> int | float:
     The grammar lets malformed numbers (`0x`, `1e`, `09`, `1.5f`) through as one token so
     that they are refused here, whole, with a message that names them."""
     text = str(token)
+    # no 64-bit integer is this long, and Python's int() refuses 4,300 digits
+    if len(text) > 400 and (_DECIMAL.fullmatch(text) or _HEX.fullmatch(text)):
+        raise _too_big(text, token.start_pos + 1)
     if match := _HEX.fullmatch(text):
         return int(match[1], 16)
     if _APPROXIMATE.fullmatch(text):

@@ -1,4 +1,4 @@
-"""Indexes that find the selectors whose MATCH condition holds for a value.
+r"""Indexes that find the selectors whose MATCH condition holds for a value.
 
 Theory of operation: a queue's router keeps one index per (field, operator). Matching a
 message asks each index for its hits, so the cost grows with the number of hits and the
@@ -12,6 +12,16 @@ length of the key, not with the number of selectors:
 * `RegexIndex`  — full-match regular expressions; these cannot be indexed, so they are tested
   one by one (operators choose regex knowing that).
 
+Regular expressions run on RE2 (google-re2), not Python's backtracking `re`: RE2 matches in
+time linear in the key, so no pattern and no address can hold the router (Python's `re` takes
+minutes on `(a+)+$` against 28 characters, holding the queue's lease and the GIL). A pattern
+must be valid for Python's `re` (its syntax errors carry the column) and for RE2, so the
+constructs that need backtracking — backreferences, lookahead and lookbehind, atomic groups,
+possessive quantifiers, conditionals — are refused when the selector is configured, with an
+InvalidSelector naming the construct. `\Z` is accepted and read as RE2's `\z` (end of text).
+RE2's `\d`, `\w`, `\s` and `\b` are ASCII, as in Java's default (engine/pipeline/translate.py
+hands the same pattern to Spark's Java regex, so the backtest and the router agree).
+
 Items are opaque to the indexes (the router stores selectors in them). Each index returns a
 set, so an item registered twice under different patterns is reported once.
 """
@@ -20,10 +30,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable
+from typing import Any
+
+import re2
 
 from engine.errors import InvalidSelector
 
 MATCH_OPERATORS = ("eq", "topic", "prefix", "regex")
+MAX_PATTERN = 1000  # characters of a match pattern (the catalog's column holds as many)
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # refusals are InvalidSelectors, not lines on stderr
+# Python's `\Z` (end of text) is RE2's `\z`; an even run of backslashes before it is literal
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_END_OF_TEXT = re.compile(r"(?<!\\)((?:\\\\)*)\\Z")
 
 
 def topic_words(key: str) -> list[str]:
@@ -200,7 +220,7 @@ class RegexIndex:
     __slots__ = ("_patterns",)
 
     def __init__(self) -> None:
-        self._patterns: dict[str, tuple[re.Pattern[str], set[Hashable]]] = {}
+        self._patterns: dict[str, tuple[Any, set[Hashable]]] = {}
 
     def add(self, pattern: str, item: Hashable) -> None:
         entry = self._patterns.get(pattern)
@@ -218,18 +238,40 @@ class RegexIndex:
     def match(self, key: str) -> set[Hashable]:
         hits: set[Hashable] = set()
         for regex, items in self._patterns.values():
-            if regex.fullmatch(key) is not None:
+            try:
+                found = regex.fullmatch(key)
+            except UnicodeEncodeError:  # a lone surrogate: RE2 reads UTF-8; one U+FFFD each
+                found = regex.fullmatch(_SURROGATE.sub("\ufffd", key))
+            if found is not None:
                 hits |= items
         return hits
 
 
-def compile_regex(pattern: str) -> re.Pattern[str]:
+def compile_regex(pattern: str) -> Any:
+    """`pattern` compiled for RE2 (linear-time matching; see the module doc): an object with
+    `fullmatch(key)`. InvalidSelector for a syntax error (with its column) or a construct
+    RE2 cannot run in linear time."""
     try:
-        return re.compile(pattern)
+        re.compile(pattern)
     except re.error as exc:
         column = (exc.pos + 1) if exc.pos is not None else None
         where = f" at column {column}" if column else ""
         raise InvalidSelector(f"invalid regular expression: {exc.msg}{where}", column) from None
+    try:
+        return re2.compile(_END_OF_TEXT.sub(r"\1\\z", pattern), _RE2_OPTIONS)
+    except re2.error as exc:
+        problem = exc.args[0].decode("utf-8", "replace") if exc.args else "not supported"
+        _, _, piece = problem.partition(": ")
+        found = pattern.find(piece) if piece else -1
+        column = found + 1 if found >= 0 else None
+        where = f" at column {column}" if column else ""
+        raise InvalidSelector(
+            f"regular expression not supported{where}: {problem}. Regex selectors run on RE2, "
+            "which matches in linear time: backreferences, lookahead/lookbehind, atomic "
+            "groups, possessive quantifiers, conditionals and inline flags other than "
+            "i, m, s and U are refused, as are repetitions over 1000",
+            column,
+        ) from None
 
 
 def check_pattern(operator: str, pattern: str) -> None:
@@ -240,6 +282,10 @@ def check_pattern(operator: str, pattern: str) -> None:
         )
     if not isinstance(pattern, str):
         raise InvalidSelector(f"match pattern must be a string, not {type(pattern).__name__}")
+    if len(pattern) > MAX_PATTERN:
+        raise InvalidSelector(
+            f"match pattern is {len(pattern)} characters long; the limit is {MAX_PATTERN}"
+        )
     if operator == "regex":
         compile_regex(pattern)
 

@@ -8,8 +8,10 @@
   into each worker's private queue, which delivers to the worker.
 
 Each helper is idempotent: it reuses the queues and selectors that already do the job and
-creates only what is missing. Private queues are named `<router>:<name>` (or
-`<service>:<worker>`); the DELIVER destination is the recipient's own name.
+creates only what is missing. Each is all or nothing: every argument is checked before
+anything is made, and when a later step fails anyway what this call made is taken down.
+Private queues are named `<router>:<name>` (or `<service>:<worker>`); the DELIVER
+destination is the recipient's own name.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from dataclasses import dataclass
 
 from engine.core import Engine
 from engine.errors import NotFound
+from engine.matching import check_pattern
 from engine.message import Delivery
 from engine.selectors import Selector
-from engine.validation import check_count, check_name
+from engine.validation import MAX_WIRING, check_count, check_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,32 @@ class Wiring:
     queue: str
     selectors: tuple[tuple[str, int], ...]
     deliveries: tuple[Delivery, ...] = ()
+    # what this call made (the rest existed): what to take down if the caller's own record
+    # of the pattern cannot be written
+    made_queues: tuple[str, ...] = ()
+    made_selectors: tuple[tuple[str, int], ...] = ()
+
+
+class _Building:
+    """What a helper made so far, to take down if a later step fails."""
+
+    def __init__(self, eng: Engine) -> None:
+        self.eng = eng
+        self.queues: list[str] = []
+        self.selectors: list[tuple[str, int]] = []
+
+    def undo(self) -> None:
+        for queue, number in reversed(self.selectors):
+            if queue not in self.queues:
+                try:
+                    self.eng.selector_delete(queue, number)
+                except NotFound:
+                    pass
+        for queue in reversed(self.queues):
+            try:
+                self.eng.queue_delete(queue)
+            except NotFound:
+                pass
 
 
 def housecat(eng: Engine, recipient: str, router: str = "housecat") -> Wiring:
@@ -46,38 +75,61 @@ def parrot(eng: Engine, subscriber: str, topic: str, router: str = "parrot") -> 
 def wolfpack(eng: Engine, service: str, worker: str, credit: int = 1) -> Wiring:
     check_name("service", service)
     check_name("worker", worker)
-    check_count("credit", credit, minimum=-1)
-    private = f"{service}:{worker}"
-    _ensure_queue(eng, service)
-    _ensure_queue(eng, private)
-    deliveries: list[Delivery] = []
-    deliver = _ensure_selector(eng, private, "always", None, "deliver", worker, deliveries)
-    move = _ensure_selector(
-        eng, service, "always", None, "move", private, deliveries, credit=credit
-    )
-    return Wiring(private, ((private, deliver.id), (service, move.id)), tuple(deliveries))
+    check_count("credit", credit, minimum=-1, maximum=MAX_WIRING)
+    private = check_name("worker queue", f"{service}:{worker}")
+    building = _Building(eng)
+    try:
+        _ensure_queue(building, service)
+        _ensure_queue(building, private)
+        deliveries: list[Delivery] = []
+        deliver = _ensure_selector(building, private, "always", None, "deliver", worker, deliveries)
+        move = _ensure_selector(
+            building, service, "always", None, "move", private, deliveries, credit=credit
+        )
+    except BaseException:
+        building.undo()
+        raise
+    return _wiring(private, ((private, deliver.id), (service, move.id)), deliveries, building)
 
 
 def _fan_in(eng: Engine, router: str, name: str, match: tuple[str, str, str]) -> Wiring:
     check_name("router queue", router)
-    private = f"{router}:{name}"
-    _ensure_queue(eng, router)
-    _ensure_queue(eng, private)
-    deliveries: list[Delivery] = []
-    deliver = _ensure_selector(eng, private, "always", None, "deliver", name, deliveries)
-    copy = _ensure_selector(eng, router, "match", match, "copy", private, deliveries)
-    return Wiring(private, ((private, deliver.id), (router, copy.id)), tuple(deliveries))
-
-
-def _ensure_queue(eng: Engine, name: str) -> None:
+    check_pattern(match[0], match[1])
+    private = check_name("private queue", f"{router}:{name}")
+    building = _Building(eng)
     try:
-        eng.queue_fetch(name)
+        _ensure_queue(building, router)
+        _ensure_queue(building, private)
+        deliveries: list[Delivery] = []
+        deliver = _ensure_selector(building, private, "always", None, "deliver", name, deliveries)
+        copy = _ensure_selector(building, router, "match", match, "copy", private, deliveries)
+    except BaseException:
+        building.undo()
+        raise
+    return _wiring(private, ((private, deliver.id), (router, copy.id)), deliveries, building)
+
+
+def _wiring(
+    private: str,
+    selectors: tuple[tuple[str, int], ...],
+    deliveries: list[Delivery],
+    building: _Building,
+) -> Wiring:
+    return Wiring(
+        private, selectors, tuple(deliveries), tuple(building.queues), tuple(building.selectors)
+    )
+
+
+def _ensure_queue(building: _Building, name: str) -> None:
+    try:
+        building.eng.queue_fetch(name)
     except NotFound:
-        eng.queue_create(name)
+        building.eng.queue_create(name)
+        building.queues.append(name)
 
 
 def _ensure_selector(
-    eng: Engine,
+    building: _Building,
     queue: str,
     when: str,
     match: tuple[str, str, str] | None,
@@ -86,6 +138,7 @@ def _ensure_selector(
     deliveries: list[Delivery],
     credit: int | None = None,
 ) -> Selector:
+    eng = building.eng
     for selector in eng.selectors(queue):
         spec = selector.spec
         if (spec.when, spec.match, spec.filter, spec.action, spec.target) == (
@@ -99,6 +152,7 @@ def _ensure_selector(
                 deliveries.extend(selector.enable())
             return selector
     selector = eng.selector_create(queue)
+    building.selectors.append((queue, selector.id))
     if match is None:
         selector.when_always()
     else:

@@ -16,7 +16,7 @@ from engine.errors import InvalidArgument, InvalidSelector, NotFound
 from engine.filters import compile_filter
 from engine.matching import check_pattern
 from engine.router import QUEUE_ACTIONS
-from engine.validation import check_count, check_header_name, check_name
+from engine.validation import MAX_SEQ, MAX_WIRING, check_count, check_header_name, check_name
 
 if TYPE_CHECKING:
     from engine.core import Engine
@@ -190,9 +190,11 @@ class Selector:
         """Where a newly enabled selector starts: "current" (live traffic only), "head"
         (the whole history first) or a seq of the history."""
         if start not in ("head", "current") and (
-            not isinstance(start, int) or isinstance(start, bool) or start < 1
+            not isinstance(start, int) or isinstance(start, bool) or not 1 <= start <= MAX_SEQ
         ):
-            raise InvalidArgument(f"start must be 'head', 'current' or a seq >= 1, not {start!r}")
+            raise InvalidArgument(
+                f"start must be 'head', 'current' or a seq from 1 to {MAX_SEQ}, not {start!r}"[:300]
+            )
         with self._engine._lock:
             sel = self._runtime()[1]
             sel.spec.start = start
@@ -202,23 +204,38 @@ class Selector:
     def set_credit(self, credit: int) -> Selector:
         """Set the remaining credit (-1 = unlimited). Routes nothing by itself; use
         `credit(n)` to top up and receive what it unblocks."""
-        check_count("credit", credit, minimum=-1)
+        check_count("credit", credit, minimum=-1, maximum=MAX_WIRING)
         with self._engine._lock:
             sel = self._runtime()[1]
+            before = sel.spec.credit
             sel.spec.credit = credit
-            # inside an operation, so persistent stores commit the change
-            self._engine._run(setattr, sel.state, "credit", credit)
-            self._engine._catalog.save_selector(sel.spec)
+            try:
+                self._engine._catalog.save_selector(sel.spec)  # first: it may refuse
+            except BaseException:
+                sel.spec.credit = before
+                raise
+            try:
+                # inside an operation, so persistent stores commit the change
+                self._engine._run(setattr, sel.state, "credit", credit)
+            except BaseException:
+                sel.spec.credit = before
+                self._engine._catalog.save_selector(sel.spec)
+                raise
         return self
 
     def credit(self, n: int) -> list[Delivery]:
         """Add `n` credits; returns the Deliveries that unblocked."""
-        check_count("credit", n, minimum=1)
+        check_count("credit", n, minimum=1, maximum=MAX_WIRING)
         engine = self._engine
         with engine._lock:
             qrt, sel = self._runtime()
             if sel.state.credit < 0:
                 return []  # unlimited already
+            if sel.state.credit + n > MAX_WIRING:
+                raise InvalidArgument(
+                    f"selector {self.id} has {sel.state.credit} credit; adding {n} would pass "
+                    f"the most a selector holds ({MAX_WIRING:,}); set -1 for unlimited"
+                )
 
             def top_up() -> None:
                 sel.state.credit += n

@@ -16,6 +16,10 @@ from engine.message import HeaderValue
 MAX_NAME = 200
 RESERVED_PREFIX = "$"
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
+# wiring numbers (a queue's limit and history, a selector's credit) are kept in the catalog's
+# 32-bit integer columns (xumpweb/wiring/models.py); a seq is a 64-bit integer in every store
+MAX_WIRING = 2**31 - 1
+MAX_SEQ = 2**63 - 1
 
 
 def _bad_character(name: str) -> str | None:
@@ -90,13 +94,17 @@ def check_body(body: object, max_body: int) -> bytes:
     return data
 
 
-def check_count(what: str, value: object, *, minimum: int) -> int:
+def check_count(what: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(f"{what} must be an integer, not {value!r}")
+        raise InvalidArgument(f"{what} must be an integer, not {value!r}"[:300])
     if value < minimum:
-        raise InvalidArgument(f"{what} must be at least {minimum}, not {value}")
+        raise InvalidArgument(f"{what} must be at least {minimum}, not {value}"[:300])
+    if maximum is not None and value > maximum:
+        raise InvalidArgument(f"{what} must be at most {maximum:,}, not {value}"[:300])
     return value
 
 
-def check_optional_count(what: str, value: object, *, minimum: int) -> int | None:
-    return None if value is None else check_count(what, value, minimum=minimum)
+def check_optional_count(
+    what: str, value: object, *, minimum: int, maximum: int | None = None
+) -> int | None:
+    return None if value is None else check_count(what, value, minimum=minimum, maximum=maximum)

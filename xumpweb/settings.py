@@ -154,6 +154,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # every answer under /api/ in JSON, a bad Host's included (api/middleware.py)
+    "xumpweb.api.middleware.ApiJsonMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Content-Security-Policy: the console's own scripts only (xumpweb/security.py)
     "xumpweb.security.ContentSecurityPolicyMiddleware",

@@ -21,8 +21,9 @@ anchored Java regex (Spark's own LIKE refuses an escape character before other t
 engine takes it literally), topic patterns become regexes over "." + key (so `#` can match
 zero words). Known limits, documented in docs/pipeline.md: 64-bit integer arithmetic
 overflows in Spark (Python's integers do not), a MATCH on a float header compares Spark's
-text for the number, and a regex runs on Java's engine (common syntax is the same;
-`(?P<name>` and `\\Z` are rewritten).
+text for the number, and a regex runs on Java's engine (the engine accepts only what both
+Python's `re` and RE2 accept, engine/matching.py, which Java reads the same way, with ASCII
+`\\d \\w \\s` as RE2 does; `(?P<name>` and `\\Z` are rewritten).
 """
 
 from __future__ import annotations

@@ -243,3 +243,51 @@ def test_batch_confirm_with_one_unknown_tag_confirms_none(refused, eng: Engine) 
     refused(eng, NotFound, eng.confirm_many, [deliveries[0], "q:1:bogus.9"])
     refused(eng, NotFound, eng.confirm_many, [deliveries[0], deliveries[0]])
     assert eng.confirm_many(deliveries) == []
+
+
+# wiring numbers have ranges (the catalog's integer columns): out of range is refused before
+# anything changes, so the running engine and its catalog never disagree
+@pytest.mark.parametrize(
+    ("call", "args", "kwargs"),
+    [
+        ("queue_create", ("big", None, 2**31), {}),
+        ("queue_create", ("big", None, None, 2**63), {}),
+        ("queue_update", ("orders",), {"limit": 9223372036854775808}),
+        ("queue_update", ("orders",), {"history": 2**31}),
+        ("set_credit", (2**31,), {}),
+        ("set_credit", (-2,), {}),
+        ("credit", (2**31,), {}),
+        ("start_at", (2**63,), {}),
+    ],
+)
+def test_wiring_numbers_out_of_range_are_refused(
+    refused, wired: Engine, call: str, args: tuple, kwargs: dict
+) -> None:
+    if call in ("set_credit", "credit", "start_at"):
+        target = getattr(wired.selector_fetch("orders", 1).set_credit(5), call)
+    else:
+        target = getattr(wired, call)
+    refused(wired, InvalidArgument, target, *args, **kwargs)
+
+
+def test_wiring_ranges_take_their_largest_values(eng: Engine) -> None:
+    info = eng.queue_create("q", limit=2**31 - 1, history=2**31 - 1)
+    assert (info.limit, info.history) == (2**31 - 1, 2**31 - 1)
+    selector = eng.selector_create("q").set_credit(2**31 - 1).start_at(2**63 - 1)
+    assert selector.available_credit == 2**31 - 1
+
+
+def test_a_pattern_with_credit_out_of_range_builds_nothing(refused, wired: Engine) -> None:
+    from engine.patterns import parrot, wolfpack
+
+    refused(wired, InvalidArgument, wolfpack, wired, "jobs", "w1", credit=2**70)
+    refused(wired, InvalidArgument, wolfpack, wired, "jobs", "w1", credit=int(-1.67e20))
+    # a new router queue, a topic that is refused: no router queue is left behind
+    refused(wired, InvalidSelector, parrot, wired, "sub", "a." * 501, router="news")
+    refused(wired, InvalidName, wolfpack, wired, "jobs", "w" * 200)
+
+
+def test_a_filter_with_a_5001_digit_number_is_refused_with_its_column(refused, wired: Engine):
+    selector = wired.selector_fetch("orders", 1)
+    error = refused(wired, InvalidSelector, selector.when_filter, "n = " + "9" * 5_001)
+    assert error.column == 5 and "64 bits" in str(error)

@@ -98,7 +98,7 @@ def test_exact_prefix_and_regex_matches_agree_with_the_engine_on_address_and_hea
         ("prefix", "stock.", "address"),
         ("prefix", "", "address"),
         ("regex", r"(a|b)\.c.*", "address"),
-        ("regex", r"(?P<w>a)\.(?P=w)", "address"),
+        ("regex", r"(?P<w>a)\.a\Z", "address"),
         ("regex", r"[^.]*", "address"),
         ("eq", "x", "s"),
         ("eq", "true", "flag"),

@@ -236,3 +236,23 @@ def test_an_admin_grants_queues_and_roles_and_both_are_audited(service, browser)
     answer = browser.post(f"/admin/auth/user/{user}/change/", data=form)
     assert answer.status_code == 302, errors(answer)
     assert audit_actions(browser, name) == ["user.role", "grant.create"]
+
+
+def test_wiring_numbers_out_of_range_are_form_errors_and_change_nothing(browser, relay):
+    name = unique()
+    relay.call("queue_create", name=name, limit=5)
+    path = f"/admin/wiring/queue/{row_id(browser, 'queue', name)}/change/"
+    for fields in ({"limit": str(2**63)}, {"limit": str(2**31)}, {"history": str(2**31)}):
+        answer = submit(browser, path, {"history": "0", "limit": "5", **fields, "_save": "Save"})
+        assert answer.status_code == 200 and "less than or equal to 2147483647" in errors(answer)
+    assert relay.call("queue_get", name=name)["limit"] == 5
+    router = unique("jobs")
+    for kind, credit in (("wolfpack", str(2**70)), ("housecat", "-167000000000000000000")):
+        answer = submit(browser, "/admin/wiring/pattern/add/", {
+            "kind": kind, "router": router, "name": unique("w"), "credit": credit,
+            "_save": "Save",
+        })  # fmt: skip
+        assert answer.status_code == 200 and "credit" in answer.text, errors(answer)
+        assert errors(answer)
+        with pytest.raises(NotFound):
+            relay.call("queue_get", name=router)

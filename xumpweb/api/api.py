@@ -19,6 +19,7 @@ from ninja import NinjaAPI
 from xumpweb.api import messages, patterns, queues, selectors, system, tokens
 from xumpweb.api.auth import token_or_session
 from xumpweb.api.errors import install, json_method_not_allowed
+from xumpweb.api.jsonbody import DepthLimitedParser
 from xumpweb.api.schemas import PublishBatchIn, PublishIn
 
 DESCRIPTION = """Publish messages, browse history, wire queues and selectors, confirm and
@@ -38,7 +39,40 @@ class XumpApi(NinjaAPI):
             )
             components.update(found.pop("$defs", {}))
             components[model.__name__] = found
+        _document_errors(schema)
         return schema
+
+
+# what any operation may answer besides its own (errors.py): a malformed or out-of-range
+# request, no or a bad token, no right, an unknown path (queue names hold '/', so a path
+# may also reach a neighbouring route and meet its 405), a body too large; changes also
+# meet conflicts
+ERRORS_EVERYWHERE = {
+    "400": "bad request: malformed JSON, wrong types, out of range",
+    "401": "no valid token or session",
+    "403": "the token or user lacks the right",
+    "404": "no such queue, selector, pattern, token or path",
+    "405": "the path exists for other methods",
+    "413": "the request body is too large",
+}
+ERRORS_ON_CHANGE = {"409": "conflicts with what exists, or the queue is full"}
+
+
+def _document_errors(schema: dict[str, Any]) -> None:
+    """Every operation documents the API's error answers (the ErrorOut JSON body)."""
+    error = {"$ref": "#/components/schemas/ErrorOut"}
+    for methods in schema.get("paths", {}).values():
+        for method, operation in methods.items():
+            responses = operation.setdefault("responses", {})
+            codes = dict(ERRORS_EVERYWHERE)
+            if method in ("post", "put", "patch", "delete"):
+                codes.update(ERRORS_ON_CHANGE)
+            for code, description in codes.items():
+                responses.setdefault(
+                    code,
+                    {"description": description,
+                     "content": {"application/json": {"schema": error}}},
+                )  # fmt: skip
 
 
 api = XumpApi(
@@ -47,6 +81,7 @@ api = XumpApi(
     description=DESCRIPTION,
     auth=token_or_session,
     urls_namespace="api",
+    parser=DepthLimitedParser(),
 )
 install(api)
 # order matters: /queues/<name>/... before /queues/<name> (see the module doc)

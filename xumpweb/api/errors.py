@@ -18,6 +18,7 @@ from typing import Any
 import redis
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError, ValidationError
 
@@ -40,6 +41,7 @@ ENGINE_ERRORS: dict[type[engine_errors.XumpError], tuple[int, str]] = {
 }
 
 COLUMN = re.compile(r"\bcolumn (\d+)")
+RANGE_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}
 
 
 class ApiError(Exception):
@@ -104,7 +106,11 @@ def install(api: NinjaAPI) -> None:
         return engine_error_response(error)
 
     def on_validation(request: HttpRequest, error: ValidationError) -> HttpResponse:
-        return error_response(400, "invalid_request", validation_detail(error.errors))
+        # a number out of its range is the engine's invalid_argument, whichever door
+        # refused it (the schema's bounds are the engine's, engine/validation.py)
+        kinds = {e.get("type") for e in error.errors}
+        code = "invalid_argument" if kinds <= RANGE_ERRORS else "invalid_request"
+        return error_response(400, code, validation_detail(error.errors))
 
     def on_authentication(request: HttpRequest, error: AuthenticationError) -> HttpResponse:
         return error_response(
@@ -120,6 +126,9 @@ def install(api: NinjaAPI) -> None:
         status = error.status_code
         text = str(error)
         if status == 400 and text.startswith("Cannot parse request body"):
+            cause = error.__cause__  # our parser's own word (jsonbody.py), e.g. too deep
+            if isinstance(cause, ApiError):
+                return on_api_error(request, cause)
             return error_response(400, "malformed_json", "the request body is not valid JSON")
         if status == 403 and "CSRF" in text:
             return error_response(
@@ -172,6 +181,7 @@ def json_method_not_allowed(view: Callable) -> Callable:
     return wrapped
 
 
+@csrf_exempt  # a 404 whatever the method: there is nothing here to protect
 def unknown_route(request: HttpRequest, rest: str = "") -> HttpResponse:
     """Anything under /api/ that no endpoint serves."""
     return error_response(404, "not_found", f"no API endpoint at {request.path}")

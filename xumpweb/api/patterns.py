@@ -76,6 +76,9 @@ def pattern_create(request: HttpRequest, payload: PatternIn):
     except IntegrityError:  # the same pattern, built at the same time by another request
         existing = Pattern.objects.get(kind=payload.kind, router=router_name, name=payload.name)
         return 200, pattern_json(existing)
+    except Exception:  # no record, no wiring: take down what this build made
+        call("pattern_unbuild", queues=built["made_queues"], selectors=built["made_selectors"])
+        raise
     answer = pattern_json(pattern)
     record(request, "pattern.create", str(pattern), None, answer)
     return 201, answer

@@ -24,20 +24,13 @@ from engine import Message
 from engine.errors import InvalidArgument, MessageTooLarge
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.validation import check_headers
-from xumpweb.api.errors import ApiError
+from xumpweb.api.jsonbody import read_json
 from xumpweb.runtime import Service
 
 MAX_BATCH = 10_000
 MESSAGE_KEYS = frozenset({"address", "headers", "body", "body_base64", "json", "return_address"})
 BODY_KEYS = ("body", "body_base64", "json")
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
-def read_json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "malformed_json", "the request body is not valid JSON") from None
 
 
 def message_from(data: Any, max_body: int, where: str = "") -> Message:

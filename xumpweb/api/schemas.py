@@ -8,12 +8,18 @@ for the documentation only and match what publishing.py accepts.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
+from engine.validation import MAX_SEQ, MAX_WIRING
+
 HeaderValue = str | int | float | bool
+# the engine's ranges (engine/validation.py), here too so the schema documents them
+Count = Annotated[int, Field(ge=0, le=MAX_WIRING)]
+Credit = Annotated[int, Field(ge=-1, le=MAX_WIRING, description="-1: unlimited")]
+Seq = Annotated[int, Field(ge=1, le=MAX_SEQ)]
 
 
 class Strict(Schema):
@@ -30,16 +36,16 @@ class ErrorOut(Schema):
 class QueueCreate(Strict):
     name: str
     store: str | None = Field(None, description="default: the service's store (XUMP_STORE)")
-    limit: int | None = Field(None, description="max unprocessed messages; null: unbounded")
-    history: int = Field(0, description="processed messages kept for browsing")
+    limit: Count | None = Field(None, description="max unprocessed messages; null: unbounded")
+    history: Count = Field(0, description="processed messages kept for browsing")
     dead_letter: str | None = None
     self_destruct: bool = False
     journal: bool = Field(True, description="record its events for the archive (pipeline)")
 
 
 class QueueUpdate(Strict):
-    limit: int | None = None
-    history: int | None = None
+    limit: Count | None = None
+    history: Count | None = None
     dead_letter: str | None = None
     self_destruct: bool | None = None
     journal: bool | None = None
@@ -58,8 +64,8 @@ class SelectorCreate(Strict):
     filter: str | None = Field(None, description="JMS/SQL-92 expression over headers")
     action: Literal["copy", "move", "deliver", "delete", "bounce"]
     target: str | None = Field(None, description="queue or destination; not for delete")
-    start: Literal["current", "head"] | int | None = None
-    credit: int | None = Field(None, description="-1: unlimited (the default)")
+    start: Literal["current", "head"] | Seq | None = None
+    credit: Credit | None = Field(None, description="-1: unlimited (the default)")
     enabled: bool = False
 
 
@@ -69,13 +75,15 @@ class SelectorUpdate(Strict):
     filter: str | None = None
     action: Literal["copy", "move", "deliver", "delete", "bounce"] | None = None
     target: str | None = None
-    start: Literal["current", "head"] | int | None = None
-    credit: int | None = None
+    start: Literal["current", "head"] | Seq | None = None
+    credit: Credit | None = None
     enabled: bool | None = None
 
 
 class CreditIn(Strict):
-    n: int = Field(description="credit to add (tops up; routes what waited for it)")
+    n: int = Field(
+        ge=1, le=MAX_WIRING, description="credit to add (tops up; routes what waited for it)"
+    )
 
 
 # -- messages ----------------------------------------------------------------------------
@@ -124,7 +132,7 @@ class PatternIn(Strict):
         "for wolfpack)"
     )  # fmt: skip
     topic: str = Field("", description="parrot: the topic pattern")
-    credit: int = Field(1, description="wolfpack: the worker's credit")
+    credit: int = Field(1, ge=-1, le=MAX_WIRING, description="wolfpack: the worker's credit")
 
 
 class TokenIn(Strict):

@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from engine.validation import MAX_SEQ, MAX_WIRING
 from xumpweb.console.common import parse_header_lines
 
 WHEN_CHOICES = [
@@ -41,9 +42,12 @@ class Form(forms.Form):
 
 class QueueSettingsForm(Form):
     limit = forms.IntegerField(
-        required=False, min_value=1, help_text="most unprocessed messages; empty: unbounded"
+        required=False, min_value=1, max_value=MAX_WIRING,
+        help_text="most unprocessed messages; empty: unbounded",
+    )  # fmt: skip
+    history = forms.IntegerField(
+        min_value=0, max_value=MAX_WIRING, initial=0, help_text="processed messages kept"
     )
-    history = forms.IntegerField(min_value=0, initial=0, help_text="processed messages kept")
     dead_letter = forms.CharField(
         required=False, max_length=200, help_text="queue for unroutable messages; empty: none"
     )
@@ -100,7 +104,9 @@ class SelectorForm(Form):
     target = forms.CharField(
         label="target", required=False, max_length=200, help_text="queue or destination"
     )
-    credit = forms.IntegerField(label="credit", initial=-1, min_value=-1, help_text="-1: unlimited")
+    credit = forms.IntegerField(
+        label="credit", initial=-1, min_value=-1, max_value=MAX_WIRING, help_text="-1: unlimited"
+    )
     start = forms.CharField(
         label="start", initial="current", max_length=30,
         help_text="current, head, or a seq to replay history from",
@@ -122,6 +128,9 @@ class SelectorForm(Form):
                 start = int(start)
             except ValueError:
                 self.add_error("start", "current, head or a seq number")
+            else:
+                if not 1 <= start <= MAX_SEQ:
+                    self.add_error("start", f"a seq is from 1 to {MAX_SEQ}")
         data["start"] = start
         return data
 
@@ -169,7 +178,7 @@ class PatternForm(Form):
     name = forms.CharField(max_length=200)
     router = forms.CharField(max_length=200)
     topic = forms.CharField(required=False, max_length=1000)
-    credit = forms.IntegerField(required=False, initial=1, min_value=-1)
+    credit = forms.IntegerField(required=False, initial=1, min_value=-1, max_value=MAX_WIRING)
 
     def __init__(self, kind: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

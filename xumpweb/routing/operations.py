@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import patterns
 from engine.core import Engine, QueueInfo
-from engine.errors import InvalidArgument, NotFound, XumpError
+from engine.errors import InvalidArgument, NotFound
 from engine.message import Delivery, Message
 from engine.selectors import Selector
 from xumpweb.routing.codec import message_out
@@ -160,7 +160,7 @@ def selector_create(engine: Engine, queue: str, **settings: Any) -> Answer:
     try:
         _configure(selector, settings)
         deliveries = selector.enable() if settings.get("enabled") else []
-    except XumpError:
+    except Exception:  # the engine's refusal, or a catalog that could not save
         engine.selector_delete(queue, selector.id)
         raise
     return selector_json(selector), deliveries
@@ -178,7 +178,7 @@ def selector_update(engine: Engine, queue: str, id: int, **settings: Any) -> Ans
         deliveries.extend(selector.enable(False))
     try:
         _configure(selector, settings)
-    except XumpError:
+    except Exception:  # the engine's refusal, or a catalog that could not save
         _restore(selector, before)
         if was_enabled:
             deliveries.extend(selector.enable())
@@ -335,8 +335,31 @@ def pattern_build(
         wiring = patterns.wolfpack(engine, router, name, credit=credit)
     else:
         raise InvalidArgument(f"kind must be housecat, parrot or wolfpack, not {kind!r}")
-    answer = {"queue": wiring.queue, "selectors": [list(pair) for pair in wiring.selectors]}
+    answer = {
+        "queue": wiring.queue,
+        "selectors": [list(pair) for pair in wiring.selectors],
+        "made_queues": list(wiring.made_queues),
+        "made_selectors": [list(pair) for pair in wiring.made_selectors],
+    }
     return answer, list(wiring.deliveries)
+
+
+def pattern_unbuild(engine: Engine, queues: list[str], selectors: list[list[Any]]) -> Answer:
+    """Take down what one pattern_build made (its answer's made_queues and made_selectors),
+    when the pattern's record could not be written: the build is all or nothing."""
+    deliveries: list[Delivery] = []
+    for owner, number in reversed(selectors):
+        if owner not in queues:
+            try:
+                deliveries.extend(engine.selector_delete(owner, number))
+            except NotFound:
+                pass
+    for queue in reversed(queues):
+        try:
+            deliveries.extend(engine.queue_delete(queue))
+        except NotFound:
+            pass
+    return {"removed": queues}, deliveries
 
 
 def pattern_remove(engine: Engine, queue: str, selectors: list[list[Any]]) -> Answer:
@@ -364,12 +387,13 @@ CALLS = {
         "queues", "queue_get", "queue_create", "queue_update", "queue_delete",
         "selectors", "selector_get", "selector_create", "selector_update", "selector_delete",
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
-        "trim", "pattern_build", "pattern_remove", "purge", "dead_letter_send",
+        "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
+        "dead_letter_send",
     }
 }  # fmt: skip
 
 # operations that change the wiring: the router tells every process when one ran
 WIRING_CALLS = {
     "queue_create", "queue_update", "queue_delete", "selector_create", "selector_update",
-    "selector_delete", "pattern_build", "pattern_remove",
+    "selector_delete", "pattern_build", "pattern_remove", "pattern_unbuild",
 }  # fmt: skip

@@ -19,12 +19,14 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
 from engine.errors import AlreadyExists, InvalidName, InvalidSelector, XumpError
 from engine.filters import compile_filter
+from engine.validation import MAX_WIRING
 from xumpweb.runtime import service
 from xumpweb.wiring import admin_roles, audit
 from xumpweb.wiring.models import ApiToken, AuditEvent, Pattern, Queue, Selector, Store
@@ -42,6 +44,19 @@ class EngineForm(forms.ModelForm):
 
     answer: Any = None
     before: Any = None  # the row as it was in the database before the change
+
+    # the engine's ranges (engine/validation.py), checked with the form's own: a number out
+    # of range is a field error, before the router is asked
+    RANGES = {"limit": (0, MAX_WIRING), "history": (0, MAX_WIRING), "credit": (-1, MAX_WIRING)}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, (low, high) in self.RANGES.items():
+            field = self.fields.get(name)
+            if isinstance(field, forms.IntegerField):
+                field.min_value, field.max_value = low, high
+                field.validators += [MinValueValidator(low), MaxValueValidator(high)]
+                field.widget.attrs.update(min=low, max=high)
 
     def apply(self) -> Any:  # pragma: no cover - every subclass says what it does
         raise NotImplementedError
