@@ -18,7 +18,7 @@ from engine.message import Delivery, Message
 from engine.router import SelectorRuntime
 from engine.routing import QueueRuntime, Routing, by_seq, dead_lettered
 from engine.stores.base import Entry
-from engine.validation import check_body, check_headers
+from engine.validation import check_body, check_envelope, check_headers
 
 
 def _parse_tag(tag: object) -> tuple[str, int]:
@@ -132,12 +132,7 @@ class Messaging(Routing):
     def _checked(self, message: object, keep_mid: bool = False) -> Message:
         if not isinstance(message, Message):
             raise InvalidArgument(f"publish takes a Message, not {type(message).__name__}")
-        if not isinstance(message.address, str):
-            raise InvalidArgument(f"address must be a string, not {message.address!r}")
-        if message.return_address is not None and not isinstance(message.return_address, str):
-            raise InvalidArgument(
-                f"return_address must be a string or None, not {message.return_address!r}"
-            )
+        check_envelope(message.address, message.return_address)
         headers = message.headers
         if headers is not EMPTY_HEADERS:
             headers = check_headers(headers)

@@ -57,6 +57,7 @@ from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.stores.redis import RedisStore
 from engine.stores.sql import mask_password
+from engine.validation import check_body, check_envelope, check_headers
 
 
 def relay_keys(store: str) -> tuple[str, str, str]:
@@ -280,6 +281,13 @@ class RelayClient:
         batch = []
         plain = True
         for message in messages:
+            # the door every service publish passes: what cannot be carried to the
+            # router, the outboxes and the WebSocket frames is refused here, not there
+            check_envelope(message.address, message.return_address)
+            if message.headers is not EMPTY_HEADERS:
+                check_headers(message.headers)
+            if type(message.body) is not bytes:
+                message = message._replace(body=check_body(message.body, 1 << 62))
             data = _message_json(message)
             data["mid"] = f"{self._mid_prefix}-{next(self._serials)}"
             batch.append(data)
