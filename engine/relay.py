@@ -35,6 +35,7 @@ then delivered again with `redelivered` set. At-least-once, as in SPEC §7.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -345,9 +346,52 @@ class RelayClient:
         self.client.close()
 
 
-def _failure(command: dict[str, Any], error: BaseException) -> str:
-    """An errors-list item: the command, why it failed, when (epoch seconds)."""
-    return json.dumps({"command": command, "error": str(error), "at": time.time()})
+class _Unreadable(Exception):
+    """An inbox item that is not a JSON object: set aside as it is."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return default
+
+
+def _is_reply_key(reply: Any, inbox: str) -> bool:
+    return isinstance(reply, str) and reply.startswith(inbox[: -len("inbox")])
+
+
+_SUMMARY_FIELDS = ("op", "queue", "method", "tag", "tags", "requeue")
+
+
+def _summary(command: Any) -> dict[str, Any]:
+    """What the errors list keeps of a command: what it was and where to, never its
+    payload (bodies, headers, addresses may be hostile bytes or large)."""
+    if not isinstance(command, dict):
+        return {"op": None}
+    kept: dict[str, Any] = {}
+    for name in _SUMMARY_FIELDS:
+        value = command.get(name)
+        if value is None:
+            continue
+        if name == "tags" and isinstance(value, list):
+            value = [tag for tag in value[:20] if isinstance(tag, str)]
+        if isinstance(value, str):
+            value = value[:200]
+        elif not isinstance(value, bool | int | list):
+            continue
+        kept[name] = value
+    messages = command.get("messages")
+    if isinstance(messages, list):
+        kept["messages"] = len(messages)
+        kept["mids"] = [m.get("mid") for m in messages[:20] if isinstance(m, dict)
+                        and isinstance(m.get("mid"), str)]  # fmt: skip
+    return kept
+
+
+def _failure(command: Any, error: BaseException | str) -> str:
+    """An errors-list item: the command (summed up, see _summary), why it failed, when
+    (epoch seconds). Written with ensure_ascii, so any text in it can be stored."""
+    reason = str(error)
+    if len(reason) > 500:
+        reason = reason[:500] + "..."
+    return json.dumps({"command": _summary(command), "error": reason, "at": time.time()})
 
 
 def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) -> tuple:
@@ -412,13 +456,50 @@ class RelayOwner:
         return len(raw)
 
     def _step(self, raw: list[bytes]) -> None:
+        """Apply the commands at the head of the inbox, all or nothing (see `_attempt`).
+
+        When the step fails (any exception but the store's own StoreError: a value some
+        later stage cannot carry, a defect), nothing of it was committed; the commands are
+        tried again in halves, down to the one that fails alone: that one is set aside in
+        the errors list with its reason, the others are applied once each, in order. So no
+        single command can stop the router, whatever it holds."""
+        commands: list[Any] = []
+        for item in raw:
+            try:
+                command = _loads(item)
+            except (ValueError, RecursionError, UnicodeDecodeError):
+                command = _Unreadable("a command in the inbox is not readable JSON")
+            if not isinstance(command, dict | _Unreadable):
+                command = _Unreadable("a command in the inbox is not a JSON object")
+            commands.append(command)
+        self._settle_part(commands)
+
+    def _settle_part(self, commands: list[Any]) -> None:
+        failure = self._attempt(commands)
+        if failure is None:
+            return
+        if len(commands) == 1:
+            self._set_aside(commands[0], failure)
+            return
+        half = len(commands) // 2
+        self._settle_part(commands[:half])
+        self._settle_part(commands[half:])
+
+    def _attempt(self, commands: list[Any]) -> BaseException | None:
+        """Apply `commands` (the head of the inbox) and take them off it in one atomic
+        step. None when that was committed; otherwise the error, and nothing of the
+        attempt is left: neither in Redis (never committed) nor in this process (the
+        engine reloads its state as last committed). StoreError (the store itself failed:
+        lease lost, Redis away) is raised: it is no command's fault."""
         failed: list[str] = []
+        journal = self.engine.journal
+        mark = len(journal) if journal is not None else 0
         self.store.hold()
         try:
             deliveries = []
-            for item in raw:
-                deliveries.extend(self._apply(_loads(item), failed))
-            extra: list[tuple] = [("LTRIM", self.inbox, len(raw), -1)]
+            for command in commands:
+                deliveries.extend(self._apply(command, failed))
+            extra: list[tuple] = [("LTRIM", self.inbox, len(commands), -1)]
             extra.extend(self._to_outboxes(deliveries))
             if failed:
                 extra.append(("RPUSH", self.errors, *failed))
@@ -427,34 +508,86 @@ class RelayOwner:
                 extra.append(("RPUSH", key, answer))
                 extra.append(("PEXPIRE", key, REPLY_TTL_MS))
             self.store.add_commands(extra)
+            self.store.release()  # the commit
+        except Exception as error:
+            if isinstance(error, StoreError):  # the owner goes; leave it consistent if we can
+                with contextlib.suppress(Exception):
+                    self._roll_back(journal, mark)
+                raise
+            self._roll_back(journal, mark)
+            return error
         finally:
             self._replies.clear()
+        self._committed(deliveries)
+        return None
+
+    def _roll_back(self, journal: Any, mark: int) -> None:
+        """Forget a step that was not committed: the store's records, the engine's state
+        (loaded again as last committed) and the journal events it recorded."""
+        if journal is not None:
+            journal.take_back(mark)
+        self.engine.reload()
+
+    def _set_aside(self, command: Any, error: BaseException) -> None:
+        """Take one command that fails alone off the inbox, into the errors list with its
+        reason (a caller waiting for its answer hears the same)."""
+        if isinstance(error, XumpError | _Unreadable):
+            reason = str(error)
+        else:
+            reason = f"the router could not apply it ({type(error).__name__}: {error})"
+            logger.warning("command set aside: %s", reason)
+        extra: list[tuple] = [
+            ("LTRIM", self.inbox, 1, -1),
+            ("RPUSH", self.errors, _failure(command, reason)),
+            ("LTRIM", self.errors, -self.errors_kept, -1),
+        ]
+        reply = command.get("reply")
+        if command.get("op") == "call" and _is_reply_key(reply, self.inbox):
+            answer = _encode({"error": "XumpError", "detail": reason})
+            extra.append(("RPUSH", reply, answer))
+            extra.append(("PEXPIRE", reply, REPLY_TTL_MS))
+        self.store.hold()
+        try:
+            self.store.add_commands(extra)
             self.store.release()
+        except Exception:
+            self.engine.reload()
+            raise
+
+    def _committed(self, deliveries: list[Delivery]) -> None:
+        """Called after each committed step with the deliveries it sent (a subclass may
+        note them)."""
 
     def expire(self) -> int:
         """Return deliveries unconfirmed for longer than the delivery timeout (their client
         may have died) to their queues; the redeliveries go to the outboxes in the same
         atomic step. How many were redelivered."""
         with self.engine._lock:
-            self.store.hold()
-            try:
-                deliveries = self.engine.expire(self.delivery_timeout)
-                self.store.add_commands(self._to_outboxes(deliveries))
-            finally:
-                self.store.release()
+            deliveries = self._whole(lambda: self.engine.expire(self.delivery_timeout))
         return len(deliveries)
 
     def resume(self) -> int:
         """Route what waits in every queue (after taking over a store), in one atomic step
         with the deliveries it causes; how many deliveries."""
         with self.engine._lock:
-            self.store.hold()
-            try:
-                deliveries = self.engine.resume()
-                self.store.add_commands(self._to_outboxes(deliveries))
-            finally:
-                self.store.release()
+            deliveries = self._whole(self.engine.resume)
         return len(deliveries)
+
+    def _whole(self, operation: Callable[[], list[Delivery]]) -> list[Delivery]:
+        """Run an engine operation and send its deliveries in one commit, or (it failed)
+        leave nothing of it and raise."""
+        journal = self.engine.journal
+        mark = len(journal) if journal is not None else 0
+        self.store.hold()
+        try:
+            deliveries = operation()
+            self.store.add_commands(self._to_outboxes(deliveries))
+            self.store.release()
+        except BaseException:
+            self._roll_back(journal, mark)
+            raise
+        self._committed(deliveries)
+        return deliveries
 
     def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
         out: dict[str, list[str]] = {}
@@ -462,25 +595,40 @@ class RelayOwner:
             out.setdefault(delivery.destination, []).append(_delivery_json(delivery))
         return [("RPUSH", self._outbox + dest, *items) for dest, items in out.items()]
 
-    def _apply(self, command: dict[str, Any], failed: list[str]) -> list[Delivery]:
-        """Run one command; what fails is noted in `failed` and changes nothing."""
+    def _apply(self, command: Any, failed: list[str]) -> list[Delivery]:
+        """Run one command; what the engine refuses (a XumpError: it changed nothing) or
+        what is not a well-formed command is noted in `failed`. Any other error raises:
+        the step is then rolled back (see `_step`)."""
         engine = self.engine
+        if isinstance(command, _Unreadable):
+            failed.append(_failure(command, str(command)))
+            return []
         op = command.get("op")
         try:
             if op == "publish":
-                messages = [_message_from(data) for data in command["messages"]]
-                return engine.publish_many(command["queue"], messages, keep_mids=True)
+                try:
+                    queue = command["queue"]
+                    messages = [_message_from(data) for data in command["messages"]]
+                except (KeyError, TypeError, ValueError, AttributeError) as error:
+                    raise errors.InvalidArgument(
+                        f"not a well-formed publish command ({type(error).__name__})"
+                    ) from None
+                return engine.publish_many(queue, messages, keep_mids=True)
             if op == "call":
                 return self._call(command)
             if op == "reject":
-                return engine.reject(command["tag"], requeue=bool(command.get("requeue", True)))
+                tag = command.get("tag")
+                return engine.reject(tag, requeue=bool(command.get("requeue", True)))  # type: ignore[arg-type]
             if op != "confirm":
-                raise XumpError(f"unknown relay command {op!r}")
-        except (XumpError, KeyError, TypeError, ValueError) as error:
+                raise XumpError(f"unknown relay command {op!r}"[:120])
+            tags = command.get("tags", [])
+            if not isinstance(tags, list):
+                raise errors.InvalidArgument("a confirm command's tags must be a list")
+        except XumpError as error:
             failed.append(_failure(command, error))
             return []
         deliveries: list[Delivery] = []
-        for tag in command.get("tags", []):  # one stale tag must not hold up the others
+        for tag in tags:  # one stale tag must not hold up the others
             try:
                 deliveries.extend(engine.confirm(tag))
             except XumpError as error:
@@ -489,8 +637,8 @@ class RelayOwner:
 
     def _call(self, command: dict[str, Any]) -> list[Delivery]:
         """Run a called operation; its answer (or error) goes to the caller's reply list."""
-        reply = command["reply"]
-        if not isinstance(reply, str) or not reply.startswith(self.inbox[: -len("inbox")]):
+        reply = command.get("reply")
+        if not _is_reply_key(reply, self.inbox):
             raise XumpError("a call's reply key must be one of this store's keys")
         method = self.calls.get(command.get("method"))  # type: ignore[arg-type]
         deliveries: list[Delivery] = []
@@ -506,9 +654,8 @@ class RelayOwner:
             answer = _encode({"error": type(error).__name__, "detail": str(error)})
         except TypeError as error:  # arguments that do not fit the operation
             answer = _encode({"error": "InvalidArgument", "detail": str(error)})
-        except Exception:  # a defect must not wedge the inbox: answer, log, go on
-            logger.exception("operation %r failed", command.get("method"))
-            answer = _encode({"error": "XumpError", "detail": "internal error; see the log"})
+        # any other error (a defect) fails the step, which is rolled back; the call is
+        # then set aside alone and its caller answered (see _step): never half applied
         self._replies.append((reply, answer))
         return deliveries
 
