@@ -357,41 +357,17 @@ def _is_reply_key(reply: Any, inbox: str) -> bool:
     return isinstance(reply, str) and reply.startswith(inbox[: -len("inbox")])
 
 
-_SUMMARY_FIELDS = ("op", "queue", "method", "tag", "tags", "requeue")
-
-
-def _summary(command: Any) -> dict[str, Any]:
-    """What the errors list keeps of a command: what it was and where to, never its
-    payload (bodies, headers, addresses may be hostile bytes or large)."""
-    if not isinstance(command, dict):
-        return {"op": None}
-    kept: dict[str, Any] = {}
-    for name in _SUMMARY_FIELDS:
-        value = command.get(name)
-        if value is None:
-            continue
-        if name == "tags" and isinstance(value, list):
-            value = [tag for tag in value[:20] if isinstance(tag, str)]
-        if isinstance(value, str):
-            value = value[:200]
-        elif not isinstance(value, bool | int | list):
-            continue
-        kept[name] = value
-    messages = command.get("messages")
-    if isinstance(messages, list):
-        kept["messages"] = len(messages)
-        kept["mids"] = [m.get("mid") for m in messages[:20] if isinstance(m, dict)
-                        and isinstance(m.get("mid"), str)]  # fmt: skip
-    return kept
-
-
 def _failure(command: Any, error: BaseException | str) -> str:
-    """An errors-list item: the command (summed up, see _summary), why it failed, when
-    (epoch seconds). Written with ensure_ascii, so any text in it can be stored."""
+    """An errors-list item: the command (kept whole, so what was accepted and then refused
+    can still be recovered; an unreadable item only by its kind), why it failed, when
+    (epoch seconds). The reason says what was wrong, never the offending bytes; json's
+    ensure_ascii makes any text storable."""
     reason = str(error)
     if len(reason) > 500:
         reason = reason[:500] + "..."
-    return json.dumps({"command": _summary(command), "error": reason, "at": time.time()})
+    if not isinstance(command, dict):
+        command = {"op": None, "unreadable": True}
+    return json.dumps({"command": command, "error": reason, "at": time.time()})
 
 
 def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) -> tuple:

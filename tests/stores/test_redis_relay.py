@@ -366,9 +366,8 @@ def test_a_hostile_command_in_the_inbox_is_set_aside_and_the_router_goes_on(shar
         assert raw.llen(relay.inbox) == 0
     refused = [json.loads(item) for item in raw.lrange(relay.errors, 0, -1)]
     assert "lone surrogate" in refused[0]["error"]
-    assert refused[0]["command"] == {"op": "publish", "queue": "q", "messages": 1,
-                                     "mids": ["raw-bad"]}  # fmt: skip
-    assert "\udfff" not in json.dumps(refused[0], ensure_ascii=False)  # no payload echoed
+    assert refused[0]["command"]["messages"][0]["mid"] == "raw-bad"  # kept, to recover
+    assert "\udfff" not in refused[0]["error"]  # the reason says what, not the bytes
     assert refused[1]["error"] == "a command in the inbox is not readable JSON"
 
 
@@ -403,7 +402,7 @@ def test_a_step_that_fails_half_way_is_rolled_back_and_only_its_culprit_set_asid
     answer = json.loads(raw.lpop(reply))
     assert answer["error"] == "XumpError" and "RuntimeError: defect" in answer["detail"]
     [refused] = [json.loads(item) for item in raw.lrange(relay.errors, 0, -1)]
-    assert refused["command"] == {"op": "call", "method": "broken"}
+    assert refused["command"]["method"] == "broken"
     assert raw.llen(relay.inbox) == 0
     # what Redis holds is what this process holds: a new owner sees the same
     relay.store.release_lease()
