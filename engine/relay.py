@@ -324,9 +324,14 @@ class RelayClient:
         tags = [d.tag if isinstance(d, Delivery) else d for d in deliveries]
         self._send({"op": "confirm", "tags": tags})
 
-    def reject(self, delivery: Delivery | str, requeue: bool = True) -> None:
+    def reject(
+        self, delivery: Delivery | str, requeue: bool = True, detail: str | None = None
+    ) -> None:
         tag = delivery.tag if isinstance(delivery, Delivery) else delivery
-        self._send({"op": "reject", "tag": tag, "requeue": requeue})
+        command: dict[str, Any] = {"op": "reject", "tag": tag, "requeue": requeue}
+        if detail is not None:
+            command["detail"] = detail
+        self._send(command)
 
     def deliveries(self, destination: str, count: int = 100, wait: float = 1.0) -> list[Delivery]:
         """Up to `count` deliveries for `destination`, oldest first; waits up to `wait`
@@ -593,8 +598,14 @@ class RelayOwner:
             if op == "call":
                 return self._call(command)
             if op == "reject":
-                tag = command.get("tag")
-                return engine.reject(tag, requeue=bool(command.get("requeue", True)))  # type: ignore[arg-type]
+                detail = command.get("detail")
+                if isinstance(detail, str) and len(detail) > 500:
+                    detail = detail[:500] + "..."
+                return engine.reject(
+                    command.get("tag"),  # type: ignore[arg-type]
+                    requeue=bool(command.get("requeue", True)),
+                    detail=detail if isinstance(detail, str) and detail else None,
+                )
             if op != "confirm":
                 raise XumpError(f"unknown relay command {op!r}"[:120])
             tags = command.get("tags", [])
