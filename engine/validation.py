@@ -49,10 +49,11 @@ def check_text(what: str, text: str) -> str:
 
 
 def _shown(name: str) -> str:
-    """A name as an error message may show it: short, escaped, never raw bytes."""
-    if len(name) > 40:
-        name = name[:40] + "..."
-    return ascii(name) if not name.isprintable() or not name.isascii() else repr(name)
+    """A name as an error message may show it: short, and only when every character of
+    it is printable (else only its length, so the message never carries hostile bytes)."""
+    if not name.isprintable() or _text_problem(name) is not None:
+        return f"of {len(name)} characters"
+    return repr(name[:40] + "..." if len(name) > 40 else name)
 
 
 def _bad_character(name: str) -> str | None:
