@@ -443,7 +443,9 @@ class RelayOwner:
         later stage cannot carry, a defect), nothing of it was committed; the commands are
         tried again in halves, down to the one that fails alone: that one is set aside in
         the errors list with its reason, the others are applied once each, in order. So no
-        single command can stop the router, whatever it holds."""
+        single command can stop the router, whatever it holds. A failed attempt costs a
+        reload of the engine's state from Redis: cheap for a rare failure, which is what
+        the checks at the door (engine/validation.py) leave."""
         commands: list[Any] = []
         for item in raw:
             try:
@@ -453,7 +455,19 @@ class RelayOwner:
             if not isinstance(command, dict | _Unreadable):
                 command = _Unreadable("a command in the inbox is not a JSON object")
             commands.append(command)
-        self._settle_part(commands)
+        # a call runs in a step of its own: a wiring change is saved in the catalog at
+        # once, so a step holding one must never need a retry (it would apply it twice)
+        part: list[Any] = []
+        for command in commands:
+            if command.get("op") != "call":
+                part.append(command)
+                continue
+            if part:
+                self._settle_part(part)
+                part = []
+            self._settle_part([command])
+        if part:
+            self._settle_part(part)
 
     def _settle_part(self, commands: list[Any]) -> None:
         failure = self._attempt(commands)
