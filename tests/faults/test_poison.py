@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import statistics
 import threading
 import time
@@ -230,3 +231,34 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
         f"{behind * 1000:.1f} ms"
     )
     assert worst < LATENCY_LIMIT
+
+
+def test_the_console_publish_form_refuses_hostile_headers_with_a_message(poison_service):
+    """The console's test publish is a door too: headers typed as `name: value` that no
+    later stage could carry are refused with a message on the queue page, never a 500, and
+    nothing is published."""
+    service = poison_service
+    queue = unique("console")
+    with service.client() as client:
+        assert client.post("/api/queues", json={"name": queue}).status_code == 201
+    with httpx.Client(base_url=service.url, follow_redirects=True, timeout=30) as browser:
+        form = browser.get("/admin/login/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+        browser.post(
+            "/admin/login/?next=/admin/",
+            data={"username": "admin", "password": "admin-password", "csrfmiddlewaretoken": csrf},
+        )
+        for typed, why in (
+            ("x: NaN", "not a finite number"),
+            ("x: 1e999", "not a finite number"),
+            ("x: 123456789012345678901234567890", "beyond 64 bits"),
+            ("x: " + "[" * 100_000 + "]" * 100_000, "Published message"),
+        ):
+            page = browser.post(f"/queues/{quote(queue, safe='')}/publish/", data={
+                "address": "a", "body": "b", "headers": typed,
+                "csrfmiddlewaretoken": browser.cookies["csrftoken"]})  # fmt: skip
+            assert page.status_code == 200, (typed[:40], page.status_code)
+            assert why in page.text, typed[:40]
+    with service.client() as client:
+        # only the last one, a string header (not a number), was published
+        assert client.get(f"/api/queues/{queue}/stats").json()["published"] == 1
