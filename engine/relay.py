@@ -36,6 +36,7 @@ then delivered again with `redelivered` set. At-least-once, as in SPEC §7.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import json
 import logging
@@ -504,8 +505,10 @@ class RelayOwner:
                 extra.append(("PEXPIRE", key, REPLY_TTL_MS))
             self.store.add_commands(extra)
             self.store.release()  # the commit
-        except Exception as error:
-            if isinstance(error, StoreError):  # the owner goes; leave it consistent if we can
+        except BaseException as error:
+            if isinstance(error, StoreError) or not isinstance(error, Exception):
+                # the store failed (or the process is stopping): not the commands' fault;
+                # leave this process consistent if we can and let the caller decide
                 with contextlib.suppress(Exception):
                     self._roll_back(journal, mark)
                 raise
@@ -529,7 +532,9 @@ class RelayOwner:
         if isinstance(error, XumpError | _Unreadable):
             reason = str(error)
         else:
-            reason = f"the router could not apply it ({type(error).__name__}: {error})"
+            # ASCII and short: an exception's text may quote what the command held
+            said = str(error).encode("ascii", "backslashreplace").decode()[:200]
+            reason = f"the router could not apply it ({type(error).__name__}: {said})"
             logger.warning("command set aside: %s", reason)
         extra: list[tuple] = [
             ("LTRIM", self.inbox, 1, -1),
@@ -545,8 +550,9 @@ class RelayOwner:
         try:
             self.store.add_commands(extra)
             self.store.release()
-        except Exception:
-            self.engine.reload()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.engine.reload()
             raise
 
     def _committed(self, deliveries: list[Delivery]) -> None:
@@ -649,12 +655,14 @@ class RelayOwner:
             arguments = command.get("args") or {}
             if not isinstance(arguments, dict):
                 raise errors.InvalidArgument("a call's arguments must be a JSON object")
+            try:  # arguments that do not fit the operation: before it runs
+                inspect.signature(method).bind(self.engine, **arguments)
+            except TypeError as error:
+                raise errors.InvalidArgument(str(error)) from None
             result, deliveries = method(self.engine, **arguments)
             answer = _encode({"result": result})
         except XumpError as error:
             answer = _encode({"error": type(error).__name__, "detail": str(error)})
-        except TypeError as error:  # arguments that do not fit the operation
-            answer = _encode({"error": "InvalidArgument", "detail": str(error)})
         # any other error (a defect) fails the step, which is rolled back; the call is
         # then set aside alone and its caller answered (see _step): never half applied
         self._replies.append((reply, answer))

@@ -31,6 +31,7 @@ Commands appended by other means are still seen within IDLE_LOOK seconds.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -336,6 +337,7 @@ class Router:
         if name not in operations.WIRING_CALLS:
             return function
 
+        @functools.wraps(function)  # its signature: the relay checks arguments against it
         def changing_wiring(engine: Engine, **arguments: Any) -> Any:
             self._wiring_changed = True
             return function(engine, **arguments)
