@@ -157,6 +157,24 @@ class Engine(Messaging):
         qrt.selectors[spec.id] = sel
         return sel
 
+    def reload(self) -> None:
+        """Throw away the in-memory state and load it again from the catalog and the
+        stores, as a new process would: for an owner whose batch of operations failed
+        half-way and was not committed (engine/relay.py). Redis stores give back their
+        state as last committed; RAM and SQL queues keep theirs as it is."""
+        with self._lock:
+            for store in self._stores.values():
+                reset = getattr(store, "reset", None)
+                if reset is not None:
+                    reset()
+            self._queues.clear()
+            self._targeted_by.clear()
+            self._pending.clear()
+            self._out = []
+            self._visited.clear()
+            self._nesting = 0
+            self._load_wiring()
+
     def resume(self) -> list[Delivery]:
         """Route every queue that holds unprocessed messages (after rebuilding from a
         catalog, or when credit was set without routing); returns the Deliveries."""

@@ -130,6 +130,14 @@ class EventJournal:
             self._dropped_since_drain = 0
             return batch
 
+    def peek(self) -> JournalBatch:
+        """The waiting events as `drain()` would return them, left in the journal: a
+        writer that may fail drains them (`drain(len(batch))`) once they are written."""
+        with self._lock:
+            return JournalBatch(
+                self.epoch, self._taken + 1, list(self.buffer), self._dropped_since_drain
+            )
+
     # -- called by the engine, under its lock ---------------------------------------------
     def enforce_capacity(self) -> None:
         """Drop the oldest events beyond `capacity` (one check per public call)."""

@@ -18,7 +18,7 @@ from engine.message import Delivery, Message
 from engine.router import SelectorRuntime
 from engine.routing import QueueRuntime, Routing, by_seq, dead_lettered
 from engine.stores.base import Entry
-from engine.validation import check_body, check_headers
+from engine.validation import check_body, check_envelope, check_headers, check_text
 
 
 def _parse_tag(tag: object) -> tuple[str, int]:
@@ -132,12 +132,7 @@ class Messaging(Routing):
     def _checked(self, message: object, keep_mid: bool = False) -> Message:
         if not isinstance(message, Message):
             raise InvalidArgument(f"publish takes a Message, not {type(message).__name__}")
-        if not isinstance(message.address, str):
-            raise InvalidArgument(f"address must be a string, not {message.address!r}")
-        if message.return_address is not None and not isinstance(message.return_address, str):
-            raise InvalidArgument(
-                f"return_address must be a string or None, not {message.return_address!r}"
-            )
+        check_envelope(message.address, message.return_address)
         headers = message.headers
         if headers is not EMPTY_HEADERS:
             headers = check_headers(headers)
@@ -203,15 +198,30 @@ class Messaging(Routing):
         self._credit_back(qrt, sel)
         self._processed(qrt, entry)
 
-    def reject(self, delivery: Delivery | str, requeue: bool = True) -> list[Delivery]:
-        """Give a delivery back: to the head of its queue (requeue) or to the dead letters."""
+    def reject(
+        self, delivery: Delivery | str, requeue: bool = True, *, detail: str | None = None
+    ) -> list[Delivery]:
+        """Give a delivery back: to the head of its queue (requeue) or to the dead letters.
+        `detail` (without requeue): why, as the dead letter's `x-detail` header (e.g. the
+        service could not encode the delivery for its subscriber)."""
         if not isinstance(requeue, bool):
             raise InvalidArgument(f"requeue must be True or False, not {requeue!r}")
+        if detail is not None:
+            if not isinstance(detail, str) or not detail:
+                raise InvalidArgument("detail must be a non-empty string or None")
+            check_text("detail", detail)
         with self._lock:
             qrt, sel, tag = self._outstanding(delivery)
-            return self._run(self._reject, qrt, sel, tag, requeue)
+            return self._run(self._reject, qrt, sel, tag, requeue, detail)
 
-    def _reject(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str, requeue: bool) -> None:
+    def _reject(
+        self,
+        qrt: QueueRuntime,
+        sel: SelectorRuntime,
+        tag: str,
+        requeue: bool,
+        detail: str | None = None,
+    ) -> None:
         entry = sel.state.outstanding.pop(tag)
         qrt.counters["rejected"] += 1
         journal = qrt.journal
@@ -232,7 +242,7 @@ class Messaging(Routing):
             self._give_back(qrt, sel, [entry])
         else:
             if not entry.replay:
-                self._dead_letter(qrt, entry, "rejected")
+                self._dead_letter(qrt, entry, "rejected", detail)
             self._credit_back(qrt, sel)
 
     def expire(self, older_than: float) -> list[Delivery]:

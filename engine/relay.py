@@ -35,6 +35,8 @@ then delivered again with `redelivered` set. At-least-once, as in SPEC §7.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import itertools
 import json
 import logging
@@ -57,6 +59,7 @@ from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.stores.redis import RedisStore
 from engine.stores.sql import mask_password
+from engine.validation import check_body, check_envelope, check_headers
 
 
 def relay_keys(store: str) -> tuple[str, str, str]:
@@ -280,6 +283,13 @@ class RelayClient:
         batch = []
         plain = True
         for message in messages:
+            # the door every service publish passes: what cannot be carried to the
+            # router, the outboxes and the WebSocket frames is refused here, not there
+            check_envelope(message.address, message.return_address)
+            if message.headers is not EMPTY_HEADERS:
+                check_headers(message.headers)
+            if type(message.body) is not bytes:
+                message = message._replace(body=check_body(message.body, 1 << 62))
             data = _message_json(message)
             data["mid"] = f"{self._mid_prefix}-{next(self._serials)}"
             batch.append(data)
@@ -315,9 +325,14 @@ class RelayClient:
         tags = [d.tag if isinstance(d, Delivery) else d for d in deliveries]
         self._send({"op": "confirm", "tags": tags})
 
-    def reject(self, delivery: Delivery | str, requeue: bool = True) -> None:
+    def reject(
+        self, delivery: Delivery | str, requeue: bool = True, detail: str | None = None
+    ) -> None:
         tag = delivery.tag if isinstance(delivery, Delivery) else delivery
-        self._send({"op": "reject", "tag": tag, "requeue": requeue})
+        command: dict[str, Any] = {"op": "reject", "tag": tag, "requeue": requeue}
+        if detail is not None:
+            command["detail"] = detail
+        self._send(command)
 
     def deliveries(self, destination: str, count: int = 100, wait: float = 1.0) -> list[Delivery]:
         """Up to `count` deliveries for `destination`, oldest first; waits up to `wait`
@@ -337,9 +352,28 @@ class RelayClient:
         self.client.close()
 
 
-def _failure(command: dict[str, Any], error: BaseException) -> str:
-    """An errors-list item: the command, why it failed, when (epoch seconds)."""
-    return json.dumps({"command": command, "error": str(error), "at": time.time()})
+class _Unreadable(Exception):
+    """An inbox item that is not a JSON object: set aside as it is."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return default
+
+
+def _is_reply_key(reply: Any, inbox: str) -> bool:
+    return isinstance(reply, str) and reply.startswith(inbox[: -len("inbox")])
+
+
+def _failure(command: Any, error: BaseException | str) -> str:
+    """An errors-list item: the command (kept whole, so what was accepted and then refused
+    can still be recovered; an unreadable item only by its kind), why it failed, when
+    (epoch seconds). The reason says what was wrong, never the offending bytes; json's
+    ensure_ascii makes any text storable."""
+    reason = str(error)
+    if len(reason) > 500:
+        reason = reason[:500] + "..."
+    if not isinstance(command, dict):
+        command = {"op": None, "unreadable": True}
+    return json.dumps({"command": command, "error": reason, "at": time.time()})
 
 
 def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) -> tuple:
@@ -404,13 +438,64 @@ class RelayOwner:
         return len(raw)
 
     def _step(self, raw: list[bytes]) -> None:
+        """Apply the commands at the head of the inbox, all or nothing (see `_attempt`).
+
+        When the step fails (any exception but the store's own StoreError: a value some
+        later stage cannot carry, a defect), nothing of it was committed; the commands are
+        tried again in halves, down to the one that fails alone: that one is set aside in
+        the errors list with its reason, the others are applied once each, in order. So no
+        single command can stop the router, whatever it holds. A failed attempt costs a
+        reload of the engine's state from Redis: cheap for a rare failure, which is what
+        the checks at the door (engine/validation.py) leave."""
+        commands: list[Any] = []
+        for item in raw:
+            try:
+                command = _loads(item)
+            except (ValueError, RecursionError, UnicodeDecodeError):
+                command = _Unreadable("a command in the inbox is not readable JSON")
+            if not isinstance(command, dict | _Unreadable):
+                command = _Unreadable("a command in the inbox is not a JSON object")
+            commands.append(command)
+        # a call runs in a step of its own: a wiring change is saved in the catalog at
+        # once, so a step holding one must never need a retry (it would apply it twice)
+        part: list[Any] = []
+        for command in commands:
+            if command.get("op") != "call":
+                part.append(command)
+                continue
+            if part:
+                self._settle_part(part)
+                part = []
+            self._settle_part([command])
+        if part:
+            self._settle_part(part)
+
+    def _settle_part(self, commands: list[Any]) -> None:
+        failure = self._attempt(commands)
+        if failure is None:
+            return
+        if len(commands) == 1:
+            self._set_aside(commands[0], failure)
+            return
+        half = len(commands) // 2
+        self._settle_part(commands[:half])
+        self._settle_part(commands[half:])
+
+    def _attempt(self, commands: list[Any]) -> BaseException | None:
+        """Apply `commands` (the head of the inbox) and take them off it in one atomic
+        step. None when that was committed; otherwise the error, and nothing of the
+        attempt is left: neither in Redis (never committed) nor in this process (the
+        engine reloads its state as last committed). StoreError (the store itself failed:
+        lease lost, Redis away) is raised: it is no command's fault."""
         failed: list[str] = []
+        journal = self.engine.journal
+        mark = len(journal) if journal is not None else 0
         self.store.hold()
         try:
             deliveries = []
-            for item in raw:
-                deliveries.extend(self._apply(_loads(item), failed))
-            extra: list[tuple] = [("LTRIM", self.inbox, len(raw), -1)]
+            for command in commands:
+                deliveries.extend(self._apply(command, failed))
+            extra: list[tuple] = [("LTRIM", self.inbox, len(commands), -1)]
             extra.extend(self._to_outboxes(deliveries))
             if failed:
                 extra.append(("RPUSH", self.errors, *failed))
@@ -419,34 +504,91 @@ class RelayOwner:
                 extra.append(("RPUSH", key, answer))
                 extra.append(("PEXPIRE", key, REPLY_TTL_MS))
             self.store.add_commands(extra)
+            self.store.release()  # the commit
+        except BaseException as error:
+            if isinstance(error, StoreError) or not isinstance(error, Exception):
+                # the store failed (or the process is stopping): not the commands' fault;
+                # leave this process consistent if we can and let the caller decide
+                with contextlib.suppress(Exception):
+                    self._roll_back(journal, mark)
+                raise
+            self._roll_back(journal, mark)
+            return error
         finally:
             self._replies.clear()
+        self._committed(deliveries)
+        return None
+
+    def _roll_back(self, journal: Any, mark: int) -> None:
+        """Forget a step that was not committed: the store's records, the engine's state
+        (loaded again as last committed) and the journal events it recorded."""
+        if journal is not None:
+            journal.take_back(mark)
+        self.engine.reload()
+
+    def _set_aside(self, command: Any, error: BaseException) -> None:
+        """Take one command that fails alone off the inbox, into the errors list with its
+        reason (a caller waiting for its answer hears the same)."""
+        if isinstance(error, XumpError | _Unreadable):
+            reason = str(error)
+        else:
+            # ASCII and short: an exception's text may quote what the command held
+            said = str(error).encode("ascii", "backslashreplace").decode()[:200]
+            reason = f"the router could not apply it ({type(error).__name__}: {said})"
+            logger.warning("command set aside: %s", reason)
+        extra: list[tuple] = [
+            ("LTRIM", self.inbox, 1, -1),
+            ("RPUSH", self.errors, _failure(command, reason)),
+            ("LTRIM", self.errors, -self.errors_kept, -1),
+        ]
+        reply = command.get("reply")
+        if command.get("op") == "call" and _is_reply_key(reply, self.inbox):
+            answer = _encode({"error": "XumpError", "detail": reason})
+            extra.append(("RPUSH", reply, answer))
+            extra.append(("PEXPIRE", reply, REPLY_TTL_MS))
+        self.store.hold()
+        try:
+            self.store.add_commands(extra)
             self.store.release()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.engine.reload()
+            raise
+
+    def _committed(self, deliveries: list[Delivery]) -> None:
+        """Called after each committed step with the deliveries it sent (a subclass may
+        note them)."""
 
     def expire(self) -> int:
         """Return deliveries unconfirmed for longer than the delivery timeout (their client
         may have died) to their queues; the redeliveries go to the outboxes in the same
         atomic step. How many were redelivered."""
         with self.engine._lock:
-            self.store.hold()
-            try:
-                deliveries = self.engine.expire(self.delivery_timeout)
-                self.store.add_commands(self._to_outboxes(deliveries))
-            finally:
-                self.store.release()
+            deliveries = self._whole(lambda: self.engine.expire(self.delivery_timeout))
         return len(deliveries)
 
     def resume(self) -> int:
         """Route what waits in every queue (after taking over a store), in one atomic step
         with the deliveries it causes; how many deliveries."""
         with self.engine._lock:
-            self.store.hold()
-            try:
-                deliveries = self.engine.resume()
-                self.store.add_commands(self._to_outboxes(deliveries))
-            finally:
-                self.store.release()
+            deliveries = self._whole(self.engine.resume)
         return len(deliveries)
+
+    def _whole(self, operation: Callable[[], list[Delivery]]) -> list[Delivery]:
+        """Run an engine operation and send its deliveries in one commit, or (it failed)
+        leave nothing of it and raise."""
+        journal = self.engine.journal
+        mark = len(journal) if journal is not None else 0
+        self.store.hold()
+        try:
+            deliveries = operation()
+            self.store.add_commands(self._to_outboxes(deliveries))
+            self.store.release()
+        except BaseException:
+            self._roll_back(journal, mark)
+            raise
+        self._committed(deliveries)
+        return deliveries
 
     def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
         out: dict[str, list[str]] = {}
@@ -454,25 +596,46 @@ class RelayOwner:
             out.setdefault(delivery.destination, []).append(_delivery_json(delivery))
         return [("RPUSH", self._outbox + dest, *items) for dest, items in out.items()]
 
-    def _apply(self, command: dict[str, Any], failed: list[str]) -> list[Delivery]:
-        """Run one command; what fails is noted in `failed` and changes nothing."""
+    def _apply(self, command: Any, failed: list[str]) -> list[Delivery]:
+        """Run one command; what the engine refuses (a XumpError: it changed nothing) or
+        what is not a well-formed command is noted in `failed`. Any other error raises:
+        the step is then rolled back (see `_step`)."""
         engine = self.engine
+        if isinstance(command, _Unreadable):
+            failed.append(_failure(command, str(command)))
+            return []
         op = command.get("op")
         try:
             if op == "publish":
-                messages = [_message_from(data) for data in command["messages"]]
-                return engine.publish_many(command["queue"], messages, keep_mids=True)
+                try:
+                    queue = command["queue"]
+                    messages = [_message_from(data) for data in command["messages"]]
+                except (KeyError, TypeError, ValueError, AttributeError) as error:
+                    raise errors.InvalidArgument(
+                        f"not a well-formed publish command ({type(error).__name__})"
+                    ) from None
+                return engine.publish_many(queue, messages, keep_mids=True)
             if op == "call":
                 return self._call(command)
             if op == "reject":
-                return engine.reject(command["tag"], requeue=bool(command.get("requeue", True)))
+                detail = command.get("detail")
+                if isinstance(detail, str) and len(detail) > 500:
+                    detail = detail[:500] + "..."
+                return engine.reject(
+                    command.get("tag"),  # type: ignore[arg-type]
+                    requeue=bool(command.get("requeue", True)),
+                    detail=detail if isinstance(detail, str) and detail else None,
+                )
             if op != "confirm":
-                raise XumpError(f"unknown relay command {op!r}")
-        except (XumpError, KeyError, TypeError, ValueError) as error:
+                raise XumpError(f"unknown relay command {op!r}"[:120])
+            tags = command.get("tags", [])
+            if not isinstance(tags, list):
+                raise errors.InvalidArgument("a confirm command's tags must be a list")
+        except XumpError as error:
             failed.append(_failure(command, error))
             return []
         deliveries: list[Delivery] = []
-        for tag in command.get("tags", []):  # one stale tag must not hold up the others
+        for tag in tags:  # one stale tag must not hold up the others
             try:
                 deliveries.extend(engine.confirm(tag))
             except XumpError as error:
@@ -481,8 +644,8 @@ class RelayOwner:
 
     def _call(self, command: dict[str, Any]) -> list[Delivery]:
         """Run a called operation; its answer (or error) goes to the caller's reply list."""
-        reply = command["reply"]
-        if not isinstance(reply, str) or not reply.startswith(self.inbox[: -len("inbox")]):
+        reply = command.get("reply")
+        if not _is_reply_key(reply, self.inbox):
             raise XumpError("a call's reply key must be one of this store's keys")
         method = self.calls.get(command.get("method"))  # type: ignore[arg-type]
         deliveries: list[Delivery] = []
@@ -492,15 +655,16 @@ class RelayOwner:
             arguments = command.get("args") or {}
             if not isinstance(arguments, dict):
                 raise errors.InvalidArgument("a call's arguments must be a JSON object")
+            try:  # arguments that do not fit the operation: before it runs
+                inspect.signature(method).bind(self.engine, **arguments)
+            except TypeError as error:
+                raise errors.InvalidArgument(str(error)) from None
             result, deliveries = method(self.engine, **arguments)
             answer = _encode({"result": result})
         except XumpError as error:
             answer = _encode({"error": type(error).__name__, "detail": str(error)})
-        except TypeError as error:  # arguments that do not fit the operation
-            answer = _encode({"error": "InvalidArgument", "detail": str(error)})
-        except Exception:  # a defect must not wedge the inbox: answer, log, go on
-            logger.exception("operation %r failed", command.get("method"))
-            answer = _encode({"error": "XumpError", "detail": "internal error; see the log"})
+        # any other error (a defect) fails the step, which is rolled back; the call is
+        # then set aside alone and its caller answered (see _step): never half applied
         self._replies.append((reply, answer))
         return deliveries
 

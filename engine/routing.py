@@ -361,7 +361,9 @@ class Routing:
         self._dead_letter(qrt, Entry(0, message, origin), "overflow")
         return None
 
-    def _dead_letter(self, qrt: QueueRuntime, entry: Entry, reason: str) -> None:
+    def _dead_letter(
+        self, qrt: QueueRuntime, entry: Entry, reason: str, detail: str | None = None
+    ) -> None:
         """Send `entry` to `qrt`'s dead-letter queue, or drop it; either way it leaves."""
         target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
         journal = qrt.journal
@@ -387,7 +389,7 @@ class Routing:
                 )
             self._visited.add((entry.message.mid, target.name))
             qrt.counters["dead_lettered"] += 1
-            self._arrive(target, dead_lettered(entry.message, reason, qrt.name), None)
+            self._arrive(target, dead_lettered(entry.message, reason, qrt.name, detail), None)
         self._settle(entry.origin)
 
     def _processed(self, qrt: QueueRuntime, entry: Entry) -> None:
@@ -471,9 +473,13 @@ def _bounced(message: Message) -> Message:
     return _rewritten(message, address, {"x-original-address": message.address})
 
 
-def dead_lettered(message: Message, reason: str, queue: str) -> Message:
-    """A dead letter says why and where from, so it can be sent back."""
-    return _rewritten(message, message.address, {"x-reason": reason, "x-original-queue": queue})
+def dead_lettered(message: Message, reason: str, queue: str, detail: str | None = None) -> Message:
+    """A dead letter says why and where from, so it can be sent back; `detail` (header
+    `x-detail`) says more when there is more to say."""
+    extra = {"x-reason": reason, "x-original-queue": queue}
+    if detail is not None:
+        extra["x-detail"] = detail
+    return _rewritten(message, message.address, extra)
 
 
 def _rewritten(message: Message, address: str, extra: dict[str, str]) -> Message:

@@ -7,6 +7,7 @@ engine changes any state.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import isfinite
 from types import MappingProxyType
 
 from engine.errors import InvalidArgument, InvalidName, MessageTooLarge
@@ -20,6 +21,43 @@ DEFAULT_MAX_BODY = 8 * 1024 * 1024
 # 32-bit integer columns (xumpweb/wiring/models.py); a seq is a 64-bit integer in every store
 MAX_WIRING = 2**31 - 1
 MAX_SEQ = 2**63 - 1
+MAX_HEADERS = 1000  # headers on one message
+# integer header values must fit 64 bits: what every JSON writer on the way (orjson in the
+# relay and the WebSocket frames) and most readers can carry exactly
+MIN_INT, MAX_INT = -(2**63), 2**64 - 1
+
+
+def _text_problem(text: str) -> str | None:
+    """Why `text` cannot be carried as UTF-8 (a lone surrogate), or None. Says where and
+    which code point, never the text itself: error messages are shown to people and kept
+    in the refused-commands list."""
+    if text.isascii():  # the common case, in C
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return (
+            f"holds a lone surrogate (U+{ord(text[error.start]):04X}) at index {error.start}; "
+            "text must be valid Unicode (UTF-8 encodable)"
+        )
+    return None
+
+
+def check_text(what: str, text: str) -> str:
+    """Text that every later stage (JSON, Redis, WebSocket frames) can carry."""
+    if not text.isascii():
+        problem = _text_problem(text)
+        if problem is not None:
+            raise InvalidArgument(f"{what} {problem}")
+    return text
+
+
+def _shown(name: str) -> str:
+    """A name as an error message may show it: short, and only when every character of
+    it is printable (else only its length, so the message never carries hostile bytes)."""
+    if not name.isprintable() or _text_problem(name) is not None:
+        return f"of {len(name)} characters"
+    return repr(name[:40] + "..." if len(name) > 40 else name)
 
 
 def _bad_character(name: str) -> str | None:
@@ -51,15 +89,39 @@ def check_name(kind: str, name: object, *, allow_reserved: bool = False) -> str:
 
 def check_header_name(name: object) -> str:
     if not isinstance(name, str) or not name:
-        raise InvalidArgument(f"header name must be a non-empty string, not {name!r}")
+        raise InvalidArgument(
+            f"header name must be a non-empty string, not {type(name).__name__}"
+            if not isinstance(name, str)
+            else "header name must be a non-empty string"
+        )
     if len(name) > MAX_NAME:
-        raise InvalidArgument(f"header name {name[:40]!r}... is longer than {MAX_NAME} characters")
+        raise InvalidArgument(f"header name {_shown(name)} is longer than {MAX_NAME} characters")
     first = name[0]
     if not (first.isalpha() or first == "_"):
-        raise InvalidArgument(f"header name {name!r} must start with a letter or '_'")
+        raise InvalidArgument(f"header name {_shown(name)} must start with a letter or '_'")
     if _bad_character(name) is not None:
-        raise InvalidArgument(f"header name {name!r} contains whitespace or control characters")
+        raise InvalidArgument(
+            f"header name {_shown(name)} contains whitespace or control characters"
+        )
+    problem = _text_problem(name)
+    if problem is not None:
+        raise InvalidArgument(f"header name {_shown(name)} {problem}")
     return name
+
+
+def _header_value_problem(value: object) -> str | None:
+    """Why a header value cannot be carried everywhere (JSON, orjson, Redis), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return _text_problem(value)
+    if isinstance(value, int):
+        if MIN_INT <= value <= MAX_INT:
+            return None
+        return "is an integer beyond 64 bits; send it as a string"
+    if isinstance(value, float):
+        return None if isfinite(value) else "is not a finite number"
+    return f"has a {type(value).__name__} value; header values must be str, int, float or bool"
 
 
 def check_headers(headers: object) -> Mapping[str, HeaderValue]:
@@ -68,14 +130,14 @@ def check_headers(headers: object) -> Mapping[str, HeaderValue]:
         return EMPTY_HEADERS
     if not isinstance(headers, Mapping):
         raise InvalidArgument(f"headers must be a mapping, not {type(headers).__name__}")
+    if len(headers) > MAX_HEADERS:
+        raise InvalidArgument(f"a message has {len(headers)} headers; the limit is {MAX_HEADERS}")
     checked: dict[str, HeaderValue] = {}
     for name, value in headers.items():
         check_header_name(name)
-        if not isinstance(value, str | int | float | bool):
-            raise InvalidArgument(
-                f"header {name!r} has a {type(value).__name__} value; header values must be "
-                "str, int, float or bool"
-            )
+        problem = _header_value_problem(value)
+        if problem is not None:
+            raise InvalidArgument(f"header {_shown(name)} {problem}")
         checked[name] = value
     return MappingProxyType(checked) if checked else EMPTY_HEADERS
 
@@ -84,7 +146,10 @@ def check_body(body: object, max_body: int) -> bytes:
     if isinstance(body, bytes):
         data = body
     elif isinstance(body, str):
-        data = body.encode("utf-8")
+        try:
+            data = body.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"message body {_text_problem(body)}") from None
     elif isinstance(body, bytearray | memoryview):
         data = bytes(body)
     else:
@@ -108,3 +173,18 @@ def check_optional_count(
     what: str, value: object, *, minimum: int, maximum: int | None = None
 ) -> int | None:
     return None if value is None else check_count(what, value, minimum=minimum, maximum=maximum)
+
+
+def check_envelope(address: object, return_address: object) -> None:
+    """A message's address and return address: text every later stage can carry."""
+    if not isinstance(address, str):
+        raise InvalidArgument(f"address must be a string, not {type(address).__name__}")
+    if not address.isascii():
+        check_text("address", address)
+    if return_address is not None:
+        if not isinstance(return_address, str):
+            raise InvalidArgument(
+                f"return_address must be a string or None, not {type(return_address).__name__}"
+            )
+        if not return_address.isascii():
+            check_text("return_address", return_address)

@@ -31,6 +31,7 @@ Commands appended by other means are still seen within IDLE_LOOK seconds.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -267,6 +268,7 @@ class _Owner(RelayOwner):
     recent: deque
     journal_key: str
     journal_limit: int
+    _journaled = 0  # journal events the current step writes (drained once committed)
 
     def run_once(self, limit: int = 500) -> int:
         """RelayOwner.run_once without its lease renewal at every empty look: Router.drain
@@ -282,6 +284,22 @@ class _Owner(RelayOwner):
             self.store.renew_lease()
 
     def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
+        commands = super()._to_outboxes(deliveries)
+        # called once per step, after the step's engine calls, inside its atomic commit;
+        # the events stay in the journal until the commit succeeded (_committed): a step
+        # that fails is rolled back with its events (engine/relay.py)
+        journal = self.engine.journal
+        self._journaled = 0
+        if journal is not None and len(journal):
+            batch = journal.peek()
+            commands.extend(append_commands(self.journal_key, batch, self.journal_limit))
+            self._journaled = len(batch)
+        return commands
+
+    def _committed(self, deliveries: list[Delivery]) -> None:
+        if self._journaled:
+            self.engine.journal.drain(self._journaled)  # type: ignore[union-attr]
+            self._journaled = 0
         now = time.time()
         for delivery in deliveries[-RECENT:]:
             self.recent.append({
@@ -289,12 +307,6 @@ class _Owner(RelayOwner):
                 "destination": delivery.destination, "mid": delivery.message.mid,
                 "address": delivery.message.address, "redelivered": delivery.redelivered,
             })  # fmt: skip
-        commands = super()._to_outboxes(deliveries)
-        # called once per step, after the step's engine calls, inside its atomic commit
-        journal = self.engine.journal
-        if journal is not None and len(journal):
-            commands.extend(append_commands(self.journal_key, journal.drain(), self.journal_limit))
-        return commands
 
 
 class Router:
@@ -325,6 +337,7 @@ class Router:
         if name not in operations.WIRING_CALLS:
             return function
 
+        @functools.wraps(function)  # its signature: the relay checks arguments against it
         def changing_wiring(engine: Engine, **arguments: Any) -> Any:
             self._wiring_changed = True
             return function(engine, **arguments)

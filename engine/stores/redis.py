@@ -305,6 +305,19 @@ class RedisStore(JournaledStore):
         """Nothing to discard: what was recorded between operations (a new selector's
         credit) is written with the next commit."""
 
+    def reset(self) -> None:
+        """Forget every record not yet committed and every queue state loaded: a queue
+        opened again loads its state as the last commit left it, as a new owner would.
+        The relay's rollback of a step that failed (relay.py); the lease is kept."""
+        self._holding = 0
+        self.dirty.clear()
+        self._queues.clear()
+        self._commands, self._writes, self._deletes = [], {}, []
+        self._lists, self._credits = [], {}
+        self._refs.clear()
+        self._foreign.clear()
+        self._registered.clear()
+
     def add_commands(self, commands: list[tuple]) -> None:
         """Redis commands to apply in the same atomic step as the next commit (the relay
         uses it to take commands off an inbox and put deliveries in an outbox)."""

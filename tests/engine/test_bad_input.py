@@ -162,6 +162,40 @@ def test_headers_with_bad_names_or_non_scalar_values_are_refused(
     refused(wired, InvalidArgument, wired.publish, "orders", Message(headers=headers))
 
 
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        (Message(address="a\udfff"), "address holds a lone surrogate (U+DFFF) at index 1"),
+        (Message(return_address="\ud800x"), "return_address holds a lone surrogate"),
+        (Message(body="text \udfff"), "message body holds a lone surrogate"),
+        (Message(headers={"h": "\udfff"}), "header 'h' holds a lone surrogate"),
+        (Message(headers={"h\udfff": 1}), "header name of 2 characters contains"),
+        (Message(headers={"h": float("nan")}), "header 'h' is not a finite number"),
+        (Message(headers={"h": float("inf")}), "header 'h' is not a finite number"),
+        (Message(headers={"h": -float("inf")}), "header 'h' is not a finite number"),
+        (Message(headers={"h": 2**64}), "header 'h' is an integer beyond 64 bits"),
+        (Message(headers={"h": -(2**63) - 1}), "beyond 64 bits"),
+        (Message(headers={f"h{n}": n for n in range(1001)}), "1001 headers; the limit is 1000"),
+    ],
+    ids=["address", "return-address", "text-body", "header-value", "header-name", "nan",
+         "infinity", "minus-infinity", "above-64-bits", "below-64-bits", "1001-headers"],
+)  # fmt: skip
+def test_values_no_later_stage_could_carry_are_refused_without_echoing_them(
+    refused, wired: Engine, message: Message, why: str
+) -> None:
+    """Issue 12: what JSON, Redis or a WebSocket frame cannot carry is refused at publish,
+    and the reason says what is wrong without repeating the bytes."""
+    error = refused(wired, InvalidArgument, wired.publish, "orders", message)
+    assert why in str(error)
+    assert not any("\ud800" <= c <= "\udfff" for c in str(error))
+
+
+def test_values_at_the_edge_of_what_json_carries_are_accepted(wired: Engine) -> None:
+    headers = {"u64": 2**64 - 1, "i64": -(2**63), "tiny": 5e-324, "big": 1.7e308, "t": "✓"}
+    wired.publish("orders", Message(address="é.✓", headers=headers, body="ünïcode"))
+    assert wired.stats("orders")["published"] == 2
+
+
 def test_headers_that_are_not_a_mapping_are_refused(refused, wired: Engine) -> None:
     refused(wired, InvalidArgument, wired.publish, "orders", Message(headers=[("a", 1)]))
 

@@ -5,6 +5,7 @@ and changes nothing."""
 from __future__ import annotations
 
 import base64
+import json
 
 import httpx
 import pytest
@@ -12,6 +13,11 @@ import pytest
 from tests.web.conftest import unique
 
 OVERSIZED = base64.b64encode(b"x" * (1024 * 1024 + 1)).decode()
+# values no later stage could carry (issue 12): refused at the door
+HOSTILE = ({"address": "a\udfff"}, {"return_address": "\udfff"}, {"body": "\udfff"},
+           {"headers": {"x": float("nan")}}, {"headers": {"x": float("inf")}},
+           {"headers": {"x": 2**64}}, {"headers": {"x": "\udfff"}}, {"headers": {"x\udfff": 1}},
+           {"json": [float("nan")]})  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +147,15 @@ def test_every_endpoint_refuses_bad_input_and_changes_nothing(service, world) ->
             answer = admin.post(f"/api/queues/{queue}/publish-batch", json=batch)
             assert_error(answer, 400)
             assert "messages[1]" in answer.json()["detail"]
+        # values no later stage could carry: written by hand (clients refuse to write them)
+        for message in HOSTILE:
+            raw = json.dumps(message).encode()  # NaN, Infinity, \udfff escapes
+            batch = b'{"messages": [{"body": "fine"}, ' + raw + b"]}"
+            for path, content in (("publish", raw), ("publish-batch", batch)):
+                answer = admin.post(f"/api/queues/{queue}/{path}", content=content,
+                                    headers={"Content-Type": "application/json"})  # fmt: skip
+                assert_error(answer, 400)
+                assert "\\udfff" not in answer.text.lower()  # the reason, not the bytes
         # bad selector expressions, with the column
         for settings in ({"when": "filter", "filter": "n > > 1", "action": "delete"},
                          {"when": "filter", "filter": "n IN ()", "action": "delete"}):  # fmt: skip

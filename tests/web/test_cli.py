@@ -112,11 +112,18 @@ def bad_batch(tmp_path_factory):
         (("publish", "no-such-queue", "x"), "queue 'no-such-queue' does not exist"),
         (("publish", "q", "x", "-H", "1bad=2"), "must start with a letter"),
         (("publish", "{queue}", "--file", "{bad_batch}"), "line 2: body must be a string"),
+        (("publish", "{queue}", "x", "-H", "h=NaN"), "header 'h' is not a finite number"),
+        (("publish", "{queue}", "--file", "{deep_batch}"), "line 1: not valid JSON"),
     ],
+    ids=["no-queue", "bad-header-name", "bad-line", "nan-header", "deep-json-line"],
 )
 def test_errors_are_one_line_and_exit_status_1(xump, relay, bad_batch, args, says):
     queue = wolfpack(relay, unique("w"))
-    failed = xump(*(arg.format(queue=queue, bad_batch=bad_batch) for arg in args))
+    deep_batch = bad_batch.replace("bad.jsonl", "deep.jsonl")
+    with open(deep_batch, "w") as deep:
+        deep.write('{"json": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    failed = xump(*(arg.format(queue=queue, bad_batch=bad_batch, deep_batch=deep_batch)
+                    for arg in args))  # fmt: skip
     assert failed.returncode == 1
     assert failed.stderr.startswith("xump: error: ")
     assert says in failed.stderr

@@ -336,6 +336,36 @@ def test_reject_without_requeue_dead_letters_and_with_requeue_redelivers(service
     assert letter["headers"]["x-original-queue"] == queue
 
 
+def test_a_delivery_no_frame_can_carry_is_dead_lettered_with_its_reason_and_the_rest_flow(
+    service, xump
+):
+    """Issue 12: a NaN header (data older than the publish checks) killed the subscriber's
+    pump with no error frame, and what it had taken waited for the delivery timeout. The
+    pump now rejects such a delivery to the dead letters, saying why, and goes on."""
+    queue, destination, dead = unique(), unique("d"), unique("dlq")
+    xump.call("queue_create", name=dead)
+    xump.deliver(queue, destination, dead_letter=dead)
+    outbox = redis.Redis.from_url(service.env["XUMP_REDIS_URL"])
+    key = f"xump:{{{xump.store}}}:outbox:{destination}"
+    xump.publish(queue, ["poisoned"])
+    assert wait_for(lambda: outbox.llen(key) == 1)
+    item = json.loads(outbox.lindex(key, 0))  # as an older router could have written it
+    item["message"]["headers"] = {"x": float("nan"), "y": "ok"}
+    outbox.lset(key, 0, json.dumps(item))
+    xump.publish(queue, ["after"])
+    assert wait_for(lambda: outbox.llen(key) == 2)
+    with subscribe(service, destination) as socket:
+        send(socket, {"type": "credit", "n": 10})
+        [after] = take(socket, 1)
+        assert after["message"]["body"] == "after"
+        send(socket, {"type": "ack", "tag": after["tag"]})
+        assert silent(socket, 0.3)
+    [letter] = wait_for(lambda: xump.waiting(dead))
+    assert letter["body"] == "poisoned" and letter["headers"]["x-reason"] == "rejected"
+    assert "header 'x' is not a finite number" in letter["headers"]["x-detail"]
+    assert wait_for(lambda: xump.stats(queue)["confirmed"] == 1)
+
+
 # -- bad frames -------------------------------------------------------------------------------
 BAD_FRAMES = [
     ("not json", "bad_json"),

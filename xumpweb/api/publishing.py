@@ -23,14 +23,15 @@ from django.conf import settings
 from engine import Message
 from engine.errors import InvalidArgument, MessageTooLarge
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
-from engine.validation import check_headers
+from engine.validation import check_envelope, check_headers
 from xumpweb.api.jsonbody import read_json
 from xumpweb.runtime import Service
 
 MAX_BATCH = 10_000
 MESSAGE_KEYS = frozenset({"address", "headers", "body", "body_base64", "json", "return_address"})
 BODY_KEYS = ("body", "body_base64", "json")
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# allow_nan=False: a `json` body must be JSON that any reader takes (no NaN, Infinity)
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 def message_from(data: Any, max_body: int, where: str = "") -> Message:
@@ -46,6 +47,10 @@ def message_from(data: Any, max_body: int, where: str = "") -> Message:
     return_address = data.get("return_address")
     if return_address is not None and type(return_address) is not str:
         raise InvalidArgument(f"{where}return_address must be a string or null")
+    try:
+        check_envelope(address, return_address)
+    except InvalidArgument as error:
+        raise InvalidArgument(f"{where}{error}") from None
     headers = data.get("headers")
     if headers:
         if type(headers) is not dict:
@@ -88,7 +93,16 @@ def _body(data: dict[str, Any], where: str) -> bytes:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidArgument(f"{where}body_base64 is not valid base64") from None
-    return _compact(value).encode("utf-8")
+    try:
+        return _compact(value).encode("utf-8")
+    except ValueError:
+        raise InvalidArgument(
+            f"{where}json holds NaN or Infinity, which JSON cannot carry"
+        ) from None
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{where}json holds text that is not valid Unicode") from None
+    except RecursionError:
+        raise InvalidArgument(f"{where}json is nested too deeply") from None
 
 
 def messages_from(payload: Any) -> list[Message]:
@@ -113,6 +127,7 @@ def messages_from(payload: Any) -> list[Message]:
             and len(data) <= 2
             and type(data.get("body")) is str
             and type(data.get("address", "")) is str
+            and data.get("address", "").isascii()
             and len(data["body"]) <= max_body // 4
             and (len(data) == 1 or "address" in data)
         ):

@@ -142,7 +142,7 @@ def parse_header_lines(text: str) -> dict[str, Any]:
                 number_value = json.loads(value)
                 if isinstance(number_value, int | float) and not isinstance(number_value, bool):
                     typed = number_value
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested too deeply to read
                 pass
         headers[name.strip()] = typed
     return headers

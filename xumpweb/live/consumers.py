@@ -45,7 +45,7 @@ from engine.errors import InvalidName
 from engine.validation import check_name
 from xumpweb import access
 from xumpweb.live import monitor
-from xumpweb.live.frames import delivery_frame, encode
+from xumpweb.live.frames import Undeliverable, delivery_frame, encode
 from xumpweb.live.security import (
     find_token,
     query_number,
@@ -368,12 +368,29 @@ class SubscribeConsumer(LiveSocket):
                 self.popping = False
             if not popped:
                 continue
-            frames = [delivery_frame(raw) for raw in popped[1]]
-            for frame in frames:
+            frames = []
+            for raw in popped[1]:
+                try:
+                    frame = delivery_frame(raw)
+                except Undeliverable as problem:
+                    await self._set_aside(problem)
+                    continue
+                frames.append(frame)
                 self.unsettled[frame["tag"]] = None
             self.credit -= len(frames)
             if self.stopping or not await self._send_deliveries(frames):
                 return
+
+    async def _set_aside(self, problem: Undeliverable) -> None:
+        """A delivery no frame can carry goes to the dead letters with the reason (reject
+        without requeue, `x-detail`), never to the client, never held: the pump goes on."""
+        logger.warning("delivery for %r set aside: %s", self.destination, problem.reason)
+        if problem.tag is None:
+            return  # nothing to settle by: not an item the router wrote
+        await self._flush_acks()  # the router sees settlements in the client's order
+        await self._send_commands(
+            [{"op": "reject", "tag": problem.tag, "requeue": False, "detail": problem.reason}]
+        )
 
     async def _send_deliveries(self, frames: list[dict[str, Any]]) -> bool:
         batch = self.batch

@@ -172,8 +172,8 @@ class Command(BaseCommand):
                 try:
                     data = json.loads(line)
                     batch.append(message_from(data, settings.XUMP_MAX_BODY))
-                except (ValueError, XumpError) as error:
-                    why = "not valid JSON" if isinstance(error, ValueError) else str(error)
+                except (ValueError, RecursionError, XumpError) as error:
+                    why = str(error) if isinstance(error, XumpError) else "not valid JSON"
                     done = f" ({sent} messages before it were published)" if sent else ""
                     raise Failed(f"{name}, line {number}: {why}{done}") from None
                 if len(batch) >= options["batch"]:
@@ -367,7 +367,7 @@ def _headers(pairs: list[str]) -> dict[str, Any]:
             raise Failed(f"header {pair!r} is not NAME=VALUE")
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply to read
             value = text
         if not isinstance(value, str | int | float | bool):
             value = text
