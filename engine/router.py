@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.catalog import SelectorSpec
-from engine.matching import new_index
+from engine.matching import check_pattern, new_index
 from engine.message import Message
 
 if TYPE_CHECKING:
@@ -68,6 +68,12 @@ class SelectorRuntime:
         self.is_copy = self.action == "copy"
         self.matches = matches
 
+    def when_matcher(self) -> Callable[[Message], bool]:
+        """Whether a message meets this selector's WHEN on its own (see `when_matcher`);
+        DEFAULT and OVERFLOW, which depend on the other selectors, say always."""
+        spec = self.spec
+        return when_matcher(spec.match if spec.when == "match" else None, self.matches)
+
     def resolve(self, target_queue: Any) -> None:
         """Point at the target queue's runtime (None when it does not exist)."""
         self.target_queue = target_queue
@@ -81,6 +87,34 @@ def header_text(value: object) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def when_matcher(
+    match: tuple[str, str, str] | None, matches: Callable[[Message], bool] | None
+) -> Callable[[Message], bool]:
+    """Whether one message meets a WHEN made of a MATCH (operator, pattern, field) and/or a
+    compiled filter, decided as the router decides it (the same index, the same header
+    text); neither given means always. For what looks at one selector alone: the replay of
+    history (rule 13) and the console's preview. InvalidSelector for a bad pattern."""
+    if match is None:
+        return matches if matches is not None else _always
+    operator, pattern, field = match
+    check_pattern(operator, pattern)
+    index = new_index(operator)
+    index.add(pattern, True)
+    lookup = index.match
+
+    def meets(message: Message) -> bool:
+        key = message.address if field == "address" else header_text(message.headers.get(field))
+        if key is None or not lookup(key):
+            return False
+        return matches is None or matches(message)
+
+    return meets
+
+
+def _always(message: Message) -> bool:
+    return True
 
 
 class Router:

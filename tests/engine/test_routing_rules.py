@@ -347,6 +347,43 @@ def test_start_at_a_seq_replays_history_from_there(eng: Engine) -> None:
     assert eng.queue_fetch("q").history_size == 5
 
 
+def test_a_late_selector_replays_only_the_history_its_when_selects(eng: Engine) -> None:
+    """Rule 13: the replay runs the selector's own WHEN (filter, match, both) and DO."""
+    eng.queue_create("src", history=100)
+    eng.queue_create("dst")
+    eng.selector_create("src").when_always().do_delete().enable()
+    for priority, address in ((1, "a.x"), (9, "b.x"), (3, "a.y"), (7, "a.z")):
+        eng.publish("src", Message(address=address, headers={"priority": priority}))
+    high = eng.selector_create("src").when_filter("priority > 5").do_copy("dst")
+    assert high.start_at("head").enable() == []
+    assert [m.headers["priority"] for m in eng.peek("dst")] == [9, 7]
+    topic = deliver(eng, "src", "app").when_match("topic", "a.*").start_at("head")
+    assert [d.message.address for d in topic.enable()] == ["a.x", "a.y", "a.z"]
+    both = deliver(eng, "src", "both").when_match("prefix", "a.").when_filter("priority > 2")
+    assert [d.message.address for d in both.start_at("head").enable()] == ["a.y", "a.z"]
+    on_header = deliver(eng, "src", "header").when_match("eq", "9", field="priority")
+    assert [d.message.address for d in on_header.start_at("head").enable()] == ["b.x"]
+    assert eng.queue_fetch("src").history_size == 4  # history is not altered
+
+
+def test_a_late_selector_with_little_credit_replays_matches_only(eng: Engine) -> None:
+    """Non-matching history costs no credit; the replay resumes as credit comes back."""
+    eng.queue_create("src", history=100)
+    eng.selector_create("src").when_always().do_delete().enable()
+    eng.publish_many(
+        "src", [Message(body=str(n).encode(), headers={"even": n % 2 == 0}) for n in range(10)]
+    )
+    late = deliver(eng, "src", "app", credit=2).when_filter("even = TRUE").start_at("head")
+    got = late.enable()
+    assert bodies(got) == [b"0", b"2"]
+    while got:
+        more = eng.confirm(got.pop(0))
+        got.extend(more)
+        if more:
+            assert bodies(more)[0] in (b"4", b"6", b"8")
+    assert eng.stats("src")["confirmed"] == 5
+
+
 # -- rule 14: unknown queues --------------------------------------------------------------
 def test_publish_to_unknown_queue_goes_to_engine_dead_letter(eng_dlq: Engine) -> None:
     eng_dlq.publish("nowhere", Message(body=b"lost"))
