@@ -29,6 +29,7 @@ class SelectorRuntime:
 
     __slots__ = (
         "action",
+        "held",
         "id",
         "is_copy",
         "matches",
@@ -55,7 +56,9 @@ class SelectorRuntime:
         self.matches: Callable[[Message], bool] | None = None  # compiled filter, if any
         # the runtime of the target queue for COPY/MOVE/BOUNCE; None while it does not exist
         self.target_queue: Any = None
-        self.ready = True  # False for a COPY/MOVE/BOUNCE whose target queue is missing
+        # False for a COPY/MOVE/BOUNCE whose target queue is missing, or while held
+        self.ready = True
+        self.held = False  # takes nothing for now (its target's destination is away)
         self.registered: tuple | None = None  # where the router holds it
         self.replay_next: int | None = None  # next history seq to replay (start_at)
         self.replay_end = 0
@@ -77,7 +80,14 @@ class SelectorRuntime:
     def resolve(self, target_queue: Any) -> None:
         """Point at the target queue's runtime (None when it does not exist)."""
         self.target_queue = target_queue
-        self.ready = target_queue is not None or self.action not in QUEUE_ACTIONS
+        self.ready = not self.held and (
+            target_queue is not None or self.action not in QUEUE_ACTIONS
+        )
+
+    def hold(self, held: bool) -> None:
+        """Take nothing while `held` (as with no credit); see Engine.absent."""
+        self.held = held
+        self.resolve(self.target_queue)
 
 
 def header_text(value: object) -> str | None:

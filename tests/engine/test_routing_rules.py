@@ -495,3 +495,68 @@ def test_unconfirmed_deliveries_past_the_timeout_are_redelivered_in_order(eng: E
 def test_expire_refuses_a_negative_timeout(eng: Engine, refused) -> None:
     refused(eng, InvalidArgument, eng.expire, -1)
     refused(eng, InvalidArgument, eng.expire, "60")
+
+
+def test_expire_tags_redelivers_just_those_deliveries(eng: Engine) -> None:
+    """The relay owner knows when a subscriber took each delivery; it expires by tag."""
+    eng.queue_create("q")
+    deliver(eng, "q", "w").enable()
+    first = eng.publish_many("q", [Message(body=str(n).encode()) for n in range(3)])
+    eng.confirm(first[2])
+    again = eng.expire_tags([first[1].tag, first[2].tag, "not:1:a-tag", first[1].tag])
+    assert [(d.message.body, d.redelivered, d.delivery_count) for d in again] == [(b"1", True, 2)]
+    with pytest.raises(NotFound):
+        eng.confirm(first[1])
+    eng.confirm_many([first[0], again[0]])
+    assert eng.stats("q")["expired"] == 1
+    assert eng.expire_tags([]) == []
+
+
+# -- destinations away ------------------------------------------------------------------------
+def test_a_stranded_worker_queue_gives_its_work_back_to_the_pack(eng: Engine) -> None:
+    """Work moved to a worker whose destination is away goes back to the front of the
+    service queue, in order, for the other workers; the worker takes again when back."""
+    w1 = wolfpack(eng, "jobs", "w1", credit=2)
+    wolfpack(eng, "jobs", "w2", credit=2)
+    assert eng.worker_destinations() == {"w1", "w2"}
+    sent = eng.publish_many("jobs", [Message(body=str(n).encode()) for n in range(8)])
+    to_w1 = [d for d in sent if d.destination == "w1"]
+    to_w2 = [d for d in sent if d.destination == "w2"]
+    assert (bodies(to_w1), bodies(to_w2)) == ([b"0", b"2"], [b"1", b"3"])
+    caused, revoked = eng.absent({"w1"})
+    assert caused == []  # w2 has no credit left: they wait at the head of jobs
+    assert [(d.tag, d.destination) for d in revoked] == [(d.tag, "w1") for d in to_w1]
+    assert bodies(eng.peek("jobs")) == [b"0", b"2", b"4", b"5", b"6", b"7"]
+    assert eng.queue_fetch(w1.queue).depth == 0
+    assert eng.stats(w1.queue)["outstanding"] == 0
+    with pytest.raises(NotFound):
+        eng.confirm(to_w1[0])  # revoked
+    got = eng.confirm(to_w2[0]) + eng.confirm(to_w2[1])
+    assert [(d.destination, d.message.body) for d in got] == [("w2", b"0"), ("w2", b"2")]
+    assert eng.absent({"w1"}) == ([], [])  # held already, nothing more to recall
+    back, revoked = eng.absent(set())  # w1 is back: it takes the next ones
+    assert revoked == []
+    assert [(d.destination, d.message.body) for d in back] == [("w1", b"4"), ("w1", b"5")]
+    stats = eng.stats("jobs")
+    assert (stats["outstanding"], stats["depth"]) == (4, 2)
+
+
+def test_a_lone_worker_keeps_its_work_while_away(eng: Engine) -> None:
+    """With no other worker to take it, the work stays where it waits (delivered once when
+    the worker comes back); so does work of a queue that was not moved there."""
+    w1 = wolfpack(eng, "jobs", "w1", credit=1)
+    sent = eng.publish_many("jobs", [Message(body=b"a"), Message(body=b"b")])
+    housecat(eng, "cat")
+    eng.publish("housecat", Message(address="cat", body=b"c"))
+    assert eng.absent({"w1", "cat"}) == ([], [])
+    assert bodies(eng.peek("jobs")) == [b"b"]
+    assert eng.stats(w1.queue)["outstanding"] == 1
+    assert eng.confirm(sent[0])[0].message.body == b"b"
+
+
+def test_all_workers_away_hold_nothing(eng: Engine) -> None:
+    wolfpack(eng, "jobs", "w1")
+    wolfpack(eng, "jobs", "w2")
+    sent = eng.publish_many("jobs", [Message(body=str(n).encode()) for n in range(3)])
+    assert eng.absent({"w1", "w2"}) == ([], [])
+    assert [d.message.body for d in eng.confirm(sent[0])] == [b"2"]
