@@ -9,9 +9,11 @@ of it) and routes inline, in the server process."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
+from celery import Celery
 from websockets.sync.client import ClientConnection
 
 from tests.web.conftest import start_service, unique
@@ -26,6 +28,29 @@ def quick(redis_server, tmp_path_factory):
     running = start_service(redis_server.url, tmp_path_factory.mktemp("quick"), "inline",
                             XUMP_DELIVERY_TIMEOUT=str(TIMEOUT))  # fmt: skip
     yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def quick_worker(redis_server, tmp_path_factory):
+    """The same, routing in a Celery worker, with beat's tick every second (as `make run`
+    has it every two): routers come and go, each rebuilding what it holds back."""
+    running = start_service(redis_server.url, tmp_path_factory.mktemp("quick-worker"), "worker",
+                            XUMP_DELIVERY_TIMEOUT=str(TIMEOUT))  # fmt: skip
+    running.start_worker()
+    app = Celery(broker=running.env["XUMP_REDIS_URL"])
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(1.0):
+            app.send_task("xumpweb.routing.tasks.tick")
+
+    ticking = threading.Thread(target=beat, daemon=True)
+    ticking.start()
+    yield running
+    stop.set()
+    ticking.join()
+    app.close()
     running.close()
 
 
@@ -115,9 +140,13 @@ def test_the_timeout_counts_from_when_a_subscriber_took_the_delivery(quick, xump
         assert xump.stats(queue)["confirmed"] == 1
 
 
-def test_work_held_by_a_worker_that_left_goes_to_the_other_workers(quick, xump):
+@pytest.mark.parametrize("routing", ["inline", "worker"])
+def test_work_held_by_a_worker_that_left_goes_to_the_other_workers(routing, request):
     """Issue 13, 4: w1 takes 3 of its 5 jobs without acking and leaves for good; within the
     timeout (and the presence key's life) w2 gets every job, w1's among them, each once."""
+    quick = request.getfixturevalue("quick" if routing == "inline" else "quick_worker")
+    xump = Xump(quick)
+    request.addfinalizer(xump.close)
     tag = unique("t")
     service, w1, w2 = f"jobs-{tag}", f"w1-{tag}", f"w2-{tag}"
     xump.pattern("wolfpack", w1, service, credit=5)
