@@ -154,15 +154,23 @@ end
 local now = redis.call('TIME')
 local at = now[1] .. '.' .. string.format('%06d', now[2])
 local revoked = redis.call('EXISTS', KEYS[3]) == 1
-local kept = {}
+local kept, scored = {}, {}
 for _, item in ipairs(items) do
     local tag = tag_of(item)
     if not (revoked and tag and redis.call('SREM', KEYS[3], tag) == 1) then
         if tag then
-            redis.call('ZADD', KEYS[2], at, tag)
+            scored[#scored + 1] = at
+            scored[#scored + 1] = tag
         end
         kept[#kept + 1] = item
     end
+    if #scored >= 1000 then
+        redis.call('ZADD', KEYS[2], unpack(scored))
+        scored = {}
+    end
+end
+if #scored > 0 then
+    redis.call('ZADD', KEYS[2], unpack(scored))
 end
 return kept
 """
