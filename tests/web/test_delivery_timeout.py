@@ -168,6 +168,8 @@ def test_work_held_by_a_worker_that_left_goes_to_the_other_workers(routing, requ
         assert wait_for(lambda: xump.stats(f"{service}:{w2}")["confirmed"] == total)
         assert wait_for(lambda: outbox_length(xump, w1) == 0)
         assert xump.stats(f"{service}:{w1}")["outstanding"] == 0
+        [mover] = [s for s in xump.call("selectors", queue=service) if s["target"].endswith(w1)]
+        assert mover["held"]  # it takes nothing while w1 is away
         assert not set(refused_tags(xump)) & {d["tag"] for d in got}
         # w1 comes back: it gets new work again (w2 now holds its credit's worth unacked)
         with subscribe(quick, w1) as back:
@@ -176,6 +178,7 @@ def test_work_held_by_a_worker_that_left_goes_to_the_other_workers(routing, requ
             to_w2 = take(second, 5)
             to_w1 = take_and_ack(back, 5, within=20)
             news = sorted(d["message"]["body"] for d in to_w1 + to_w2)
+            assert not xump.call("selector_get", queue=service, id=mover["id"])["held"]
             assert news == [f"new {n}" for n in range(10)]
             for delivery in to_w2:
                 send(second, {"type": "ack", "tag": delivery["tag"]})
