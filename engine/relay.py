@@ -605,10 +605,15 @@ class RelayOwner:
         client = self.store.client
         keys = self._delivery_keys
         with self.engine._lock:
-            now = _server_time(client)
-            stale = client.zrangebyscore(keys["taken"], "-inf", now - self.delivery_timeout,
-                                         start=0, num=EXPIRE_BATCH)  # fmt: skip
-            gone, absence = self._absence(now)
+            try:
+                now = _server_time(client)
+                stale = client.zrangebyscore(keys["taken"], "-inf", now - self.delivery_timeout,
+                                             start=0, num=EXPIRE_BATCH)  # fmt: skip
+                gone, absence = self._absence(now)
+            except redis.RedisError as error:
+                raise StoreError(
+                    f"cannot read the delivery timeouts of store {self.store.name!r}: {error}"
+                ) from None
             revoked: list[Delivery] = []
             self.store.hold()
             try:
@@ -627,7 +632,10 @@ class RelayOwner:
             finally:
                 self.store.release()
             for destination in _by_destination(revoked):
-                self._purge(keys=[self._outbox + destination, keys["revoked"] + destination])
+                try:
+                    self._purge(keys=[self._outbox + destination, keys["revoked"] + destination])
+                except redis.RedisError as error:  # TAKE skips them meanwhile
+                    logger.warning("revoked deliveries stay in %r for now: %s", destination, error)
         return len(deliveries)
 
     def _absence(self, now: float) -> tuple[set[str], list[tuple]]:
