@@ -40,7 +40,8 @@ EVENT_KINDS = (
     "deliver",  # delivered to destination `target`; detail "redelivered" on a repeat
     "confirm",  # the application confirmed the delivery at `queue`/`selector`
     "reject",  # the application rejected it; detail "requeue" when it went back
-    "expire",  # unconfirmed past the delivery timeout: back to the front of `queue`
+    "expire",  # unconfirmed past the delivery timeout: back to the front of `queue`;
+    # detail "recalled": its destination was away, back to the queue it was moved from
     "dead_letter",  # sent to dead-letter queue `target`; detail = the x-reason
     "drop",  # dropped (no dead-letter queue); detail = the reason it would have had
 )

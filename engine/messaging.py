@@ -9,7 +9,7 @@ belongs without a shared index.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from engine.errors import InvalidArgument, NotFound, QueueFull
@@ -263,21 +263,47 @@ class Messaging(Routing):
             for sel in list(qrt.selectors.values()):
                 if sel.action != "deliver":
                     continue
-                outstanding = sel.state.outstanding
                 tags = []
-                for tag, entry in outstanding.items():  # in the order they were delivered
+                for tag, entry in sel.state.outstanding.items():  # in the order delivered
                     if entry.taken_at > cutoff:
                         break
                     tags.append(tag)
                 if tags:
-                    qrt.counters["expired"] += len(tags)
-                    journal = qrt.journal
-                    if journal is not None:
-                        now = time.time()
-                        for tag in tags:
-                            mid = outstanding[tag].message.mid
-                            journal((now, "expire", mid, qrt.name, sel.id, sel.target, None, None))
-                    self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags])
+                    self._expire_entries(qrt, sel, tags)
+
+    def expire_tags(self, tags: Iterable[str]) -> list[Delivery]:
+        """Deliveries whose delivery timeout ran out, by tag, go back to the front of their
+        queues in order and are delivered again (`redelivered`), as `expire` does; for a
+        caller that knows better than the engine when each delivery reached its consumer
+        (the relay owner: when a subscriber took it off its outbox). Tags that are not
+        outstanding (settled since, or not tags) are passed over."""
+        tags = list(tags)
+        if not all(isinstance(tag, str) for tag in tags):
+            raise InvalidArgument("tags must be delivery tags (strings)")
+        with self._lock:
+            return self._run(self._expire_tags, tags)
+
+    def _expire_tags(self, tags: list[str]) -> None:
+        found: dict[tuple[str, int], tuple[QueueRuntime, SelectorRuntime, list[str]]] = {}
+        for tag in tags:
+            try:
+                qrt, sel, _ = self._outstanding(tag)
+            except NotFound:
+                continue
+            found.setdefault((qrt.name, sel.id), (qrt, sel, []))[2].append(tag)
+        for qrt, sel, chosen in found.values():
+            self._expire_entries(qrt, sel, list(dict.fromkeys(chosen)))
+
+    def _expire_entries(self, qrt: QueueRuntime, sel: SelectorRuntime, tags: list[str]) -> None:
+        outstanding = sel.state.outstanding
+        qrt.counters["expired"] += len(tags)
+        journal = qrt.journal
+        if journal is not None:
+            now = time.time()
+            for tag in tags:
+                mid = outstanding[tag].message.mid
+                journal((now, "expire", mid, qrt.name, sel.id, sel.target, None, None))
+        self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags])
 
     def _give_back(self, qrt: QueueRuntime, sel: SelectorRuntime, entries: list[Entry]) -> None:
         """Taken entries return to the front of their queue in seq order, or, when they were

@@ -27,10 +27,32 @@ Keys (the store's hash tag keeps them in the store's slot):
     xump:{S}:errors                LIST  JSON {command, error, at} for commands that failed
                                          (the newest `errors_kept`, 10,000 by default)
     xump:{S}:reply:<id>            LIST  the answer to one call, kept for a minute
+    xump:{S}:taken                 ZSET  tag -> when a consumer took it off its outbox
+    xump:{S}:revoked:<destination> SET   tags revoked while a copy may wait in the outbox
+    xump:{S}:present:<destination> STRING (expiring) a consumer of the destination is here
+    xump:{S}:absent                HASH  destination -> since when the owner sees it away
 
-A client that takes a delivery and dies before confirming leaves it outstanding until the
-owner's delivery timeout (`delivery_timeout`, default 60 s) returns it to its queue; it is
-then delivered again with `redelivered` set. At-least-once, as in SPEC §7.
+Delivery timeouts (SPEC §7). A delivery waits in its outbox, one copy, for as long as no
+consumer takes it; the timeout counts from the moment one does. Consumers take deliveries
+with one Lua script (TAKE: LPOP and, in the same atomic step, ZADD of each tag into the
+taken set at the server's time; `take_script`), so no delivery is ever taken unrecorded; a
+consumer that has none waits with BLMOVE of the outbox onto itself, which takes nothing.
+Settling a delivery removes its tag from the taken set (the client does it with its
+confirm or reject). The owner's `expire` returns the deliveries taken longer ago than the
+delivery timeout (`delivery_timeout`, default 60 s) and not settled (their consumer may
+have died) to their queues; they are delivered again with `redelivered` set, to the outbox,
+again one copy. At-least-once, as in SPEC §7. A delivery never taken is never expired, so an
+outbox of a destination nobody consumes holds one copy of each message waiting for it; it
+is bounded by the credit of the DELIVER selectors feeding it (or, with unlimited credit,
+by the messages of their queues), and does not grow with time.
+
+Destinations away. Consumers refresh their destination's presence key every second
+(PRESENCE_TTL_MS). A worker queue (Engine.worker_destinations: fed by a MOVE, all of its
+selectors DELIVER) whose destinations have all been away for the delivery timeout gives its
+unsettled work back to the front of the queue it came from, for the other workers of the
+pack (Engine.absent). The copies of revoked deliveries still in the outbox are dropped: in
+the same atomic step the owner lists their tags in the destination's revoked set, which
+TAKE skips, and right after it removes them from the outbox (PURGE).
 """
 
 from __future__ import annotations
@@ -71,6 +93,112 @@ def relay_keys(store: str) -> tuple[str, str, str]:
 def _keys(store: str) -> tuple[str, str, str]:
     prefix = f"xump:{{{store}}}:"
     return prefix + "inbox", prefix + "outbox:", prefix + "errors"
+
+
+def delivery_keys(store: str) -> dict[str, str]:
+    """The store's keys for delivery timeouts and presence (see the module doc): the taken
+    set, and the prefixes of revoked sets and presence keys (add the destination)."""
+    prefix = f"xump:{{{store}}}:"
+    return {
+        "taken": prefix + "taken",
+        "revoked": prefix + "revoked:",
+        "present": prefix + "present:",
+        "absent": prefix + "absent",
+    }
+
+
+PRESENCE_EVERY = 1.0  # seconds between a consumer's presence refreshes
+PRESENCE_TTL_MS = 3000  # a presence key outlives its consumer by at most this
+
+# The tag of an outbox item, in Lua: the item is a JSON object whose first key is "tag"
+# (see _delivery_json); the string is read up to its closing quote and decoded only when
+# it holds escapes. Anything else is decoded whole.
+_TAG_OF = r"""
+local function tag_of(item)
+    local s, e = string.find(item, '"tag":"', 1, true)
+    if s == nil or s > 3 then
+        local ok, data = pcall(cjson.decode, item)
+        if ok and type(data) == 'table' and type(data.tag) == 'string' then
+            return data.tag
+        end
+        return nil
+    end
+    local j = e + 1
+    while true do
+        local k = string.find(item, '["\\]', j)
+        if k == nil then
+            return nil
+        end
+        if string.byte(item, k) == 34 then
+            local raw = string.sub(item, e + 1, k - 1)
+            if string.find(raw, '\\', 1, true) == nil then
+                return raw
+            end
+            local ok, tag = pcall(cjson.decode, '"' .. raw .. '"')
+            if ok then
+                return tag
+            end
+            return nil
+        end
+        j = k + 2
+    end
+end
+"""
+
+# KEYS: outbox, taken set, the destination's revoked set. ARGV: how many at most.
+# Takes deliveries off the outbox and notes when, at the server's clock; drops revoked ones.
+TAKE = (
+    _TAG_OF
+    + r"""
+local items = redis.call('LPOP', KEYS[1], ARGV[1])
+if not items then
+    return {}
+end
+local now = redis.call('TIME')
+local at = now[1] .. '.' .. string.format('%06d', now[2])
+local revoked = redis.call('EXISTS', KEYS[3]) == 1
+local kept, scored = {}, {}
+for _, item in ipairs(items) do
+    local tag = tag_of(item)
+    if not (revoked and tag and redis.call('SREM', KEYS[3], tag) == 1) then
+        if tag then
+            scored[#scored + 1] = at
+            scored[#scored + 1] = tag
+        end
+        kept[#kept + 1] = item
+    end
+    if #scored >= 1000 then
+        redis.call('ZADD', KEYS[2], unpack(scored))
+        scored = {}
+    end
+end
+if #scored > 0 then
+    redis.call('ZADD', KEYS[2], unpack(scored))
+end
+return kept
+"""
+)
+
+# KEYS: outbox, the destination's revoked set. Removes the revoked items; how many.
+PURGE = (
+    _TAG_OF
+    + r"""
+if redis.call('EXISTS', KEYS[2]) == 0 then
+    return 0
+end
+local removed = 0
+for _, item in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+    local tag = tag_of(item)
+    if tag and redis.call('SISMEMBER', KEYS[2], tag) == 1 then
+        removed = removed + redis.call('LREM', KEYS[1], 1, item)
+    end
+end
+redis.call('DEL', KEYS[2])
+return removed
+"""
+)
+
+EXPIRE_BATCH = 10_000  # taken deliveries the owner looks at per expire
 
 
 # An operation a client may call: it gets the owner's engine and the call's arguments, and
@@ -198,6 +326,8 @@ class RelayClient:
         self.store = store
         self._where = f"Redis store {store!r} at {mask_password(url)}"
         self.inbox, self._outbox, self.errors = _keys(store)
+        self._delivery_keys = delivery_keys(store)
+        self._take = self.client.register_script(TAKE)
         # mids are given out here, so a publisher knows them before the owner routes
         self._mid_prefix = "r" + secrets.token_hex(5)
         self._serials = itertools.count(1)
@@ -324,6 +454,7 @@ class RelayClient:
     def confirm(self, deliveries: Iterable[Delivery | str]) -> None:
         tags = [d.tag if isinstance(d, Delivery) else d for d in deliveries]
         self._send({"op": "confirm", "tags": tags})
+        self._settled(tags)
 
     def reject(
         self, delivery: Delivery | str, requeue: bool = True, detail: str | None = None
@@ -333,15 +464,35 @@ class RelayClient:
         if detail is not None:
             command["detail"] = detail
         self._send(command)
+        self._settled([tag])
+
+    def _settled(self, tags: list[str]) -> None:
+        """Settled deliveries leave the taken set (their settlement is in the inbox): their
+        delivery timeout stops. Should this fail, the owner forgets them at the timeout."""
+        if tags:
+            try:
+                self.client.zrem(self._delivery_keys["taken"], *tags)
+            except redis.RedisError:
+                pass
 
     def deliveries(self, destination: str, count: int = 100, wait: float = 1.0) -> list[Delivery]:
-        """Up to `count` deliveries for `destination`, oldest first; waits up to `wait`
-        seconds for the first one."""
-        taken = self.client.blmpop(wait, 1, self._outbox + destination, direction="LEFT",
-                                   count=count)  # fmt: skip
-        if taken is None:
-            return []
-        return [_delivery_from(raw) for raw in taken[1]]
+        """Take up to `count` deliveries for `destination`, oldest first; waits up to
+        `wait` seconds for the first one. Their delivery timeout starts now (see the
+        module doc): confirm or reject them before it runs out."""
+        found = self._take_some(destination, count)
+        if not found and wait > 0:
+            # wait for the outbox to fill without taking: BLMOVE of the list onto itself
+            self.client.blmove(self._outbox + destination, self._outbox + destination,
+                               wait, "LEFT", "LEFT")  # fmt: skip
+            found = self._take_some(destination, count)
+        return [_delivery_from(raw) for raw in found]
+
+    def _take_some(self, destination: str, count: int) -> list[bytes]:
+        keys = self._delivery_keys
+        return self._take(  # type: ignore[no-any-return]
+            keys=[self._outbox + destination, keys["taken"], keys["revoked"] + destination],
+            args=[count],
+        )
 
     def waiting(self, destination: str) -> list[Delivery]:
         """The deliveries waiting in `destination`'s outbox, oldest first, left in place."""
@@ -387,6 +538,19 @@ def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) ->
     return None, engine.publish_many(queue, checked, keep_mids=True)
 
 
+def _server_time(client: redis.Redis) -> float:
+    """Redis's clock, which consumers stamp taken deliveries with (not this machine's)."""
+    seconds, micros = client.time()
+    return seconds + micros / 1_000_000
+
+
+def _by_destination(deliveries: list[Delivery]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for delivery in deliveries:
+        found.setdefault(delivery.destination, []).append(delivery.tag)
+    return found
+
+
 class RelayOwner:
     """Runs a shared store's commands through this process's engine (see the module doc).
 
@@ -414,7 +578,16 @@ class RelayOwner:
         self.delivery_timeout = delivery_timeout
         self.errors_kept = errors_kept  # stale acks alone would grow the list for ever
         self.inbox, self._outbox, self.errors = _keys(store)
-        self.calls: dict[str, Call] = {"publish": _publish_call, **(calls or {})}
+        self._delivery_keys = delivery_keys(store)
+        self._purge = backend.client.register_script(PURGE)
+        # the delivery timeout counts from when a consumer took a delivery, which only the
+        # taken set tells: an "expire" call must use it too (the engine's own expire would
+        # put a second copy of waiting deliveries in their outbox)
+        self.calls: dict[str, Call] = {
+            "publish": _publish_call,
+            **(calls or {}),
+            "expire": self._expire_call,
+        }
         self._replies: list[tuple] = []
 
     def acquire(self, timeout: float = 30.0) -> bool:
@@ -560,12 +733,84 @@ class RelayOwner:
         note them)."""
 
     def expire(self) -> int:
-        """Return deliveries unconfirmed for longer than the delivery timeout (their client
-        may have died) to their queues; the redeliveries go to the outboxes in the same
-        atomic step. How many were redelivered."""
+        """Delivery timeouts and destinations away (see the module doc), in one atomic step
+        with the redeliveries they cause: deliveries a consumer took longer ago than the
+        delivery timeout and did not settle go back to their queues; worker queues whose
+        destinations have been away that long give their work back. How many deliveries
+        were made."""
+        client = self.store.client
+        keys = self._delivery_keys
         with self.engine._lock:
-            deliveries = self._whole(lambda: self.engine.expire(self.delivery_timeout))
+            try:
+                now = _server_time(client)
+                stale = client.zrangebyscore(keys["taken"], "-inf", now - self.delivery_timeout,
+                                             start=0, num=EXPIRE_BATCH)  # fmt: skip
+                gone, absence = self._absence(now)
+            except redis.RedisError as error:
+                raise StoreError(
+                    f"cannot read the delivery timeouts of store {self.store.name!r}: {error}"
+                ) from None
+            revoked: list[Delivery] = []
+            commands = absence
+
+            def operation() -> list[Delivery]:
+                deliveries = self.engine.expire_tags(t.decode() for t in stale)
+                caused, withdrawn = self.engine.absent(gone)
+                revoked.extend(withdrawn)
+                deliveries.extend(caused)
+                if stale:
+                    commands.append(("ZREM", keys["taken"], *stale))
+                if revoked:
+                    commands.append(("ZREM", keys["taken"], *(d.tag for d in revoked)))
+                for destination, tags in _by_destination(revoked).items():
+                    commands.append(("SADD", keys["revoked"] + destination, *tags))
+                return deliveries
+
+            deliveries = self._whole(operation, commands)
+        for destination in _by_destination(revoked):
+            try:
+                self._purge(keys=[self._outbox + destination, keys["revoked"] + destination])
+            except redis.RedisError as error:  # TAKE skips them meanwhile
+                logger.warning("revoked deliveries stay in %r for now: %s", destination, error)
         return len(deliveries)
+
+    def _absence(self, now: float) -> tuple[set[str], list[tuple]]:
+        """The worker destinations away for the delivery timeout, and the commands that
+        keep the absent hash (since when each is seen away) up to date."""
+        keys = self._delivery_keys
+        destinations = sorted(self.engine.worker_destinations())
+        pipe = self.store.client.pipeline(transaction=False)
+        for destination in destinations:
+            pipe.exists(keys["present"] + destination)
+        pipe.hgetall(keys["absent"])
+        *present, known = pipe.execute()
+        since = {name.decode(): float(at) for name, at in known.items()}
+        gone: set[str] = set()
+        commands: list[tuple] = []
+        for destination, here in zip(destinations, present, strict=True):
+            if here:
+                if destination in since:
+                    commands.append(("HDEL", keys["absent"], destination))
+            elif destination not in since:
+                commands.append(("HSET", keys["absent"], destination, repr(now)))
+            elif now - since[destination] >= self.delivery_timeout:
+                gone.add(destination)
+        forgotten = set(since) - set(destinations)
+        if forgotten:
+            commands.append(("HDEL", keys["absent"], *sorted(forgotten)))
+        return gone, commands
+
+    def _expire_call(self, engine: Engine, older_than: float) -> tuple[Any, list[Delivery]]:
+        """The "expire" operation: deliveries taken more than `older_than` seconds ago and
+        not settled are delivered again (the owner's own `expire` runs by itself)."""
+        if not isinstance(older_than, int | float) or isinstance(older_than, bool):
+            raise errors.InvalidArgument(f"older_than must be seconds, not {older_than!r}")
+        client = self.store.client
+        cutoff = _server_time(client) - older_than
+        stale = client.zrangebyscore(self._delivery_keys["taken"], "-inf", cutoff,
+                                     start=0, num=EXPIRE_BATCH)  # fmt: skip
+        deliveries = engine.expire_tags(t.decode() for t in stale)
+        return {"redelivered": len(deliveries)}, deliveries
 
     def resume(self) -> int:
         """Route what waits in every queue (after taking over a store), in one atomic step
@@ -574,15 +819,17 @@ class RelayOwner:
             deliveries = self._whole(self.engine.resume)
         return len(deliveries)
 
-    def _whole(self, operation: Callable[[], list[Delivery]]) -> list[Delivery]:
-        """Run an engine operation and send its deliveries in one commit, or (it failed)
-        leave nothing of it and raise."""
+    def _whole(
+        self, operation: Callable[[], list[Delivery]], commands: list[tuple] | None = None
+    ) -> list[Delivery]:
+        """Run an engine operation and send its deliveries in one commit, with `commands`
+        (which the operation may fill in), or (it failed) leave nothing of it and raise."""
         journal = self.engine.journal
         mark = len(journal) if journal is not None else 0
         self.store.hold()
         try:
             deliveries = operation()
-            self.store.add_commands(self._to_outboxes(deliveries))
+            self.store.add_commands([*(commands or ()), *self._to_outboxes(deliveries)])
             self.store.release()
         except BaseException:
             self._roll_back(journal, mark)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.catalog import SelectorSpec
-from engine.matching import new_index
+from engine.matching import check_pattern, new_index
 from engine.message import Message
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ class SelectorRuntime:
 
     __slots__ = (
         "action",
+        "held",
         "id",
         "is_copy",
         "matches",
@@ -55,7 +56,9 @@ class SelectorRuntime:
         self.matches: Callable[[Message], bool] | None = None  # compiled filter, if any
         # the runtime of the target queue for COPY/MOVE/BOUNCE; None while it does not exist
         self.target_queue: Any = None
-        self.ready = True  # False for a COPY/MOVE/BOUNCE whose target queue is missing
+        # False for a COPY/MOVE/BOUNCE whose target queue is missing, or while held
+        self.ready = True
+        self.held = False  # takes nothing for now (its target's destination is away)
         self.registered: tuple | None = None  # where the router holds it
         self.replay_next: int | None = None  # next history seq to replay (start_at)
         self.replay_end = 0
@@ -68,10 +71,23 @@ class SelectorRuntime:
         self.is_copy = self.action == "copy"
         self.matches = matches
 
+    def when_matcher(self) -> Callable[[Message], bool]:
+        """Whether a message meets this selector's WHEN on its own (see `when_matcher`);
+        DEFAULT and OVERFLOW, which depend on the other selectors, say always."""
+        spec = self.spec
+        return when_matcher(spec.match if spec.when == "match" else None, self.matches)
+
     def resolve(self, target_queue: Any) -> None:
         """Point at the target queue's runtime (None when it does not exist)."""
         self.target_queue = target_queue
-        self.ready = target_queue is not None or self.action not in QUEUE_ACTIONS
+        self.ready = not self.held and (
+            target_queue is not None or self.action not in QUEUE_ACTIONS
+        )
+
+    def hold(self, held: bool) -> None:
+        """Take nothing while `held` (as with no credit); see Engine.absent."""
+        self.held = held
+        self.resolve(self.target_queue)
 
 
 def header_text(value: object) -> str | None:
@@ -81,6 +97,34 @@ def header_text(value: object) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def when_matcher(
+    match: tuple[str, str, str] | None, matches: Callable[[Message], bool] | None
+) -> Callable[[Message], bool]:
+    """Whether one message meets a WHEN made of a MATCH (operator, pattern, field) and/or a
+    compiled filter, decided as the router decides it (the same index, the same header
+    text); neither given means always. For what looks at one selector alone: the replay of
+    history (rule 13) and the console's preview. InvalidSelector for a bad pattern."""
+    if match is None:
+        return matches if matches is not None else _always
+    operator, pattern, field = match
+    check_pattern(operator, pattern)
+    index = new_index(operator)
+    index.add(pattern, True)
+    lookup = index.match
+
+    def meets(message: Message) -> bool:
+        key = message.address if field == "address" else header_text(message.headers.get(field))
+        if key is None or not lookup(key):
+            return False
+        return matches is None or matches(message)
+
+    return meets
+
+
+def _always(message: Message) -> bool:
+    return True
 
 
 class Router:

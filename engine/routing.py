@@ -50,6 +50,9 @@ _now = time.time
 # and the worklist takes over.
 _MAX_NESTING = 40
 
+# History entries a replay reads at a time (rule 13)
+_REPLAY_PAGE = 100
+
 
 class QueueRuntime:
     """One queue's settings (copied out of its spec for speed), state and router."""
@@ -429,25 +432,40 @@ class Routing:
             self._pending.append(qrt)
 
     def _replay(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
-        """Rule 13: feed history from `replay_next` to `sel` alone, as far as credit allows."""
+        """Rule 13: feed history from `replay_next` to `sel` alone, as far as credit allows.
+        The selector's own WHEN picks what it takes (history it does not select costs no
+        credit) and its own DO acts; history itself is not altered."""
         state = qrt.state
+        meets = None
         while sel.replay_next is not None:
-            if not sel.is_copy and sel.action != "delete" and sel.state.credit == 0:
-                return
-            found = state.history_after(sel.replay_next - 1, 1)
+            found = state.history_after(sel.replay_next - 1, _REPLAY_PAGE)
             if not found or found[0].seq > sel.replay_end:
                 sel.replay_next = None
                 self._schedule(qrt)
                 return
-            kept = found[0]
-            sel.replay_next = kept.seq + 1
-            if sel.is_copy:
-                self._copy(qrt, sel, kept.message)
-            else:
-                entry = Entry(kept.seq, kept.message, None)
-                entry.replay = True
-                sel.turn = next(self._turns)
-                self._take(qrt, sel, entry)
+            for kept in found:
+                if kept.seq > sel.replay_end:
+                    sel.replay_next = None
+                    self._schedule(qrt)
+                    return
+                if not sel.is_copy and (
+                    not sel.ready or (sel.action != "delete" and sel.state.credit == 0)
+                ):
+                    return  # resumes when credit comes back (or the hold is released)
+                sel.replay_next = kept.seq + 1
+                if meets is None:
+                    meets = sel.when_matcher()
+                if not meets(kept.message):
+                    continue
+                if sel.is_copy:
+                    self._copy(qrt, sel, kept.message)
+                else:
+                    entry = Entry(kept.seq, kept.message, None)
+                    entry.replay = True
+                    sel.turn = next(self._turns)
+                    self._take(qrt, sel, entry)
+                if sel.replay_next != kept.seq + 1:
+                    break  # settling downstream replayed further (or ended it): look again
 
 
 def _choose_taker(takers: list[SelectorRuntime]) -> SelectorRuntime | None:

@@ -90,6 +90,13 @@ class Selector:
             return self._runtime()[1].state.credit
 
     @property
+    def held(self) -> bool:
+        """Whether it takes nothing for now: a MOVE into a worker queue whose destinations
+        are away (Engine.absent); the work goes to the other workers meanwhile."""
+        with self._engine._lock:
+            return self._runtime()[1].held
+
+    @property
     def outstanding(self) -> int:
         """Messages taken by this selector and not yet settled."""
         with self._engine._lock:

@@ -47,7 +47,7 @@ from django.conf import settings
 from engine import Engine, Message
 from engine.errors import NotFound, StoreError
 from engine.message import Delivery
-from engine.relay import RelayClient, RelayOwner, relay_keys
+from engine.relay import RelayClient, RelayOwner, delivery_keys, relay_keys
 from engine.stores.redis import RedisStore
 from xumpweb import redis_health
 from xumpweb.analytics.journal import append_commands, journal_key
@@ -75,6 +75,7 @@ def keys(store: str) -> dict[str, str]:
         "lease": prefix + "lease",
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
         "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
+        **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay.py)
     }
 
 
@@ -389,6 +390,7 @@ class Router:
         owner.recent = self._recent
         owner.journal_key = journal_key(self.store)
         owner.journal_limit = self.journal_limit
+        owner.expire()  # holds for destinations away first, so resume routes around them
         owner.resume()
         self._bump_wiring(store.client)  # other processes re-read what this one rebuilt
         return owner

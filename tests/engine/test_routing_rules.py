@@ -347,6 +347,43 @@ def test_start_at_a_seq_replays_history_from_there(eng: Engine) -> None:
     assert eng.queue_fetch("q").history_size == 5
 
 
+def test_a_late_selector_replays_only_the_history_its_when_selects(eng: Engine) -> None:
+    """Rule 13: the replay runs the selector's own WHEN (filter, match, both) and DO."""
+    eng.queue_create("src", history=100)
+    eng.queue_create("dst")
+    eng.selector_create("src").when_always().do_delete().enable()
+    for priority, address in ((1, "a.x"), (9, "b.x"), (3, "a.y"), (7, "a.z")):
+        eng.publish("src", Message(address=address, headers={"priority": priority}))
+    high = eng.selector_create("src").when_filter("priority > 5").do_copy("dst")
+    assert high.start_at("head").enable() == []
+    assert [m.headers["priority"] for m in eng.peek("dst")] == [9, 7]
+    topic = deliver(eng, "src", "app").when_match("topic", "a.*").start_at("head")
+    assert [d.message.address for d in topic.enable()] == ["a.x", "a.y", "a.z"]
+    both = deliver(eng, "src", "both").when_match("prefix", "a.").when_filter("priority > 2")
+    assert [d.message.address for d in both.start_at("head").enable()] == ["a.y", "a.z"]
+    on_header = deliver(eng, "src", "header").when_match("eq", "9", field="priority")
+    assert [d.message.address for d in on_header.start_at("head").enable()] == ["b.x"]
+    assert eng.queue_fetch("src").history_size == 4  # history is not altered
+
+
+def test_a_late_selector_with_little_credit_replays_matches_only(eng: Engine) -> None:
+    """Non-matching history costs no credit; the replay resumes as credit comes back."""
+    eng.queue_create("src", history=100)
+    eng.selector_create("src").when_always().do_delete().enable()
+    eng.publish_many(
+        "src", [Message(body=str(n).encode(), headers={"even": n % 2 == 0}) for n in range(10)]
+    )
+    late = deliver(eng, "src", "app", credit=2).when_filter("even = TRUE").start_at("head")
+    got = late.enable()
+    assert bodies(got) == [b"0", b"2"]
+    while got:
+        more = eng.confirm(got.pop(0))
+        got.extend(more)
+        if more:
+            assert bodies(more)[0] in (b"4", b"6", b"8")
+    assert eng.stats("src")["confirmed"] == 5
+
+
 # -- rule 14: unknown queues --------------------------------------------------------------
 def test_publish_to_unknown_queue_goes_to_engine_dead_letter(eng_dlq: Engine) -> None:
     eng_dlq.publish("nowhere", Message(body=b"lost"))
@@ -458,3 +495,70 @@ def test_unconfirmed_deliveries_past_the_timeout_are_redelivered_in_order(eng: E
 def test_expire_refuses_a_negative_timeout(eng: Engine, refused) -> None:
     refused(eng, InvalidArgument, eng.expire, -1)
     refused(eng, InvalidArgument, eng.expire, "60")
+
+
+def test_expire_tags_redelivers_just_those_deliveries(eng: Engine) -> None:
+    """The relay owner knows when a subscriber took each delivery; it expires by tag."""
+    eng.queue_create("q")
+    deliver(eng, "q", "w").enable()
+    first = eng.publish_many("q", [Message(body=str(n).encode()) for n in range(3)])
+    eng.confirm(first[2])
+    again = eng.expire_tags([first[1].tag, first[2].tag, "not:1:a-tag", first[1].tag])
+    assert [(d.message.body, d.redelivered, d.delivery_count) for d in again] == [(b"1", True, 2)]
+    with pytest.raises(NotFound):
+        eng.confirm(first[1])
+    eng.confirm_many([first[0], again[0]])
+    assert eng.stats("q")["expired"] == 1
+    assert eng.expire_tags([]) == []
+
+
+# -- destinations away ------------------------------------------------------------------------
+def test_a_stranded_worker_queue_gives_its_work_back_to_the_pack(eng: Engine) -> None:
+    """Work moved to a worker whose destination is away goes back to the front of the
+    service queue, in order, for the other workers; the worker takes again when back."""
+    w1 = wolfpack(eng, "jobs", "w1", credit=2)
+    wolfpack(eng, "jobs", "w2", credit=2)
+    assert eng.worker_destinations() == {"w1", "w2"}
+    sent = eng.publish_many("jobs", [Message(body=str(n).encode()) for n in range(8)])
+    to_w1 = [d for d in sent if d.destination == "w1"]
+    to_w2 = [d for d in sent if d.destination == "w2"]
+    assert (bodies(to_w1), bodies(to_w2)) == ([b"0", b"2"], [b"1", b"3"])
+    caused, revoked = eng.absent({"w1"})
+    assert caused == []  # w2 has no credit left: they wait at the head of jobs
+    assert [(d.tag, d.destination) for d in revoked] == [(d.tag, "w1") for d in to_w1]
+    assert bodies(eng.peek("jobs")) == [b"0", b"2", b"4", b"5", b"6", b"7"]
+    assert eng.queue_fetch(w1.queue).depth == 0
+    assert eng.stats(w1.queue)["outstanding"] == 0
+    mover = eng.selector_fetch(*w1.selectors[1])
+    assert mover.held and mover.available_credit == 2  # credit back, as if settled
+    with pytest.raises(NotFound):
+        eng.confirm(to_w1[0])  # revoked
+    got = eng.confirm(to_w2[0]) + eng.confirm(to_w2[1])
+    assert [(d.destination, d.message.body) for d in got] == [("w2", b"0"), ("w2", b"2")]
+    assert eng.absent({"w1"}) == ([], [])  # held already, nothing more to recall
+    back, revoked = eng.absent(set())  # w1 is back: it takes the next ones
+    assert revoked == [] and not mover.held
+    assert [(d.destination, d.message.body) for d in back] == [("w1", b"4"), ("w1", b"5")]
+    stats = eng.stats("jobs")
+    assert (stats["outstanding"], stats["depth"]) == (4, 2)
+
+
+def test_a_lone_worker_keeps_its_work_while_away(eng: Engine) -> None:
+    """With no other worker to take it, the work stays where it waits (delivered once when
+    the worker comes back); so does work of a queue that was not moved there."""
+    w1 = wolfpack(eng, "jobs", "w1", credit=1)
+    sent = eng.publish_many("jobs", [Message(body=b"a"), Message(body=b"b")])
+    housecat(eng, "cat")
+    eng.publish("housecat", Message(address="cat", body=b"c"))
+    assert eng.absent({"w1", "cat"}) == ([], [])
+    assert bodies(eng.peek("jobs")) == [b"b"]
+    assert eng.stats(w1.queue)["outstanding"] == 1
+    assert eng.confirm(sent[0])[0].message.body == b"b"
+
+
+def test_all_workers_away_hold_nothing(eng: Engine) -> None:
+    wolfpack(eng, "jobs", "w1")
+    wolfpack(eng, "jobs", "w2")
+    sent = eng.publish_many("jobs", [Message(body=str(n).encode()) for n in range(3)])
+    assert eng.absent({"w1", "w2"}) == ([], [])
+    assert [d.message.body for d in eng.confirm(sent[0])] == [b"2"]

@@ -464,3 +464,34 @@ def test_a_failed_group_push_reaches_every_waiting_thread(tmp_path) -> None:
 def _rpush_calls(url: str) -> int:
     stats = redis.Redis.from_url(url).info("commandstats")
     return int(stats.get("cmdstat_rpush", {}).get("calls", 0))
+
+
+def test_the_timeout_runs_only_for_deliveries_a_client_took(shared) -> None:
+    """SPEC §7: a delivery waiting in its outbox is never expired (each expire used to add
+    a copy); once taken, the timeout runs; a stale ack is refused, the new one accepted."""
+    url, name = shared
+    engine, owner = owner_engine(url, name, delivery_timeout=0.0)
+    engine.queue_create("q")
+    engine.selector_create("q").when_always().do_deliver("app").enable()
+    client = RelayClient(url, name)
+    client.publish_many("q", [Message(body=b"a"), Message(body=b"b")])
+    owner.run_once()
+    for _ in range(3):
+        assert owner.expire() == 0
+    assert [d.message.body for d in client.waiting("app")] == [b"a", b"b"]
+    [first] = client.deliveries("app", count=1, wait=0)
+    assert owner.expire() == 1  # taken, unsettled, past the (zero) timeout
+    again = client.waiting("app")
+    assert [(d.message.body, d.redelivered) for d in again] == [(b"b", False), (b"a", True)]
+    taken = client.deliveries("app", count=2, wait=0)
+    client.confirm([first])  # too late: refused
+    client.confirm(taken)
+    owner.run_once()
+    assert engine.stats("q")["confirmed"] == 2
+    assert owner.expire() == 0
+    refused = [json.loads(raw)["command"]["tags"] for raw in redis.Redis.from_url(url).lrange(
+        f"xump:{{{name}}}:errors", 0, -1)]  # fmt: skip
+    assert refused == [[first.tag]]
+    assert redis.Redis.from_url(url).zcard(f"xump:{{{name}}}:taken") == 0
+    client.close()
+    owner.store.release_lease()

@@ -16,7 +16,8 @@ from django.views.decorators.http import require_POST
 
 from engine.errors import InvalidSelector
 from engine.filters import compile_filter
-from engine.matching import check_pattern, new_index
+from engine.matching import check_pattern
+from engine.router import when_matcher
 from xumpweb.access import check, requires
 from xumpweb.console.common import CallFailed, audit, call, shown, to_message
 from xumpweb.console.forms import SelectorForm
@@ -142,25 +143,14 @@ def validate_pattern(request: HttpRequest) -> HttpResponse:
 
 def matcher(settings: dict[str, Any]) -> Any:
     """A function telling whether a message meets a selector's WHEN (match and filter), as
-    the engine's indexes and filters decide it. InvalidSelector for a bad pattern."""
+    the engine itself decides it when it routes or replays history (the same indexes, the
+    same text for a numeric header). InvalidSelector for a bad pattern."""
     match = settings.get("match")
     expression = settings.get("filter")
-    index = None
+    spec = None
     if match:
-        check_pattern(match["operator"], match["pattern"])
-        index = new_index(match["operator"])
-        index.add(match["pattern"], 1)
-    selects = compile_filter(expression) if expression else None
-    field = (match or {}).get("field", "address")
-
-    def meets(message: Any) -> bool:
-        if index is not None:
-            value = message.address if field == "address" else message.headers.get(field)
-            if not isinstance(value, str) or not index.match(value):
-                return False
-        return selects is None or selects(message)
-
-    return meets
+        spec = (match["operator"], match["pattern"], match.get("field") or "address")
+    return when_matcher(spec, compile_filter(expression) if expression else None)
 
 
 def selector_settings(selector: dict[str, Any]) -> dict[str, Any]:

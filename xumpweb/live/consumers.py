@@ -2,16 +2,20 @@
 
 Theory of operation (subscribe). The router appends a DELIVER selector's deliveries to its
 destination's **outbox**, a Redis list (engine/relay.py). Each connection runs one pump task
-that, while the client's window is open, takes up to `credit` items off that list with one
-BLMPOP (short timeout, on a Redis connection of its own), notes them as unsettled and sends
-them: a frame per delivery, or frames of up to `batch` deliveries. Connections on the same
-destination compete for the same list, so they share its work by credit. Nothing crosses
-the Channels layer: it would cost a Redis round trip per message.
+that, while the client's window is open, takes up to `credit` items off that list with the
+relay's TAKE script (one round trip that also notes each tag in the store's taken set: the
+delivery timeout starts now, not while the delivery waited), notes them as unsettled and
+sends them: a frame per delivery, or frames of up to `batch` deliveries. When the outbox is
+empty it waits (up to POP_WAIT) with a BLMOVE of the list onto itself, which takes nothing.
+Connections on the same destination compete for the same list, so they share its work by
+credit. Nothing crosses the Channels layer: it would cost a Redis round trip per message.
+Every connection refreshes its destination's presence key each PRESENCE_EVERY seconds: the
+router gives the work of a wolfpack worker away too long to the other workers.
 
 Acks are gathered for a few milliseconds and go to the router as ONE relay confirm command
 per batch (an RPUSH to the store's inbox, the JSON engine.relay.RelayClient.confirm writes),
-in the same round trip as the router's doorbell and the kick (as runtime's relay client
-sends every command, without a thread hop).
+in the same round trip as the router's doorbell, the kick (as runtime's relay client sends
+every command, without a thread hop) and the removal of the tags from the taken set.
 When the connection ends, every delivery it took and did not see settled, sent or not yet
 sent, is rejected with requeue, in the order it was delivered: each goes back to the head
 of its queue and out again (redelivered=true) to whoever subscribes to the destination.
@@ -19,8 +23,8 @@ of its queue and out again (redelivered=true) to whoever subscribes to the desti
 Rules this file keeps:
 * no credit, no sends: each delivery sent uses one credit; `credit` frames add to the
   window; acks do not (the client grants more credit as it finishes work);
-* a pop in flight is never cancelled (its items would vanish from the list unseen):
-  closing waits for it to return, at most POP_WAIT;
+* a take in flight is never cancelled (its items would leave the list unseen, and come
+  back only at their delivery timeout): closing waits for it to return, at most POP_WAIT;
 * a client settles only tags this connection sent it; a bad frame gets an error frame and
   the connection stays open.
 """
@@ -42,6 +46,7 @@ from django.conf import settings
 from uvicorn.protocols.utils import ClientDisconnected
 
 from engine.errors import InvalidName
+from engine.relay import PRESENCE_EVERY, PRESENCE_TTL_MS, TAKE
 from engine.validation import check_name
 from xumpweb import access
 from xumpweb.live import monitor
@@ -333,9 +338,13 @@ class SubscribeConsumer(LiveSocket):
         self.inbox = found.keys["inbox"]
         self.kicked = found.keys["kicked"]
         self.doorbell = found.keys["doorbell"]
+        self.taken = found.keys["taken"]
+        self.revoked = found.keys["revoked"] + self.destination
+        self.present = found.keys["present"] + self.destination
         self.store = found.store
         self.worker_routing = found.routing == "worker"
         self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
+        self.take_script = self.redis.register_script(TAKE)
         self.credit = 0
         self.batch = 0  # 0: a frame per delivery; n: "deliveries" frames of up to n
         self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
@@ -345,7 +354,17 @@ class SubscribeConsumer(LiveSocket):
         self.popping = False
         self.stopping = False
         self.pump = asyncio.create_task(self._pump())
+        self.tasks.append(asyncio.create_task(self._presence()))
         await self.send_text(encode({"type": "subscribed", "destination": self.destination}))
+
+    async def _presence(self) -> None:
+        """Tell the router this destination has a subscriber, for as long as it has."""
+        while not self.stopping:
+            try:
+                await self.redis.set(self.present, b"1", px=PRESENCE_TTL_MS)
+            except redis.RedisError as problem:
+                logger.warning("cannot note the presence of %r: %s", self.destination, problem)
+            await asyncio.sleep(PRESENCE_EVERY)
 
     # -- deliveries out ------------------------------------------------------------------------
     async def _pump(self) -> None:
@@ -356,9 +375,7 @@ class SubscribeConsumer(LiveSocket):
                 continue
             self.popping = True
             try:
-                popped = await self.redis.blmpop(
-                    POP_WAIT, 1, self.outbox, direction="LEFT", count=min(self.credit, MAX_POP)
-                )
+                popped = await self._take(min(self.credit, MAX_POP))
             except redis.RedisError as problem:
                 logger.warning("cannot read outbox %r: %s", self.outbox, problem)
                 popped = None
@@ -369,7 +386,7 @@ class SubscribeConsumer(LiveSocket):
             if not popped:
                 continue
             frames = []
-            for raw in popped[1]:
+            for raw in popped:
                 try:
                     frame = delivery_frame(raw)
                 except Undeliverable as problem:
@@ -391,6 +408,16 @@ class SubscribeConsumer(LiveSocket):
         await self._send_commands(
             [{"op": "reject", "tag": problem.tag, "requeue": False, "detail": problem.reason}]
         )
+
+    async def _take(self, count: int) -> list[bytes]:
+        """Up to `count` outbox items, taken (see the module doc); waits up to POP_WAIT
+        for the first when there are none."""
+        keys = [self.outbox, self.taken, self.revoked]
+        found = await self.take_script(keys=keys, args=[count])
+        if not found:
+            await self.redis.blmove(self.outbox, self.outbox, POP_WAIT, "LEFT", "LEFT")
+            found = await self.take_script(keys=keys, args=[count])
+        return found  # type: ignore[no-any-return]
 
     async def _send_deliveries(self, frames: list[dict[str, Any]]) -> bool:
         batch = self.batch
@@ -488,6 +515,10 @@ class SubscribeConsumer(LiveSocket):
         pipe.publish(self.doorbell, b"")
         if self.worker_routing:
             pipe.set(self.kicked, "1", nx=True, ex=30)
+        # settled: their delivery timeout stops (the settlement is in the inbox already)
+        settled = [tag for c in commands for tag in c.get("tags", [c.get("tag")]) if tag]
+        if settled:
+            pipe.zrem(self.taken, *settled)
         try:
             answers = await pipe.execute()
         except redis.RedisError as problem:

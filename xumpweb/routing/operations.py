@@ -92,6 +92,7 @@ def selector_json(selector: Selector) -> dict[str, Any]:
         "credit": spec.credit,
         "available_credit": selector.available_credit,
         "outstanding": selector.outstanding,
+        "held": selector.held,
         "describe": repr(selector),
     }  # fmt: skip
 
