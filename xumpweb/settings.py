@@ -126,6 +126,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis may be away for any length of time: keep trying (the default gives up after 100
+# tries), through kombu's Redis transport with a fix for losing Redis mid-task (broker.py)
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_TRANSPORT = "xumpweb.broker:Transport"
 CELERY_TASK_IGNORE_RESULT = True
 
 CHANNEL_LAYERS = {
