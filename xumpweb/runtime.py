@@ -159,9 +159,16 @@ class Service:
         except redis.RedisError as error:
             raise store_failure(error, "sending to the router") from None
         if self.routing == "worker" and answers[-1]:
+            from kombu.exceptions import OperationalError
+
             from xumpweb.routing.tasks import route
 
-            route.delay(self.store)
+            try:
+                route.delay(self.store)
+            except OperationalError as error:
+                # Redis went away since the push, which is durable: beat's tick schedules
+                # a router once Redis is back (commands wait and nobody holds the lease)
+                logger.warning("cannot schedule a router: %s", error)
         return answers
 
     # what every process may read without the router
