@@ -269,8 +269,9 @@ class _Traffic:
 def test_make_run_rides_out_three_redis_restarts_under_traffic(tmp_path, redis_installed):
     """The worker used to exit ("Unrecoverable error: 'NoneType' object has no attribute
     'hostname'", xumpweb/broker.py) when Redis went away mid-route, and honcho then stopped
-    web and beat: make run ended. Now every process rides it out and routing resumes;
-    every publish answered 202 is delivered."""
+    web and beat: make run ended. Now every process rides it out (two `redis-cli shutdown`s
+    and a kill -9, each restarted on the same port and AOF) and routing resumes; every
+    publish answered 202 is delivered."""
     (tmp_path / "redis").mkdir()
     redis_server = RedisServer(tmp_path / "redis")
     redis_server.start()
@@ -312,8 +313,11 @@ def test_make_run_rides_out_three_redis_restarts_under_traffic(tmp_path, redis_i
             before = len(traffic.accepted)
             _wait_until(lambda: len(traffic.accepted) >= before + 100, 40,  # noqa: B023
                         f"publishes to succeed before restart {restart + 1}")  # fmt: skip
-            redis.Redis(port=redis_server.port).shutdown()  # as `redis-cli shutdown`
-            redis_server.process.wait(timeout=10)
+            if restart == 1:
+                redis_server.kill()  # kill -9 (the AOF is fsynced at every write)
+            else:
+                redis.Redis(port=redis_server.port).shutdown()  # as `redis-cli shutdown`
+                redis_server.process.wait(timeout=10)
             refused = traffic.refused
             _wait_until(lambda: traffic.refused >= refused + 3, 20,  # noqa: B023
                         "publishes to be refused while Redis is down")  # fmt: skip
