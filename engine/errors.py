@@ -50,3 +50,12 @@ class MessageTooLarge(InvalidArgument):
 
 class StoreError(XumpError):
     """A storage back-end failed or is unreachable."""
+
+
+class InboxFull(StoreError):
+    """A publish refused because the shared store's inbox already holds its limit of
+    commands (routing is slower than publishing, or stopped): publish again later."""
+
+
+class StoreFull(StoreError):
+    """A write refused because Redis is out of memory (its `maxmemory`, with no eviction)."""

@@ -76,7 +76,7 @@ import redis
 
 from engine import errors
 from engine.core import Engine
-from engine.errors import StoreError, XumpError
+from engine.errors import InboxFull, StoreError, StoreFull, XumpError
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.stores.redis import RedisStore
@@ -304,6 +304,48 @@ def _delivery_from(raw: bytes | str) -> Delivery:
     )
 
 
+# KEYS[1] the inbox
+# ARGV[1] the inbox limit; ARGV[2] one letter per command, "b" for a bounded one (a publish),
+# "f" for a free one (confirm, reject, other calls); ARGV[3...] the commands, in order.
+# Appends the commands in order, leaving out the bounded ones when the inbox already holds
+# `limit` commands (all of them: one batch, one answer); returns minus how many it left
+# out (0 when none: never positive, which tells its answer from RPUSH's, the new length).
+# Settlements are never refused: they are what lets the router drain a full inbox.
+_BOUNDED_PUSH = """
+local limit = tonumber(ARGV[1])
+local kinds = ARGV[2]
+local refuse = string.find(kinds, 'b', 1, true) ~= nil
+    and redis.call('LLEN', KEYS[1]) >= limit
+local chunk, refused = {}, 0
+for i = 3, #ARGV do
+    if refuse and string.byte(kinds, i - 2) == 98 then
+        refused = refused + 1
+    else
+        chunk[#chunk + 1] = ARGV[i]
+        if #chunk == 1000 then
+            redis.call('RPUSH', KEYS[1], unpack(chunk))
+            chunk = {}
+        end
+    end
+end
+if #chunk > 0 then
+    redis.call('RPUSH', KEYS[1], unpack(chunk))
+end
+return -refused
+"""
+
+
+def store_failure(error: redis.RedisError, doing: str) -> StoreError:
+    """The StoreError for a Redis error met while `doing` something: StoreFull when Redis
+    refused a write for want of memory (maxmemory), else StoreError."""
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        return StoreFull(
+            f"Redis is out of memory (maxmemory reached) and refuses writes while {doing}: "
+            "nothing was stored; consume or delete messages, or raise maxmemory"
+        )
+    return StoreError(f"cannot reach Redis while {doing}: {error}")
+
+
 class _Waiter:
     """One command waiting for its RPUSH (see RelayClient._send)."""
 
@@ -320,10 +362,12 @@ class RelayClient:
     threads: commands sent by several threads at once go out in one RPUSH (group commit),
     each call still returning only when its own command is durable."""
 
-    def __init__(self, url: str, store: str) -> None:
+    def __init__(self, url: str, store: str, inbox_limit: int | None = None) -> None:
         # longer than any wait of `call` or `deliveries`, which block inside Redis
         self.client = redis.Redis.from_url(url, socket_timeout=120)
         self.store = store
+        # publishes are refused (InboxFull) while the inbox holds this many commands
+        self.inbox_limit = inbox_limit
         self._where = f"Redis store {store!r} at {mask_password(url)}"
         self.inbox, self._outbox, self.errors = _keys(store)
         self._delivery_keys = delivery_keys(store)
@@ -332,11 +376,14 @@ class RelayClient:
         self._mid_prefix = "r" + secrets.token_hex(5)
         self._serials = itertools.count(1)
         self._lock = threading.Lock()
-        self._pending: list[tuple[bytes, _Waiter]] = []  # commands waiting for the leader
+        # commands waiting for the leader: (payload, waiter, bounded by inbox_limit)
+        self._pending: list[tuple[bytes, _Waiter, bool]] = []
         self._sending = False  # a thread (the leader) is pushing commands
 
-    def _send(self, command: dict[str, Any], plain: bool = True) -> None:
+    def _send(self, command: dict[str, Any], plain: bool = True, bounded: bool = False) -> None:
         """Append a command to the inbox; durable (with appendfsync always) on return.
+        `bounded`: a publish, refused with InboxFull while the inbox holds `inbox_limit`
+        commands (settlements never are).
 
         Group commit: the thread that finds nobody sending leads: it pushes every command
         waiting at that moment in one RPUSH (one round trip, one fsync, in arrival order),
@@ -344,7 +391,7 @@ class RelayClient:
         this is a plain RPUSH per command."""
         waiter = _Waiter()
         with self._lock:
-            self._pending.append((_dumps(command, plain), waiter))
+            self._pending.append((_dumps(command, plain), waiter, bounded))
             lead = not self._sending
             self._sending = True
         if not lead:
@@ -355,8 +402,13 @@ class RelayClient:
         with self._lock:
             batch, self._pending = self._pending, []
         error: BaseException | None = None
+        full: InboxFull | None = None
         try:
-            self._push([payload for payload, _ in batch])
+            if self._push([item[0] for item in batch], [item[2] for item in batch]):
+                full = InboxFull(
+                    f"the inbox of the {self._where} holds {self.inbox_limit} commands or "
+                    "more (routing is behind or stopped): publish again later"
+                )
         except BaseException as failure:  # the others must hear of it whatever it is
             error = failure
         with self._lock:
@@ -366,24 +418,48 @@ class RelayClient:
                 successor.done.set()
             else:
                 self._sending = False
-        for _, other in batch:
+        for _, other, other_bounded in batch:
             if other is not waiter:
-                other.error = error
+                other.error = full if full is not None and other_bounded else error
                 other.done.set()
         if error is not None and not isinstance(error, Exception):
             raise error  # KeyboardInterrupt and the like, in the thread it happened in
-        self._raise(error)
+        self._raise(full if full is not None and bounded else error)
 
-    def _push(self, payloads: list[bytes]) -> None:
-        """One round trip that appends commands to the inbox (a subclass may add to it)."""
-        self.client.rpush(self.inbox, *payloads)
+    def _push(self, payloads: list[bytes], bounded: list[bool]) -> bool:
+        """One round trip that appends commands to the inbox (a subclass may add to it);
+        whether the inbox was full, so the bounded commands were left out."""
+        pipe = self.client.pipeline(transaction=False)
+        self._append(pipe, payloads, bounded)
+        return self._refused(pipe.execute()[0])
+
+    def _append(self, pipe: redis.client.Pipeline, payloads: list[bytes],
+                bounded: list[bool]) -> None:  # fmt: skip
+        """Queue on `pipe` the command that appends `payloads` to the inbox (its answer
+        goes to `_refused`)."""
+        if self.inbox_limit is None or not any(bounded):
+            pipe.rpush(self.inbox, *payloads)
+        else:
+            kinds = "".join("b" if one else "f" for one in bounded)
+            # EVAL, not EVALSHA: no NOSCRIPT round trip after Redis restarts (Redis caches
+            # the compiled script by its digest either way)
+            pipe.eval(_BOUNDED_PUSH, 1, self.inbox, self.inbox_limit, kinds, *payloads)
+
+    def _refused(self, answer: Any) -> bool:
+        """Whether `_append`'s command left the bounded commands out."""
+        return self.inbox_limit is not None and isinstance(answer, int) and answer < 0
 
     def _raise(self, error: BaseException | None) -> None:
-        if error is not None:
-            raise StoreError(
-                f"cannot reach the inbox of the {self._where}: {error}; check that "
-                "redis-server runs and answers there (host, port, password, db in the URL)"
-            ) from None
+        if error is None:
+            return
+        if isinstance(error, StoreError):  # InboxFull, or a subclass's own
+            raise error
+        if isinstance(error, redis.exceptions.OutOfMemoryError):
+            raise store_failure(error, f"appending to the inbox of the {self._where}")
+        raise StoreError(
+            f"cannot reach the inbox of the {self._where}: {error}; check that "
+            "redis-server runs and answers there (host, port, password, db in the URL)"
+        ) from None
 
     def publish(self, queue: str, message: Message) -> str:
         """Durably queued for the owner when this returns; the message's mid."""
@@ -392,7 +468,7 @@ class RelayClient:
     def publish_many(self, queue: str, messages: Iterable[Message]) -> list[str]:
         """Durably queued, in order, when this returns; the messages' mids."""
         batch, plain = self._batch(messages)
-        self._send({"op": "publish", "queue": queue, "messages": batch}, plain)
+        self._send({"op": "publish", "queue": queue, "messages": batch}, plain, bounded=True)
         return [data["mid"] for data in batch]
 
     def publish_applied(
@@ -404,7 +480,7 @@ class RelayClient:
         the publishes that need the answer. StoreError when no owner answers in time (the
         messages may still be published after)."""
         batch, _ = self._batch(messages)
-        self.call("publish", timeout, queue=queue, messages=batch)
+        self._call("publish", timeout, {"queue": queue, "messages": batch}, bounded=True)
         return [data["mid"] for data in batch]
 
     def _batch(self, messages: Iterable[Message]) -> tuple[list[dict[str, Any]], bool]:
@@ -430,9 +506,15 @@ class RelayClient:
     def call(self, method: str, timeout: float = 10.0, **arguments: Any) -> Any:
         """Run one of the owner's operations after every command sent before it; its
         answer, or the XumpError it raised. StoreError when no owner answers in time."""
+        return self._call(method, timeout, arguments)
+
+    def _call(
+        self, method: str, timeout: float, arguments: dict[str, Any], bounded: bool = False
+    ) -> Any:
         reply = f"{self.inbox[: -len('inbox')]}reply:{secrets.token_hex(8)}"
         # json, not orjson: arguments may hold anything (calls are not the hot path)
-        self._send({"op": "call", "method": method, "args": arguments, "reply": reply}, False)
+        command = {"op": "call", "method": method, "args": arguments, "reply": reply}
+        self._send(command, False, bounded)
         try:
             answer = self.client.blpop([reply], timeout=timeout)
         except redis.RedisError as error:

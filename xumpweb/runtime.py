@@ -47,7 +47,7 @@ from django.conf import settings
 from engine import Engine, Message
 from engine.errors import NotFound, StoreError
 from engine.message import Delivery
-from engine.relay import RelayClient, RelayOwner, delivery_keys, relay_keys
+from engine.relay import RelayClient, RelayOwner, delivery_keys, relay_keys, store_failure
 from engine.stores.redis import RedisStore
 from xumpweb import redis_health
 from xumpweb.analytics.journal import append_commands, journal_key
@@ -84,26 +84,33 @@ class _RelayClient(RelayClient):
     """engine.relay's client that rings the router's doorbell with every inbox push, in the
     same round trip."""
 
-    def __init__(self, url: str, store: str, service: Service) -> None:
-        super().__init__(url, store)
+    def __init__(self, url: str, store: str, service: Service, inbox_limit: int | None) -> None:
+        super().__init__(url, store, inbox_limit)
         self.service = service
 
-    def _push(self, payloads: list[bytes]) -> None:
+    def _push(self, payloads: list[bytes], bounded: list[bool]) -> bool:
         pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.inbox, *payloads)
-        self.service.kick(pipe)
+        self._append(pipe, payloads, bounded)
+        return self._refused(self.service.kick(pipe)[0])
 
 
 class Service:
     """What a web process, a worker or a command uses to reach the queues."""
 
-    def __init__(self, url: str, store: str, routing: str, call_timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        store: str,
+        routing: str,
+        call_timeout: float,
+        inbox_limit: int | None = None,
+    ) -> None:
         self.url = url
         self.store = store
         self.routing = routing
         self.call_timeout = call_timeout
         self.keys = keys(store)
-        self.relay = _RelayClient(url, store, self)
+        self.relay = _RelayClient(url, store, self, inbox_limit)
         self.redis: redis.Redis = self.relay.client
         self._queues: tuple[int, frozenset[str]] = (-1, frozenset())
         self._dropping: tuple[int, frozenset[str]] = (-1, frozenset())
@@ -138,10 +145,11 @@ class Service:
     def call(self, method: str, **arguments: Any) -> Any:
         return self.relay.call(method, timeout=self.call_timeout, **arguments)
 
-    def kick(self, pipe: redis.client.Pipeline | None = None) -> None:
+    def kick(self, pipe: redis.client.Pipeline | None = None) -> list[Any]:
         """Make sure a router will read the inbox soon: ring the doorbell and, with worker
         routing, schedule one routing task per burst. `pipe`: commands to send in the same
-        round trip, before these (the relay client's inbox push); their errors raise."""
+        round trip, before these (the relay client's inbox push); their errors raise, and
+        the answers come back."""
         if pipe is None:
             pipe = self.redis.pipeline(transaction=False)
         pipe.publish(self.keys["doorbell"], b"")
@@ -150,11 +158,19 @@ class Service:
         try:
             answers = pipe.execute()
         except redis.RedisError as error:
-            raise StoreError(f"cannot reach Redis: {error}") from None
+            raise store_failure(error, "sending to the router") from None
         if self.routing == "worker" and answers[-1]:
+            from kombu.exceptions import OperationalError
+
             from xumpweb.routing.tasks import route
 
-            route.delay(self.store)
+            try:
+                route.delay(self.store)
+            except OperationalError as error:
+                # Redis went away since the push, which is durable: beat's tick schedules
+                # a router once Redis is back (commands wait and nobody holds the lease)
+                logger.warning("cannot schedule a router: %s", error)
+        return answers
 
     # what every process may read without the router
     def wiring_version(self) -> int:
@@ -255,6 +271,7 @@ def service() -> Service:
                     settings.XUMP_STORE,
                     settings.XUMP_ROUTING,
                     settings.XUMP_CALL_TIMEOUT,
+                    settings.XUMP_INBOX_LIMIT,
                 )
                 if settings.XUMP_ROUTING == "inline":
                     start_inline_router()

@@ -23,6 +23,9 @@ XUMP_ARCHIVE_DIR     where the archive export writes Parquet and analytics runs 
 XUMP_ARCHIVE_INTERVAL  seconds between archive exports run by Celery beat (default 300)
 XUMP_JOURNAL_LIMIT   delivery-journal events kept in Redis until archived (default 2,000,000;
                      beyond it the oldest are dropped and the archive reports the gap)
+XUMP_INBOX_LIMIT     commands the store's inbox may hold before publishes are refused with
+                     503 inbox_full and Retry-After (default 1,000,000; a publish-batch is
+                     one command; confirms and rejects are never refused)
 XUMP_SPARK_MASTER    the Spark master URL the pipeline jobs use (default local[*])
 XUMP_LOGIN_FAILURES  failed logins for one user name from one address before that pair is
                      locked out (default 5; console and admin login alike)
@@ -115,6 +118,7 @@ XUMP_CALL_TIMEOUT = _number("XUMP_CALL_TIMEOUT", 10.0)
 XUMP_ARCHIVE_DIR = BASE_DIR / os.environ.get("XUMP_ARCHIVE_DIR", "var/archive")
 XUMP_ARCHIVE_INTERVAL = _number("XUMP_ARCHIVE_INTERVAL", 300.0)
 XUMP_JOURNAL_LIMIT = int(_number("XUMP_JOURNAL_LIMIT", 2_000_000))
+XUMP_INBOX_LIMIT = int(_number("XUMP_INBOX_LIMIT", 1_000_000))
 XUMP_SPARK_MASTER = os.environ.get("XUMP_SPARK_MASTER", "local[*]")
 
 # Celery: Redis broker; tasks are acknowledged after they ran, so a killed worker's task
@@ -126,6 +130,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis may be away for any length of time: keep trying (the default gives up after 100
+# tries), through kombu's Redis transport with a fix for losing Redis mid-task (broker.py)
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_TRANSPORT = "xumpweb.broker:Transport"
 CELERY_TASK_IGNORE_RESULT = True
 
 CHANNEL_LAYERS = {

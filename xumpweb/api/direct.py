@@ -87,10 +87,11 @@ class DirectPublish:
         answer = await self._serve(kind, queue, presented, bytes(body))
         if answer is None:
             return await self.django(scope, _replay(bytes(body), receive), send)
-        status, content_type, content = answer
+        status, content_type, content, extra = answer
         headers = [
             (b"content-type", content_type),
             (b"content-length", str(len(content)).encode()),
+            *extra,
             *SECURITY_HEADERS,
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -130,8 +131,12 @@ def _wanted(scope: Scope) -> tuple[str, str, str, int] | None:
     return found["kind"], found["queue"], presented, size
 
 
-def _serve(kind: str, queue: str, presented: str, body: bytes) -> tuple[int, bytes, bytes] | None:
-    """(status, content type, content), or None for Django to answer (an unknown token)."""
+Answer = tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]
+
+
+def _serve(kind: str, queue: str, presented: str, body: bytes) -> Answer | None:
+    """(status, content type, content, more headers), or None for Django to answer (an
+    unknown token)."""
     try:
         token, wiring = token_and_wiring(presented)
         if token is None:
@@ -140,7 +145,7 @@ def _serve(kind: str, queue: str, presented: str, body: bytes) -> tuple[int, byt
         if not access.may(access.for_token(token), "publish", queue):
             raise refusal(queue, ("publish",))
         answer = PUBLISHERS[kind](service(), queue, body, wiring)
-        return 202, ACCEPTED_TYPE, json.dumps(answer).encode()
+        return 202, ACCEPTED_TYPE, json.dumps(answer).encode(), []
     except ApiError as error:
         return _error(error_response(error.status, error.code, error.detail, **error.extra))
     except XumpError as error:
@@ -154,8 +159,10 @@ def _serve(kind: str, queue: str, presented: str, body: bytes) -> tuple[int, byt
         close_old_connections()  # as Django does when a request ends
 
 
-def _error(response: Any) -> tuple[int, bytes, bytes]:
-    return response.status_code, ERROR_TYPE, response.content
+def _error(response: Any) -> Answer:
+    extra = [(b"retry-after", response["Retry-After"].encode())] if response.has_header(
+        "Retry-After") else []  # fmt: skip
+    return response.status_code, ERROR_TYPE, response.content, extra
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

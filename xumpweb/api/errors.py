@@ -23,6 +23,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError, ValidationError
 
 from engine import errors as engine_errors
+from engine.relay import store_failure
 
 logger = logging.getLogger("xump.api")
 
@@ -36,12 +37,16 @@ ENGINE_ERRORS: dict[type[engine_errors.XumpError], tuple[int, str]] = {
     engine_errors.InvalidArgument: (400, "invalid_argument"),
     engine_errors.InvalidSelector: (400, "invalid_selector"),
     engine_errors.QueueFull: (409, "queue_full"),
+    engine_errors.InboxFull: (503, "inbox_full"),
+    engine_errors.StoreFull: (503, "store_full"),
     engine_errors.StoreError: (503, "store_unavailable"),
     engine_errors.XumpError: (400, "invalid_request"),
 }
 
 COLUMN = re.compile(r"\bcolumn (\d+)")
 RANGE_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}
+# seconds a publisher refused for a full inbox or a full Redis should wait (Retry-After)
+RETRY_AFTER = {engine_errors.InboxFull: "1", engine_errors.StoreFull: "5"}
 
 
 class ApiError(Exception):
@@ -75,13 +80,19 @@ def engine_error_response(error: engine_errors.XumpError) -> JsonResponse:
             column = int(found.group(1)) if found else None
         if column is not None:
             extra["column"] = column
-    return error_response(status, code, str(error), **extra)
+    response = error_response(status, code, str(error), **extra)
+    retry = RETRY_AFTER.get(type(error))
+    if retry is not None:
+        response["Retry-After"] = retry
+    return response
 
 
 def redis_error_response(error: redis.RedisError) -> JsonResponse:
     """Redis went away under a request that reads it directly (not through the relay, whose
     errors are StoreErrors already): 503, as for the store."""
     logger.warning("Redis failed under an API request: %s", error)
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        return engine_error_response(store_failure(error, "answering the request"))
     return error_response(503, "store_unavailable", f"cannot reach Redis: {error}")
 
 

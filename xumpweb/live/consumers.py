@@ -71,6 +71,7 @@ MAX_BATCH = 1000  # the most deliveries in one "deliveries" frame
 MAX_TAGS = 10_000  # tags in one ack frame
 ACK_DELAY = 0.005  # seconds acks are gathered before they go to the router as one command
 ACK_BATCH = 1000  # ...or as soon as this many are waiting
+RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis is away
 AUTH_WAIT = 10.0  # seconds a connection may stay open without authenticating
 HEARTBEAT = 15.0  # seconds of silence after which the server sends a heartbeat
 CLOSE_BAD_TARGET, CLOSE_UNAUTHORIZED, CLOSE_FORBIDDEN = 4400, 4401, 4403
@@ -350,6 +351,8 @@ class SubscribeConsumer(LiveSocket):
         self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
         self.acks: list[str] = []
         self.ack_task: asyncio.Task | None = None
+        self.unsent: list[dict[str, Any]] = []  # commands Redis did not take: sent again
+        self.resend_task: asyncio.Task | None = None
         self.window_open = asyncio.Event()
         self.popping = False
         self.stopping = False
@@ -509,7 +512,12 @@ class SubscribeConsumer(LiveSocket):
 
     async def _send_commands(self, commands: list[dict[str, Any]]) -> None:
         """Append commands to the store's inbox (as engine.relay.RelayClient does) and make
-        sure a router will read them soon (as runtime's relay client does)."""
+        sure a router will read them soon (as runtime's relay client does). Commands
+        Redis does not take (it is away) are kept and sent again, first, once it answers:
+        an ack lost with Redis would have the message delivered again at its timeout."""
+        commands, self.unsent = self.unsent + commands, []
+        if not commands:
+            return
         pipe = self.redis.pipeline(transaction=False)
         pipe.rpush(self.inbox, *[encode(command) for command in commands])
         pipe.publish(self.doorbell, b"")
@@ -522,14 +530,24 @@ class SubscribeConsumer(LiveSocket):
         try:
             answers = await pipe.execute()
         except redis.RedisError as problem:
-            # the deliveries stay outstanding; the router's delivery timeout returns them
-            logger.warning("cannot send %d command(s) to the router: %s", len(commands), problem)
-            await self.error("store_unavailable", f"cannot reach the router: {problem}")
+            self.unsent = commands + self.unsent
+            if self.resend_task is None or self.resend_task.done():
+                logger.warning("cannot send %d command(s) to the router: %s; sending them "
+                               "again until Redis answers", len(commands), problem)  # fmt: skip
+                await self.error("store_unavailable", f"cannot reach the router: {problem}")
+                if not self.stopping:
+                    self.resend_task = asyncio.create_task(self._resend())
             return
         if self.worker_routing and answers[2]:
             from xumpweb.routing.tasks import route
 
             await sync_to_async(route.delay, thread_sensitive=False)(self.store)
+
+    async def _resend(self) -> None:
+        """Send the commands Redis did not take, every RESEND_EVERY seconds until it does."""
+        while self.unsent and not self.stopping:
+            await asyncio.sleep(RESEND_EVERY)
+            await self._send_commands([])
 
     async def stop(self) -> None:
         if not self.authorized:
@@ -551,6 +569,11 @@ class SubscribeConsumer(LiveSocket):
                 [{"op": "reject", "tag": tag, "requeue": True} for tag in self.unsettled]
             )
             self.unsettled.clear()
+        if self.unsent:  # Redis is still away and the connection is gone
+            logger.warning(
+                "%d command(s) for the router not sent (Redis away); their deliveries come "
+                "back at the delivery timeout", len(self.unsent),
+            )  # fmt: skip
         await self.redis.aclose()
 
 

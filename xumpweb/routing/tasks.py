@@ -11,10 +11,12 @@ killed worker's task runs again, and the lease makes sure two never route at onc
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 
+import redis
 from celery import shared_task
 from django.conf import settings
 
@@ -22,6 +24,7 @@ from engine.errors import StoreError
 from xumpweb import runtime
 
 _local = threading.local()
+logger = logging.getLogger("xump.routing")
 
 
 def _router() -> runtime.Router:
@@ -54,9 +57,14 @@ def route(store: str) -> int:
     finally:
         # let the next command schedule a router; then look once more, so a command sent
         # while this one was letting go is not left waiting for the next tick
-        service.redis.delete(keys["kicked"])
-        if service.redis.llen(keys["inbox"]):
-            service.kick()
+        try:
+            service.redis.delete(keys["kicked"])
+            if service.redis.llen(keys["inbox"]):
+                service.kick()
+        except (redis.RedisError, StoreError) as error:
+            # Redis is away: `tick` schedules a router once it is back (commands wait,
+            # nobody holds the lease); the error that ended the routing, if any, goes on
+            logger.warning("router for %r cannot let go cleanly: %s", store, error)
     return applied
 
 
