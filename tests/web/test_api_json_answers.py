@@ -117,3 +117,22 @@ def test_the_depth_limit_is_100_levels_strings_aside(service, queue) -> None:
         # brackets inside strings are text, not nesting
         text = {"body": "[" * 5_000 + '\\"{' * 500, "headers": {"h": "]" * 300}}
         assert client.post(url, json=text).status_code == 202
+
+
+def test_the_openapi_document_names_each_answer_once(service) -> None:
+    """Swagger UI refuses a document with a key twice ("duplicated mapping key"), as it
+    was when endpoints declared 401 as a number and the error answers as text."""
+    import json
+
+    repeated: list[list[str]] = []
+
+    def once(pairs: list) -> dict:
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) != len(keys):
+            repeated.append(keys)
+        return dict(pairs)
+
+    answer = httpx.get(service.url + "/api/openapi.json", timeout=30)
+    assert answer.status_code == 200
+    json.loads(answer.content, object_pairs_hook=once)
+    assert repeated == []

@@ -63,7 +63,11 @@ def _document_errors(schema: dict[str, Any]) -> None:
     error = {"$ref": "#/components/schemas/ErrorOut"}
     for methods in schema.get("paths", {}).values():
         for method, operation in methods.items():
-            responses = operation.setdefault("responses", {})
+            # endpoints declare their codes as ints; JSON keys are text: one key per code
+            responses = {
+                str(code): answer for code, answer in operation.get("responses", {}).items()
+            }
+            operation["responses"] = responses
             codes = dict(ERRORS_EVERYWHERE)
             if method in ("post", "put", "patch", "delete"):
                 codes.update(ERRORS_ON_CHANGE)
