@@ -12,7 +12,8 @@ WORDS = ["a", "b", "c", "", "x.y"]
 HEADER_NAMES = ["a", "b", "c", "s", "flag", "priority", "delivery_mode", "type", "n"]
 STRINGS = ["x", "y", "ab", "", "a%b", "a_c", "PERSISTENT", "x.y", "é"]
 INTS = [-3, -1, 0, 1, 2, 3, 4, 7]
-FLOATS = [-1.5, 0.0, 0.5, 2.0, 2.5, 4.0, float("nan"), float("inf")]
+# no NaN or infinities: the engine refuses them at the door (engine/validation.py)
+FLOATS = [-1.5, 0.0, 0.5, 2.0, 2.5, 4.0, 1e300, -1e-300]
 
 
 def header_value(rng: random.Random) -> str | int | float | bool:
