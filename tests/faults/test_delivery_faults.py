@@ -315,20 +315,15 @@ def check(system: System, publisher: Publisher, name: str, started: float) -> di
     return row
 
 
-@pytest.fixture(scope="module", autouse=True)
-def table(request):
-    yield
+def table_lines() -> list[str]:
+    """ROWS as a Markdown table (printed at the end of the run by conftest.py)."""
     if not ROWS:
-        return
+        return []
     columns = list(ROWS[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines = [f"{MESSAGES:,} numbered messages per fault", "| " + " | ".join(columns) + " |"]
+    lines.append("|" + "---|" * len(columns))
     lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in ROWS]
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    text = "\n".join(["", f"Faults, {MESSAGES:,} messages each:", *lines])
-    if reporter is not None:
-        reporter.write_line(text)
-    else:
-        print(text)
+    return lines
 
 
 @pytest.fixture
