@@ -7,6 +7,8 @@ right or an admin (401 / 403 otherwise); with XUMP_METRICS_ADDRESS, open on that
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from urllib.parse import quote
 
@@ -15,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
-from tests.web.conftest import start_service, unique
+from tests.web.conftest import ROOT, start_service, unique
 from tests.web.test_subscribe import Xump, send, session_cookie, subscribe, take, wait_for
 
 
@@ -201,3 +203,34 @@ def test_the_separate_bind_serves_metrics_to_anyone(metered) -> None:
     figures = parse(answer.text)
     assert one(figures, "xump_redis_up") == 1
     assert "xump_http_requests_total" in figures
+
+
+def test_the_grafana_dashboard_uses_metrics_the_service_exposes(metered) -> None:
+    board = json.loads((ROOT / "docs" / "grafana-xump.json").read_text())
+    used = {
+        re.sub(r"_(bucket|sum|count|total)$", "", name)
+        for panel in board["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"xump_\w+", target["expr"])
+    }
+    answer = httpx.get(f"http://{metered.metrics_address}/metrics", timeout=30)
+    exposed = {family.name for family in text_string_to_metric_families(answer.text)}
+    assert len(used) >= 25 and used <= exposed, used - exposed
+
+
+def test_without_a_metrics_directory_the_serving_process_counts(service) -> None:
+    """Inline routing, one process, no PROMETHEUS_MULTIPROC_DIR: that process's figures."""
+    queue = unique()
+    with service.client() as admin:
+        assert admin.post("/api/queues", json={"name": queue}).status_code == 201
+    publish(service, queue, 3)
+
+    def published() -> dict | None:
+        figures = scrape(service, service.admin_token)
+        return figures if one(figures, "xump_queue_depth", queue=queue) == 3 else None
+
+    figures = wait_for(published, within=30, every=0.3)
+    assert figures, "the queue's figures never showed"
+    assert one(figures, "xump_queue_published_total", queue=queue) == 3
+    assert one(figures, "xump_router_batch_size_count") >= 1
+    assert one(figures, "process_cpu_seconds_total") is not None
