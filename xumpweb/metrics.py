@@ -51,6 +51,8 @@ from prometheus_client.registry import Collector
 logger = logging.getLogger("xump.metrics")
 
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+if MULTIPROCESS:  # the metrics below open their files there as they are made
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 SAMPLE_EVERY = 1.0  # seconds between samples of the subscribers' gauges
 QUEUE_COUNTERS = ("published", "routed", "delivered", "confirmed", "rejected",
                   "dead_lettered", "dropped", "expired")  # fmt: skip
@@ -188,19 +190,20 @@ def subscriber_joined(connection: Any) -> None:
     """A subscriber connection (`destination`, `credit`, `unsettled`, `stopping`) to
     sample until it stops; starts this process's sampler."""
     global _sampler
-    _subscribers.add(connection)
-    if _sampler is None:
-        with _sampler_lock:
-            if _sampler is None:
-                _sampler = threading.Thread(target=_sample, name="xump-metrics", daemon=True)
-                _sampler.start()
+    with _sampler_lock:
+        _subscribers.add(connection)
+        if _sampler is None:
+            _sampler = threading.Thread(target=_sample, name="xump-metrics", daemon=True)
+            _sampler.start()
 
 
 def sample_subscribers(seen: set[str]) -> set[str]:
     """Set the destination gauges from the live connections (0 for destinations `seen`
     last time and gone now); the destinations seen now."""
     found: dict[str, list[int]] = {}
-    for connection in list(_subscribers):
+    with _sampler_lock:  # the event loop's thread adds connections meanwhile
+        connections = list(_subscribers)
+    for connection in connections:
         if getattr(connection, "stopping", True):
             continue
         figures = found.setdefault(connection.destination, [0, 0, 0])

@@ -189,6 +189,9 @@ def test_only_the_metrics_right_or_an_admin_reads_metrics(metered) -> None:
     reader = token(metered, {"*": ["read", "publish", "consume"]})
     refused = httpx.get(url, headers={"Authorization": f"Bearer {reader}"})
     assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+    with metered.client(reader) as program:  # nobody gives a right they do not hold
+        minted = program.post("/api/tokens", json={"name": "x", "rights": {"*": ["metrics"]}})
+    assert minted.status_code == 403, minted.text
     narrow = token(metered, {"orders*": ["metrics"]})  # every queue's figures: '*' only
     assert httpx.get(url, headers={"Authorization": f"Bearer {narrow}"}).status_code == 403
     # the admin token (manage on '*') and an admin's session may
