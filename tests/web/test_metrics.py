@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -17,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
-from tests.web.conftest import ROOT, start_service, unique
+from tests.web.conftest import ROOT, Service, start_service, unique
 from tests.web.test_subscribe import Xump, send, session_cookie, subscribe, take, wait_for
 
 
@@ -237,3 +240,48 @@ def test_without_a_metrics_directory_the_serving_process_counts(service) -> None
     assert one(figures, "xump_queue_published_total", queue=queue) == 3
     assert one(figures, "xump_router_batch_size_count") >= 1
     assert one(figures, "process_cpu_seconds_total") is not None
+
+
+def test_a_second_web_process_counts_until_it_is_killed(metered) -> None:
+    """Subscribers of another web process show in this one's /metrics (one metrics
+    directory); once it is killed (kill -9, no chance to say so) its live gauges go."""
+    secret = token(metered, {"*": ["metrics"]})
+    port = free_port()
+    log = open(Path(metered.env["XUMP_TEST_DIR"]) / "second-web.log", "ab")  # noqa: SIM115
+    second = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, env=metered.env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: _answers(f"http://127.0.0.1:{port}/api/health"), within=30)
+        destination = unique("d")
+        elsewhere = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", metered.env,
+                            admin_token=metered.admin_token)  # fmt: skip
+        with subscribe(elsewhere, destination) as socket:
+            send(socket, {"type": "credit", "n": 7})
+
+            def counted() -> bool:
+                figures = scrape(metered, secret)  # the first web process answers
+                return (
+                    one(figures, "xump_destination_subscribers", destination=destination) == 1
+                    and one(figures, "xump_destination_credit", destination=destination) == 7
+                )
+
+            assert wait_for(counted, within=30, every=0.3)
+            second.kill()
+            second.wait()
+        figures = scrape(metered, secret)
+        assert one(figures, "xump_destination_subscribers", destination=destination) is None
+        assert one(figures, "xump_destination_credit", destination=destination) is None
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code < 500
+    except httpx.HTTPError:
+        return False
