@@ -24,6 +24,11 @@ if [ -z "${XUMP_SECRET_KEY:-}" ]; then
     export XUMP_SECRET_KEY
 fi
 
+# /metrics sums every process's figures from files here (docs/metrics.md); those of the
+# processes of an earlier run are gone with them
+export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-$PWD/var/metrics}
+mkdir -p "$PROMETHEUS_MULTIPROC_DIR" && rm -f "$PROMETHEUS_MULTIPROC_DIR"/*.db
+
 announcer=
 cleanup() {
     [ -z "$announcer" ] || kill "$announcer" 2>/dev/null || true

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import redis
 from honcho.environ import parse_procfile
+from prometheus_client.parser import text_string_to_metric_families
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -136,6 +137,7 @@ def _make_run_environment(tmp_path: Path, redis_url: str, port: int) -> dict[str
         XUMP_LEASE_MS="2000",
         XUMP_DELIVERY_TIMEOUT="5",  # acks lost with Redis come back quickly
         DATABASE_URL=f"sqlite:///{tmp_path}/xump.sqlite3",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),  # not the checkout's var/metrics
         PYTHONUNBUFFERED="1",
     )
     return env
@@ -358,6 +360,22 @@ def test_make_run_rides_out_three_redis_restarts_under_traffic(tmp_path, redis_i
         accepted = set(traffic.accepted)
         _wait_until(delivered, 40, "delivery through the new worker")
         assert running.poll() is None
+
+        # /metrics sums every process's figures (run.sh shares PROMETHEUS_MULTIPROC_DIR):
+        # the web process's publishes, and the router batches of both workers, the killed
+        # one's included
+        answer = client.get("/metrics")
+        assert answer.status_code == 200, answer.text
+        samples = [s for f in text_string_to_metric_families(answer.text) for s in f.samples]
+        applied = sum(s.value for s in samples if s.name == "xump_router_batch_size_sum")
+        published = sum(
+            s.value
+            for s in samples
+            if s.name == "xump_http_requests_total"
+            and s.labels["route"] == "api-publish"
+            and s.labels["status"] == "202"
+        )
+        assert applied >= len(accepted) and published >= len(accepted)
     finally:
         if traffic is not None:
             traffic.stop()

@@ -13,12 +13,16 @@ they want, on a queue or on the service as a whole (`may(principal, action, queu
   analytics         start analytics runs and archive exports (operators and admins)
   users, tokens-for-others, stores, patterns, definitions, refused    admins only
   read-all          read every queue (the monitor, the audit log, the refused commands)
+  metrics           read /metrics (every queue's figures): admins, and tokens or operators
+                    holding the `metrics` right on '*'
   console           see the console at all (any role)
 
 Queue actions come down to the four rights an ApiToken carries per queue name or glob:
-read, publish, consume, manage (consume and manage include read). Roles give console users
-rights of the same shape; they are Django groups (wiring/migrations/0004_role_groups.py)
-that admins change in the Django admin, and what counts is their permissions:
+read, publish, consume, manage (consume and manage include read); a fifth, metrics, given
+on '*', lets a program (a Prometheus server) read /metrics and nothing else. Roles give
+console users rights of the same shape; they are Django groups
+(wiring/migrations/0004_role_groups.py) that admins change in the Django admin, and what
+counts is their permissions:
 * viewer   (`wiring.read_everything`): read on every queue; changes nothing;
 * operator (`wiring.operate_queues`): a viewer, plus the rights of the QueueGrants given
   to the user or one of their groups (e.g. `jobs*: publish, consume, manage`);
@@ -186,6 +190,8 @@ def may(principal: Principal, action: str, queue: str | None = None) -> bool:
         return principal.has_role
     if action == "read-all":
         return principal.holds_all("read", "*")
+    if action == "metrics":
+        return principal.admin or principal.holds_all("metrics", "*")
     raise ValueError(f"unknown action {action!r}")
 
 
@@ -193,6 +199,8 @@ def may_grant(principal: Principal, rights: dict[str, list[str]]) -> str | None:
     """Why `principal` may not give a token `rights`, or None when it may."""
     for glob, granted in rights.items():
         for right in granted:
+            if right == "metrics" and principal.admin:
+                continue  # admins read the metrics without holding the right
             if not principal.holds_all(right, glob):
                 return f"you may not give {right} on {glob!r}: you do not hold it there"
     return None

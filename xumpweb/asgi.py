@@ -90,17 +90,19 @@ django_application = OneHopHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from xumpweb import runtime  # noqa: E402
+from xumpweb import metrics, runtime  # noqa: E402
 from xumpweb.api.direct import DirectPublish  # noqa: E402
 from xumpweb.live.routing import websocket_urlpatterns  # noqa: E402
 from xumpweb.live.security import origin_validator  # noqa: E402
 
 runtime.service()  # with XUMP_ROUTING=inline, this starts the router thread now
+metrics.serve_separately()  # with XUMP_METRICS_ADDRESS (xumpweb/metrics.py)
 
 application = ProtocolTypeRouter(
     {
         # token-authenticated publishes without Django's request machinery (api/direct.py)
-        "http": (
+        # every request counted and timed for /metrics, the direct publishes too
+        "http": metrics.HttpMetrics(
             DirectPublish(django_application)
             if settings.XUMP_DIRECT_PUBLISH
             else django_application

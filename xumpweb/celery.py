@@ -26,6 +26,15 @@ app.conf.beat_schedule = {
 }
 
 
+@signals.worker_shutdown.connect
+@signals.worker_process_shutdown.connect
+def metrics_process_gone(**_: object) -> None:
+    """Its gauges stop counting in /metrics (xumpweb/metrics.py, multiprocess mode)."""
+    from xumpweb import metrics
+
+    metrics.mark_dead()
+
+
 @signals.after_setup_logger.connect
 def quiet_task_lines(**_: object) -> None:
     """No "received"/"succeeded" line per task: beat's tick alone would log one a second.

@@ -49,7 +49,7 @@ from engine.errors import NotFound, StoreError
 from engine.message import Delivery
 from engine.relay import RelayClient, RelayOwner, delivery_keys, relay_keys, store_failure
 from engine.stores.redis import RedisStore
-from xumpweb import redis_health
+from xumpweb import metrics, redis_health
 from xumpweb.analytics.journal import append_commands, journal_key
 from xumpweb.routing import operations
 
@@ -293,8 +293,10 @@ class _Owner(RelayOwner):
         renews when it is due (see the module doc)."""
         raw = self.store.client.lrange(self.inbox, 0, limit - 1)
         if raw:
+            started = time.perf_counter()
             with self.engine._lock:  # keeps other threads' calls out of the step's commit
                 self._step(raw)
+            metrics.router_step(len(raw), time.perf_counter() - started)  # once per step
         return len(raw)
 
     def renew_lease(self) -> None:
@@ -374,6 +376,7 @@ class Router:
                 time.sleep(0.05)
             if _fence(backend.lease_token) == self._fence + 1:
                 self._fence += 1  # nobody held it in between: the engine is current
+                metrics.lease_taken(handover=False)
                 return True
             backend.release_lease()
             self._discard()
@@ -390,6 +393,7 @@ class Router:
             store.close()
             raise
         self._fence = _fence(store.lease_token)
+        metrics.lease_taken(handover=True)
         return True
 
     def _build(self, store: RedisStore) -> _Owner:
@@ -489,11 +493,18 @@ class Router:
                     "limit": info.limit,
                     "dead_letter": info.dead_letter,
                     "stats": engine.stats(info.name),
+                    "oldest": _oldest(engine, info.name) if info.depth else None,
                 }
                 for info in engine.queues()
             ]
         found = {"time": time.time(), "queues": queues, "recent": list(self._recent)}
         owner.store.client.set(self.keys["snapshot"], json.dumps(found))
+
+
+def _oldest(engine: Engine, queue: str) -> float | None:
+    """When the oldest message waiting in `queue` was published (for /metrics)."""
+    waiting = engine.peek(queue, 1)
+    return waiting[0].timestamp if waiting else None
 
 
 def _wait_for_ring(doorbell: redis.client.PubSub, seconds: float) -> None:

@@ -27,6 +27,11 @@ XUMP_INBOX_LIMIT     commands the store's inbox may hold before publishes are re
                      503 inbox_full and Retry-After (default 1,000,000; a publish-batch is
                      one command; confirms and rejects are never refused)
 XUMP_SPARK_MASTER    the Spark master URL the pipeline jobs use (default local[*])
+XUMP_METRICS_ADDRESS  host:port where the web process serves /metrics open to anyone who
+                     reaches it (default unset: /metrics on the web server, for a token
+                     with the metrics right or an admin; docs/metrics.md)
+PROMETHEUS_MULTIPROC_DIR  a directory every process of the host shares for its metrics
+                     (`make run`: var/metrics, emptied at start); unset: each process's own
 XUMP_LOGIN_FAILURES  failed logins for one user name from one address before that pair is
                      locked out (default 5; console and admin login alike)
 XUMP_LOGIN_COOLOFF   minutes a lockout lasts (default 15)
@@ -120,6 +125,11 @@ XUMP_ARCHIVE_INTERVAL = _number("XUMP_ARCHIVE_INTERVAL", 300.0)
 XUMP_JOURNAL_LIMIT = int(_number("XUMP_JOURNAL_LIMIT", 2_000_000))
 XUMP_INBOX_LIMIT = int(_number("XUMP_INBOX_LIMIT", 1_000_000))
 XUMP_SPARK_MASTER = os.environ.get("XUMP_SPARK_MASTER", "local[*]")
+XUMP_METRICS_ADDRESS = os.environ.get("XUMP_METRICS_ADDRESS", "").strip()
+if XUMP_METRICS_ADDRESS and not XUMP_METRICS_ADDRESS.rpartition(":")[2].isdigit():
+    raise SystemExit(f"XUMP_METRICS_ADDRESS must be host:port, not {XUMP_METRICS_ADDRESS!r}")
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # xumpweb/metrics.py: multiprocess mode
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 # Celery: Redis broker; tasks are acknowledged after they ran, so a killed worker's task
 # is run again (every task is idempotent)

@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import RedisServer
 from tests.web.conftest import start_service, unique
@@ -46,6 +47,11 @@ def test_the_api_answers_503_while_redis_is_down_and_recovers(lonely) -> None:
             assert answer.json()["error"] == "store_unavailable", answer.text
         health = client.get("/api/health")
         assert health.status_code == 503 and health.json()["redis"]["ok"] is False
+        scraped = client.get("/metrics")  # says so, rather than failing the scrape
+        assert scraped.status_code == 200, scraped.text
+        samples = {s.name: s.value for f in text_string_to_metric_families(scraped.text)
+                   for s in f.samples}  # fmt: skip
+        assert samples["xump_redis_up"] == 0 and samples["xump_database_up"] == 1
         redis_server.start()  # the same port and AOF file
         deadline = time.monotonic() + 20
         while True:

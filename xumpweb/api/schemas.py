@@ -137,6 +137,6 @@ class PatternIn(Strict):
 
 class TokenIn(Strict):
     name: str = Field(min_length=1, max_length=200)
-    rights: dict[str, list[Literal["read", "publish", "consume", "manage"]]] = Field(
+    rights: dict[str, list[Literal["read", "publish", "consume", "manage", "metrics"]]] = Field(
         description='queue name or glob -> rights, e.g. {"orders.*": ["publish"]}'
     )

@@ -9,6 +9,7 @@ from django import forms
 
 from engine.validation import MAX_SEQ, MAX_WIRING
 from xumpweb.console.common import parse_header_lines
+from xumpweb.wiring.models import ApiToken
 
 WHEN_CHOICES = [
     ("match", "match the address or a header"),
@@ -216,7 +217,8 @@ class TokenForm(Form):
     rights = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         initial="*: publish, consume",
-        help_text="one per line: queue or glob: rights (read, publish, consume, manage), "
+        help_text="one per line: queue or glob: rights (read, publish, consume, manage, "
+        "metrics), "
         "only rights you hold",
     )
 
@@ -230,10 +232,10 @@ class TokenForm(Form):
             if not colon or not pattern:
                 raise forms.ValidationError(f"line {number}: write `queue-or-glob: rights`")
             names = [g.strip() for g in granted.split(",") if g.strip()]
-            unknown = [g for g in names if g not in ("read", "publish", "consume", "manage")]
+            unknown = [g for g in names if g not in ApiToken.RIGHTS]
             if unknown or not names:
                 raise forms.ValidationError(
-                    f"line {number}: rights are read, publish, consume and manage, not {unknown}"
+                    f"line {number}: rights are {', '.join(ApiToken.RIGHTS)}, not {unknown}"
                 )
             rights.setdefault(pattern, [])
             rights[pattern] += [g for g in names if g not in rights[pattern]]

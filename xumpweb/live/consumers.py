@@ -48,7 +48,7 @@ from uvicorn.protocols.utils import ClientDisconnected
 from engine.errors import InvalidName
 from engine.relay import PRESENCE_EVERY, PRESENCE_TTL_MS, TAKE
 from engine.validation import check_name
-from xumpweb import access
+from xumpweb import access, metrics
 from xumpweb.live import monitor
 from xumpweb.live.frames import Undeliverable, delivery_frame, encode
 from xumpweb.live.security import (
@@ -128,6 +128,7 @@ class LiveSocket(AsyncConsumer):
         self.user: Any = None  # or the console's user
         self.last_sent = time.monotonic()
         self.tasks: list[asyncio.Task] = []
+        metrics.websocket_opened(self.kind)
         await self.send({"type": "websocket.accept"})
         problem = self.check_target()
         if problem is None:
@@ -161,6 +162,7 @@ class LiveSocket(AsyncConsumer):
             await self.error("bad_frame", 'a frame is a JSON object with a "type"')
             return
         kind = frame["type"]
+        started = time.perf_counter()
         try:
             if kind == "heartbeat":
                 return
@@ -176,6 +178,8 @@ class LiveSocket(AsyncConsumer):
             await getattr(self, method)(frame)
         except FrameError as problem:
             await self.error(problem.code, problem.detail, frame=kind, **problem.extra)
+        finally:
+            metrics.websocket_frame(self.kind, kind, time.perf_counter() - started)
 
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:
         self.closed = True
@@ -358,6 +362,7 @@ class SubscribeConsumer(LiveSocket):
         self.stopping = False
         self.pump = asyncio.create_task(self._pump())
         self.tasks.append(asyncio.create_task(self._presence()))
+        metrics.subscriber_joined(self)  # sampled for /metrics until it stops
         await self.send_text(encode({"type": "subscribed", "destination": self.destination}))
 
     async def _presence(self) -> None:

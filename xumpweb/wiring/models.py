@@ -126,9 +126,10 @@ class Pattern(models.Model):
 class ApiToken(models.Model):
     """A program's credentials. Only a hash of the secret is kept; the secret is shown once.
     `rights` maps a queue name or glob ("*", "orders.*") to a list of rights among
-    read, publish, consume and manage (consume and manage include read)."""
+    read, publish, consume and manage (consume and manage include read), and metrics
+    (on "*": reading /metrics, xumpweb/access.py)."""
 
-    RIGHTS = ("read", "publish", "consume", "manage")
+    RIGHTS = ("read", "publish", "consume", "manage", "metrics")
 
     name = models.CharField(max_length=200)
     prefix = models.CharField(max_length=12, unique=True, editable=False)
