@@ -74,3 +74,13 @@ def redis_server(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The figures tests reported (tests/figures.py), after the run."""
+    from tests.figures import SECTIONS
+
+    for title, lines in SECTIONS.items():
+        terminalreporter.write_sep("=", title)
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -18,14 +18,3 @@ def poison_service(redis_server, tmp_path_factory):
     )  # fmt: skip
     yield running
     running.close()
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """The fault suite's table of counts (test_delivery_faults.ROWS), after the run."""
-    from tests.faults.test_delivery_faults import table_lines
-
-    lines = table_lines()
-    if lines:
-        terminalreporter.write_sep("=", "delivery under faults")
-        for line in lines:
-            terminalreporter.write_line(line)

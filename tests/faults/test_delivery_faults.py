@@ -31,6 +31,7 @@ import pytest
 import redis
 
 from tests.conftest import RedisServer
+from tests.figures import report
 from tests.web.conftest import PYTHON, ROOT, Service, start_service
 
 MESSAGES = int(os.environ.get("XUMP_FAULT_MESSAGES", "20000"))
@@ -309,6 +310,7 @@ def check(system: System, publisher: Publisher, name: str, started: float) -> di
         "seconds": round(time.monotonic() - started, 1),
     }
     ROWS.append(row)
+    report("delivery under faults", table_lines())
     assert everything and not lost, (row, sorted(lost)[:10])
     assert not unexplained, (row, sorted(unexplained)[:10])
     assert overlaps == 0, row

@@ -31,6 +31,7 @@ import redis
 from websockets.sync.client import connect
 
 from tests.faults.conftest import MAX_BODY
+from tests.figures import report
 from tests.web.conftest import unique
 
 GOOD = 5000
@@ -223,13 +224,13 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
     # (a rolled-back step, retried in parts) before it routed them
     behind = max(subscriber.arrived[f"g{n}"] - sent_at[f"g{n}"]
                  for start in range(251, GOOD, 500) for n in range(start, start + 10))  # fmt: skip
-    print(
-        f"\npoison: {GOOD} good publishes in {published:.1f} s with {len(answers)} hostile "
+    report("poison suite", [
+        f"{GOOD} good publishes in {published:.1f} s with {len(answers)} hostile "
         f"requests and {GOOD // 500} hostile inbox commands; publish-to-delivery latency "
         f"median {statistics.median(latencies) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
         f"max {worst * 1000:.1f} ms; right behind a hostile inbox command at most "
         f"{behind * 1000:.1f} ms"
-    )
+    ])  # fmt: skip
     assert worst < LATENCY_LIMIT
 
 

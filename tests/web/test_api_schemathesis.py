@@ -27,6 +27,7 @@ from schemathesis.checks import (
 )
 from schemathesis.core.failures import FailureGroup
 
+from tests.figures import report
 from tests.web.conftest import start_service
 
 EXAMPLES = int(os.environ.get("XUMP_SCHEMATHESIS_EXAMPLES", "25"))
@@ -109,9 +110,10 @@ def test_every_operation_answers_as_its_schema_says_and_never_5xx(private_servic
     total: Counter[int] = Counter()
     for (_caller, status), count in statuses.items():
         total[status] += count
-    print(f"\nschemathesis: {sum(total.values())} requests, statuses {dict(sorted(total.items()))}")
+    lines = [f"{sum(total.values())} requests, statuses {dict(sorted(total.items()))}"]
     for caller in ("admin", "no-rights", "anonymous"):
         mine = {status: n for (who, status), n in sorted(statuses.items()) if who == caller}
-        print(f"  {caller}: {mine}")
+        lines.append(f"  {caller}: {mine}")
+    report("schemathesis over /api/openapi.json", lines)
     assert not failures, "\n\n".join(f"{key}\n{text}" for key, text in failures.items())
     assert not [status for status in total if status >= 500]
