@@ -388,6 +388,18 @@ BAD_FRAMES = [
     ('{"type": "reject", "tag": "no-such-tag"}', "unknown_tag"),
     ('{"type": "reject", "tag": "x", "requeue": "no"}', "invalid_argument"),
     ('{"type": "auth", "token": "xump_a_b"}', "already_authenticated"),
+    # hostile values (issue 12): what JSON cannot carry plainly (NaN, infinities, numbers
+    # past a double, lone surrogates, 100,000 levels) is not JSON here: refused as such
+    ('{"type": "credit", "n": NaN}', "bad_json"),
+    ('{"type": "credit", "n": Infinity}', "bad_json"),
+    ('{"type": "credit", "n": 1e999}', "bad_json"),
+    ('{"type": "credit", "n": 1' + "0" * 5000 + "}", "bad_json"),
+    ('{"type": "ack", "tag": "\\ud800"}', "bad_json"),
+    ('{"type": "ack", "tags": ["\\udfff", "t"]}', "bad_json"),
+    ('{"type": "reject", "tag": "\\ud800x", "requeue": false}', "bad_json"),
+    ('{"type": "\\ud800"}', "bad_json"),
+    ("[" * 100_000 + "]" * 100_000, "bad_json"),
+    ('{"type": "ack", "tags": [' + ",".join(['"t"'] * 10_001) + "]}", "invalid_argument"),
 ]
 
 
