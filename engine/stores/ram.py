@@ -3,14 +3,23 @@
 The reference implementation of stores/base.py: fastest, and nothing survives a restart.
 History is kept as two parallel lists (seqs and entries) sorted by seq with a moving start
 offset, so appending is O(1), trimming is amortised O(1) and paging by seq is a bisect.
+
+Lifetime (SPEC §8): scheduled entries (delayed arrivals, redeliveries waiting out their
+delay) sit in a heap ordered by (due, order scheduled), so scheduling and firing cost
+O(log n) however many wait. A queue with several priority levels keeps one FIFO deque per
+level (`_lanes`); a plain queue keeps its single deque `_unprocessed` and pays nothing.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
+from engine.message import Message
 from engine.stores.base import COUNTERS, Entry, QueueState, SelectorState, Store
 
 
@@ -19,7 +28,11 @@ class RamQueueState(QueueState):
         "_hist_entries",
         "_hist_seqs",
         "_hist_start",
+        "_lanes",
         "_last_seq",
+        "_levels",
+        "_order",
+        "_schedule",
         "_selectors",
         "_unprocessed",
         "counters",
@@ -35,6 +48,11 @@ class RamQueueState(QueueState):
         self._hist_start = 0
         self._selectors: dict[int, SelectorState] = {}
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self._levels = 1
+        self._lanes: list[deque[Entry]] | None = None  # per priority level, highest last
+        # (due, order, entry, retry) of every scheduled entry
+        self._schedule: list[tuple[float, int, Entry, bool]] = []
+        self._order = itertools.count()
 
     # -- unprocessed -------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -45,29 +63,104 @@ class RamQueueState(QueueState):
         return self._last_seq
 
     def depth(self) -> int:
+        if self._lanes is not None:
+            return sum(map(len, self._lanes))
         return len(self._unprocessed)
 
     def append(self, entry: Entry) -> None:
+        if self._lanes is not None:
+            self._lanes[level(entry.message, self._levels)].append(entry)
+            return
         self._unprocessed.append(entry)
 
     def head(self) -> Entry | None:
+        if self._lanes is not None:
+            for lane in reversed(self._lanes):
+                if lane:
+                    return lane[0]
+            return None
         return self._unprocessed[0] if self._unprocessed else None
 
     def pop_head(self) -> Entry:
+        if self._lanes is not None:
+            for lane in reversed(self._lanes):
+                if lane:
+                    return lane.popleft()
         return self._unprocessed.popleft()
 
     def push_front(self, entries: list[Entry]) -> None:
+        if self._lanes is not None:
+            levels = self._levels
+            for entry in reversed(entries):
+                self._lanes[level(entry.message, levels)].appendleft(entry)
+            return
         self._unprocessed.extendleft(reversed(entries))
 
+    def take_out(self, seq: int) -> Entry | None:
+        """Withdraw the unprocessed entry `seq` (None if it is not unprocessed)."""
+        for lane in self._lanes if self._lanes is not None else (self._unprocessed,):
+            for entry in lane:
+                if entry.seq == seq:
+                    lane.remove(entry)
+                    return entry
+        return None
+
     def remove(self, seq: int) -> bool:
-        for entry in self._unprocessed:
-            if entry.seq == seq:
-                self._unprocessed.remove(entry)
-                return True
-        return False
+        return self.take_out(seq) is not None
+
+    def all_unprocessed(self) -> list[Entry]:
+        """The unprocessed section in routing order."""
+        if self._lanes is not None:
+            return [entry for lane in reversed(self._lanes) for entry in lane]
+        return list(self._unprocessed)
 
     def unprocessed(self, count: int) -> list[Entry]:
+        if self._lanes is not None:
+            return self.all_unprocessed()[:count]
         return [entry for _, entry in zip(range(count), self._unprocessed, strict=False)]
+
+    # -- lifetime --------------------------------------------------------------------------
+    def set_levels(self, levels: int) -> None:
+        if levels == self._levels:
+            return
+        entries = self.all_unprocessed()
+        self._levels = levels
+        if levels == 1:
+            self._lanes = None
+            self._unprocessed = deque(entries)
+            return
+        self._unprocessed = deque()
+        self._lanes = [deque() for _ in range(levels)]
+        for entry in entries:
+            self._lanes[level(entry.message, levels)].append(entry)
+
+    def schedule(self, entry: Entry, retry: bool) -> None:
+        heapq.heappush(self._schedule, (entry.due, next(self._order), entry, retry))
+
+    def next_due(self) -> float | None:
+        return self._schedule[0][0] if self._schedule else None
+
+    def pop_due(self, now: float) -> tuple[Entry, bool] | None:
+        waiting = self._schedule
+        if not waiting or waiting[0][0] > now:
+            return None
+        _, _, entry, retry = heapq.heappop(waiting)
+        return entry, retry
+
+    def scheduled(self) -> list[tuple[Entry, bool]]:
+        return [(item[2], item[3]) for item in sorted(self._schedule, key=_by_due)]
+
+    def scheduled_count(self) -> int:
+        return len(self._schedule)
+
+    def cancel(self, mid: str) -> list[Entry]:
+        kept = [item for item in self._schedule if item[2].message.mid != mid]
+        if len(kept) == len(self._schedule):
+            return []
+        gone = [item[2] for item in self._schedule if item[2].message.mid == mid]
+        heapq.heapify(kept)
+        self._schedule = kept
+        return gone
 
     # -- history -----------------------------------------------------------------------
     def add_history(self, entry: Entry, keep: int) -> None:
@@ -138,6 +231,23 @@ class RamQueueState(QueueState):
 
     def drop_selector(self, selector_id: int) -> None:
         self._selectors.pop(selector_id, None)
+
+
+def _by_due(item: tuple[float, int, Entry, bool]) -> tuple[float, int]:
+    return item[0], item[1]
+
+
+def level(message: Message, levels: int) -> int:
+    """The priority level of `message` in a queue of `levels` levels: its `priority` header
+    (validated on publish), missing = 0, clamped to 0 .. levels - 1."""
+    value: Any = message.headers.get("priority")
+    if value is None:
+        return 0
+    try:
+        found = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return 0 if found < 0 else min(found, levels - 1)
 
 
 class RamStore(Store):
