@@ -489,6 +489,7 @@ class Engine(Messaging):
         held = state.unprocessed(state.depth())
         for sel in qrt.selectors.values():
             held.extend(e for e in sel.state.outstanding.values() if not e.replay)
+        held.extend(entry for entry, _ in state.scheduled())
         self._stores[qrt.spec.store].drop_queue(qrt.name)
         self._catalog.delete_queue(qrt.name)
         for entry in held:

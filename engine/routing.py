@@ -58,6 +58,9 @@ _now = time.time
 # and the worklist takes over.
 _MAX_NESTING = 40
 
+# Ties in a queue's heap of expiry times: the same entry may be watched twice (given back)
+_watch_order = itertools.count()
+
 # History entries a replay reads at a time (rule 13)
 _REPLAY_PAGE = 100
 
@@ -99,7 +102,7 @@ class QueueRuntime:
         self.scheduled = False
         self.busy = False  # being routed right now (further up the stack)
         self.deleted = False
-        # (expires at, seq, entry) of unprocessed entries that can expire; None until built
+        # (expires at, order, entry) of unprocessed entries that can expire; None until built
         # from the unprocessed section (a queue loaded from a persistent store)
         self.expiries: list[tuple[float, int, Entry]] | None = [] if not state.depth() else None
         self.apply(spec)
@@ -407,7 +410,7 @@ class Routing:
             return
         heap = qrt.expiries
         if heap is not None:
-            heapq.heappush(heap, (expires, entry.seq, entry))
+            heapq.heappush(heap, (expires, next(_watch_order), entry))
             if len(heap) > 2 * qrt.state.depth() + 64:
                 qrt.expiries = None  # mostly routed already: rebuilt at the next tick
         self._timed.add(qrt)
@@ -420,7 +423,7 @@ class Routing:
             for entry in state.unprocessed(state.depth()):
                 expires = qrt.expires_at(entry.message)
                 if expires is not None:
-                    heap.append((expires, entry.seq, entry))
+                    heap.append((expires, next(_watch_order), entry))
             heapq.heapify(heap)
             qrt.expiries = heap
         return heap
@@ -469,9 +472,14 @@ class Routing:
                 self._schedule(qrt)
             heap = self._expiry_heap(qrt)
             while heap and heap[0][0] <= now:
-                _, seq, entry = heapq.heappop(heap)
-                if not qrt.deleted and state.remove(seq):
-                    self._expired(qrt, entry)
+                entry = heapq.heappop(heap)[2]
+                if qrt.deleted:
+                    break
+                if state.head() is entry:
+                    state.pop_head()  # the common case, and cheap in every store
+                elif not state.remove(entry.seq):
+                    continue  # routed meanwhile (or outstanding: watched again if given back)
+                self._expired(qrt, entry)
             if not heap and not state.scheduled_count():
                 self._timed.discard(qrt)
 

@@ -435,3 +435,22 @@ def test_priorities_are_fixed_at_creation(eng: Engine) -> None:
     with pytest.raises(InvalidArgument):
         eng.queue_update("q", priorities=5)
     assert eng.queue_update("q", ttl=5, max_deliveries=2).ttl == 5
+
+
+def test_a_message_given_back_again_and_again_still_expires_once(eng: Engine) -> None:
+    eng.queue_create("dlq")
+    eng.queue_create("q", ttl=10, dead_letter="dlq")
+    t0 = frozen(eng)
+    sel = deliver(eng, "q", "app", credit=1)
+    sel.enable()
+    [a] = eng.publish("q", Message(body=b"a"))
+    eng.publish("q", Message(body=b"b"))  # waits behind a
+    for _ in range(3):
+        [a] = eng.reject(a)  # back to the front and at once delivered again
+    eng.selector_delete("q", sel.id)  # a back to the front; both held now
+    assert [m.body for m in eng.peek("q")] == [b"a", b"b"]
+    eng.tick(t0 + 9.99)
+    assert eng.queue_fetch("q").depth == 2
+    eng.tick(t0 + 10)
+    assert sorted(m.body for m in eng.peek("dlq")) == [b"a", b"b"]
+    assert eng.stats("q")["expired"] == 2
