@@ -17,7 +17,7 @@ from engine.errors import InvalidArgument, NotFound, QueueFull
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.router import SelectorRuntime
-from engine.routing import QueueRuntime, Routing, by_seq, dead_lettered
+from engine.routing import QueueRuntime, Routing, _new_message, by_seq, dead_lettered
 from engine.stores.base import Entry
 from engine.validation import (
     check_body,
@@ -27,6 +27,8 @@ from engine.validation import (
     check_priority,
     check_text,
 )
+
+_wall = time.time
 
 
 def _parse_tag(tag: object) -> tuple[str, int]:
@@ -166,9 +168,12 @@ class Messaging(Routing):
         mid = message.mid
         if not (keep_mid and isinstance(mid, str) and mid):
             mid = f"{self._prefix}-{next(self._serials)}"
-        return Message(
-            message.address, headers, body, message.return_address, mid, None, self._time(),
-            None, ttl, delay,
+        now = _wall()
+        if now < self._tick_now:
+            now = self._tick_now  # the engine's time (see Routing._time), inlined: hot path
+        return _new_message(
+            (message.address, headers, body, message.return_address, mid, None, now, None, ttl,
+             delay)
         )  # fmt: skip
 
     def _engine_dead_letter_queue(self) -> QueueRuntime:

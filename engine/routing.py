@@ -297,16 +297,18 @@ class Routing:
                 # a cycle of MOVEs brought it back within one step: stop it here
                 self._dead_letter(qrt, entry, "unroutable")
                 return
-        limit = qrt.max_deliveries
-        if limit is not None and action == "deliver" and entry.delivery_count >= limit:
-            self._delivery_limited(qrt, entry)
-            return
+        if action == "deliver":
+            limit = qrt.max_deliveries
+            if limit is not None and entry.delivery_count >= limit:
+                self._delivery_limited(qrt, entry)
+                return
         if state.credit > 0:
             state.credit -= 1
         tag = f"{sel.tag_prefix}{next(self._serials)}"
         if action == "deliver":
             entry.delivery_count += 1
-            entry.taken_at = self._time()
+            now = _now()
+            entry.taken_at = now if now >= self._tick_now else self._tick_now
             count = entry.delivery_count
             state.outstanding[tag] = entry
             destination = sel.target

@@ -7,7 +7,8 @@ offset, so appending is O(1), trimming is amortised O(1) and paging by seq is a 
 Lifetime (SPEC §8): scheduled entries (delayed arrivals, redeliveries waiting out their
 delay) sit in a heap ordered by (due, order scheduled), so scheduling and firing cost
 O(log n) however many wait. A queue with several priority levels keeps one FIFO deque per
-level (`_lanes`); a plain queue keeps its single deque `_unprocessed` and pays nothing.
+level (`Lanes`, standing in for the single deque `_unprocessed` of a plain queue, which
+pays nothing for it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import heapq
 import itertools
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from engine.message import Message
@@ -28,7 +29,6 @@ class RamQueueState(QueueState):
         "_hist_entries",
         "_hist_seqs",
         "_hist_start",
-        "_lanes",
         "_last_seq",
         "_levels",
         "_order",
@@ -42,14 +42,15 @@ class RamQueueState(QueueState):
     def __init__(self, name: str) -> None:
         self.name = name
         self._last_seq = 0
-        self._unprocessed: deque[Entry] = deque()
+        # a deque; with priority levels, Lanes (which acts as one, so no method here needs
+        # to ask which it is)
+        self._unprocessed: deque[Entry] | Lanes = deque()
         self._hist_seqs: list[int] = []
         self._hist_entries: list[Entry] = []
         self._hist_start = 0
         self._selectors: dict[int, SelectorState] = {}
         self.counters = dict.fromkeys(COUNTERS, 0)
         self._levels = 1
-        self._lanes: list[deque[Entry]] | None = None  # per priority level, highest last
         # (due, order, entry, retry) of every scheduled entry
         self._schedule: list[tuple[float, int, Entry, bool]] = []
         self._order = itertools.count()
@@ -63,46 +64,26 @@ class RamQueueState(QueueState):
         return self._last_seq
 
     def depth(self) -> int:
-        if self._lanes is not None:
-            return sum(map(len, self._lanes))
         return len(self._unprocessed)
 
     def append(self, entry: Entry) -> None:
-        if self._lanes is not None:
-            self._lanes[level(entry.message, self._levels)].append(entry)
-            return
         self._unprocessed.append(entry)
 
     def head(self) -> Entry | None:
-        if self._lanes is not None:
-            for lane in reversed(self._lanes):
-                if lane:
-                    return lane[0]
-            return None
         return self._unprocessed[0] if self._unprocessed else None
 
     def pop_head(self) -> Entry:
-        if self._lanes is not None:
-            for lane in reversed(self._lanes):
-                if lane:
-                    return lane.popleft()
         return self._unprocessed.popleft()
 
     def push_front(self, entries: list[Entry]) -> None:
-        if self._lanes is not None:
-            levels = self._levels
-            for entry in reversed(entries):
-                self._lanes[level(entry.message, levels)].appendleft(entry)
-            return
         self._unprocessed.extendleft(reversed(entries))
 
     def take_out(self, seq: int) -> Entry | None:
         """Withdraw the unprocessed entry `seq` (None if it is not unprocessed)."""
-        for lane in self._lanes if self._lanes is not None else (self._unprocessed,):
-            for entry in lane:
-                if entry.seq == seq:
-                    lane.remove(entry)
-                    return entry
+        for entry in self._unprocessed:
+            if entry.seq == seq:
+                self._unprocessed.remove(entry)
+                return entry
         return None
 
     def remove(self, seq: int) -> bool:
@@ -110,29 +91,18 @@ class RamQueueState(QueueState):
 
     def all_unprocessed(self) -> list[Entry]:
         """The unprocessed section in routing order."""
-        if self._lanes is not None:
-            return [entry for lane in reversed(self._lanes) for entry in lane]
         return list(self._unprocessed)
 
     def unprocessed(self, count: int) -> list[Entry]:
-        if self._lanes is not None:
-            return self.all_unprocessed()[:count]
         return [entry for _, entry in zip(range(count), self._unprocessed, strict=False)]
 
     # -- lifetime --------------------------------------------------------------------------
     def set_levels(self, levels: int) -> None:
         if levels == self._levels:
             return
-        entries = self.all_unprocessed()
+        entries = list(self._unprocessed)
         self._levels = levels
-        if levels == 1:
-            self._lanes = None
-            self._unprocessed = deque(entries)
-            return
-        self._unprocessed = deque()
-        self._lanes = [deque() for _ in range(levels)]
-        for entry in entries:
-            self._lanes[level(entry.message, levels)].append(entry)
+        self._unprocessed = deque(entries) if levels == 1 else Lanes(levels, entries)
 
     def schedule(self, entry: Entry, retry: bool) -> None:
         heapq.heappush(self._schedule, (entry.due, next(self._order), entry, retry))
@@ -235,6 +205,61 @@ class RamQueueState(QueueState):
 
 def _by_due(item: tuple[float, int, Entry, bool]) -> tuple[float, int]:
     return item[0], item[1]
+
+
+class Lanes:
+    """The unprocessed section of a queue with priority levels: one FIFO deque per level,
+    read highest level first. It offers the deque operations the stores use."""
+
+    __slots__ = ("lanes", "levels", "size")
+
+    def __init__(self, levels: int, entries: Iterable[Entry] = ()) -> None:
+        self.levels = levels
+        self.lanes: list[deque[Entry]] = [deque() for _ in range(levels)]
+        self.size = 0
+        for entry in entries:
+            self.append(entry)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def __iter__(self) -> Iterator[Entry]:
+        for lane in reversed(self.lanes):
+            yield from lane
+
+    def __getitem__(self, index: int) -> Entry:
+        if index == 0:
+            for lane in reversed(self.lanes):
+                if lane:
+                    return lane[0]
+            raise IndexError("no unprocessed entries")
+        return list(self)[index]
+
+    def append(self, entry: Entry) -> None:
+        self.lanes[level(entry.message, self.levels)].append(entry)
+        self.size += 1
+
+    def appendleft(self, entry: Entry) -> None:
+        self.lanes[level(entry.message, self.levels)].appendleft(entry)
+        self.size += 1
+
+    def extendleft(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            self.appendleft(entry)
+
+    def popleft(self) -> Entry:
+        for lane in reversed(self.lanes):
+            if lane:
+                self.size -= 1
+                return lane.popleft()
+        raise IndexError("no unprocessed entries")
+
+    def remove(self, entry: Entry) -> None:
+        self.lanes[level(entry.message, self.levels)].remove(entry)
+        self.size -= 1
 
 
 def level(message: Message, levels: int) -> int:

@@ -170,7 +170,7 @@ class RedisQueueState(JournaledQueueState):
     # A queue with priority levels keeps its unprocessed entries in the entries hash (see
     # the module doc): the journaled state's own way.
     def append(self, entry: Entry) -> None:
-        if self._lanes is not None:
+        if self._levels > 1:
             JournaledQueueState.append(self, entry)
             return
         self._unprocessed.append(entry)
@@ -179,7 +179,7 @@ class RedisQueueState(JournaledQueueState):
             self._changed()
 
     def pop_head(self) -> Entry:
-        if self._lanes is not None:
+        if self._levels > 1:
             return JournaledQueueState.pop_head(self)
         entry = self._unprocessed.popleft()
         if self._front:
@@ -195,7 +195,7 @@ class RedisQueueState(JournaledQueueState):
         return entry
 
     def push_front(self, entries: list[Entry]) -> None:
-        if self._lanes is not None:
+        if self._levels > 1:
             JournaledQueueState.push_front(self, entries)
             return
         self._unprocessed.extendleft(reversed(entries))
@@ -203,7 +203,7 @@ class RedisQueueState(JournaledQueueState):
         self._changed()
 
     def remove(self, seq: int) -> bool:
-        if self._lanes is not None:
+        if self._levels > 1:
             return JournaledQueueState.remove(self, seq)
         at = next((at for at, entry in enumerate(self._unprocessed) if entry.seq == seq), None)
         if at is None:
