@@ -454,3 +454,26 @@ def test_a_message_given_back_again_and_again_still_expires_once(eng: Engine) ->
     eng.tick(t0 + 10)
     assert sorted(m.body for m in eng.peek("dlq")) == [b"a", b"b"]
     assert eng.stats("q")["expired"] == 2
+
+
+def test_ttl_and_backoff_through_a_wolfpack_with_credit(eng: Engine) -> None:
+    eng.queue_create("dlq")
+    eng.queue_create("jobs", ttl=5, dead_letter="dlq")
+    for worker in ("w1", "w2"):
+        eng.queue_create(f"jobs:{worker}", redelivery_delay=2)
+        wolfpack(eng, "jobs", worker, credit=1)
+    t0 = frozen(eng)
+    taken = eng.publish_many("jobs", [Message(body=b"%d" % n) for n in range(4)])
+    assert sorted(d.destination for d in taken) == ["w1", "w2"]
+    eng.tick(t0 + 5)  # the two waiting for credit in the service queue expire
+    assert sorted(m.body for m in eng.peek("dlq")) == [b"2", b"3"]
+    first = taken[0]
+    assert eng.reject(first) == []  # waits 2 s in its worker queue, still taken upstream
+    assert eng.publish("jobs", Message(body=b"next")) == []  # no worker has credit
+    [again] = eng.tick(t0 + 7)
+    assert (again.message.body, again.destination, again.delivery_count) == (
+        first.message.body, first.destination, 2,
+    )  # fmt: skip
+    [following] = eng.confirm(again)  # settled upstream: that worker takes the next job
+    assert (following.message.body, following.destination) == (b"next", first.destination)
+    assert eng.stats("jobs")["expired"] == 2
