@@ -405,13 +405,13 @@ class Messaging(Routing):
         if not isinstance(mid, str) or not mid:
             raise InvalidArgument(f"mid must be a message id (a string), not {mid!r}")
         with self._lock:
-            qrt = self._queue(queue)
-            if not any(entry.message.mid == mid for entry, _ in qrt.state.scheduled()):
-                raise NotFound(f"message {mid!r} is not scheduled in queue {queue!r}")
-            return self._run(self._cancel, qrt, mid)
+            return self._run(self._cancel, self._queue(queue), mid)
 
     def _cancel(self, qrt: QueueRuntime, mid: str) -> None:
-        for entry in qrt.state.cancel(mid):
+        gone = qrt.state.cancel(mid)
+        if not gone:
+            raise NotFound(f"message {mid!r} is not scheduled in queue {qrt.name!r}")
+        for entry in gone:
             qrt.counters["dropped"] += 1
             journal = qrt.journal
             if journal is not None:

@@ -493,6 +493,11 @@ class Routing:
         direct: bool,
     ) -> Entry | None:
         router = qrt.router
+        if message.ttl is not None or qrt.ttl is not None:
+            expires = qrt.expires_at(message)
+            if expires is not None and expires <= self._time():
+                self._expired(qrt, Entry(0, message, origin))  # never taken, not even here
+                return None
         if router.overflows:
             copies, takers = router.overflow()
             taker = _choose_taker(takers) if takers else None

@@ -477,3 +477,13 @@ def test_ttl_and_backoff_through_a_wolfpack_with_credit(eng: Engine) -> None:
     [following] = eng.confirm(again)  # settled upstream: that worker takes the next job
     assert (following.message.body, following.destination) == (b"next", first.destination)
     assert eng.stats("jobs")["expired"] == 2
+
+
+def test_an_expired_message_arriving_at_a_full_queue_is_not_taken_by_its_overflow(
+    eng: Engine,
+) -> None:
+    eng.queue_create("q", limit=0)
+    eng.selector_create("q").when_overflow().do_deliver("spill").enable()
+    assert eng.publish("q", Message(body=b"stale", ttl=0)) == []
+    assert eng.stats("q")["expired"] == 1
+    assert bodies(eng.publish("q", Message(body=b"fresh", ttl=60))) == [b"fresh"]
