@@ -30,6 +30,13 @@ class QueueSpec:
     dead_letter: str | None = None
     self_destruct: bool = False
     journal: bool = True  # record this queue's events in the engine's journal, if it keeps one
+    # message lifetime (SPEC §8, docs/lifetime.md); the defaults keep a queue as before
+    max_deliveries: int | None = None
+    redelivery_delay: float | None = None
+    redelivery_backoff: float = 1.0
+    redelivery_delay_max: float | None = None
+    ttl: float | None = None
+    priorities: int = 1
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ import secrets
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from time import time as _time
 
 from engine.catalog import Catalog, MemoryCatalog, QueueSpec, SelectorSpec, StoreSpec
@@ -37,8 +37,18 @@ from engine.validation import (
     DEFAULT_MAX_BODY,
     MAX_WIRING,
     check_count,
+    check_lifetime_options,
     check_name,
     check_optional_count,
+)
+
+LIFETIME_OPTIONS = (
+    "max_deliveries",
+    "redelivery_delay",
+    "redelivery_backoff",
+    "redelivery_delay_max",
+    "ttl",
+    "priorities",
 )
 
 STORE_KINDS = ("ram", "redis", "sql")
@@ -56,6 +66,14 @@ class QueueInfo:
     self_destruct: bool
     outstanding: int = 0
     journal: bool = True
+    # message lifetime (SPEC §8)
+    max_deliveries: int | None = None
+    redelivery_delay: float | None = None
+    redelivery_backoff: float = 1.0
+    redelivery_delay_max: float | None = None
+    ttl: float | None = None
+    priorities: int = 1
+    scheduled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +112,7 @@ class Engine(Messaging):
         # MOVE/BOUNCE selectors held because their target's destinations are away (absent)
         self._held: dict[tuple[str, int], SelectorRuntime] = {}
         self._pending: deque[QueueRuntime] = deque()
+        self._timed: set[QueueRuntime] = set()  # queues `tick` looks at (routing.py)
         self._out: list[Delivery] = []
         self._visited: set[tuple[str | None, str]] = set()
         self._nesting = 0  # depth of fast-path routing on the stack
@@ -131,9 +150,7 @@ class Engine(Messaging):
         self._transactional = [s for s in self._stores.values() if s.transactional]
         for spec in catalog.queue_specs():
             store = self._stores[spec.store]
-            self._queues[spec.name] = QueueRuntime(
-                spec, store.open_queue(spec.name), self._recorder()
-            )
+            self._queues[spec.name] = self._queue_runtime(spec, store.open_queue(spec.name))
         for qrt in self._queues.values():
             for spec in catalog.selector_specs(qrt.name):
                 known = qrt.state.has_selector(spec.id)
@@ -154,6 +171,12 @@ class Engine(Messaging):
                         spec.enabled = False
                         catalog.save_selector(spec)
 
+    def _queue_runtime(self, spec: QueueSpec, state) -> QueueRuntime:  # type: ignore[no-untyped-def]
+        qrt = QueueRuntime(spec, state, self._recorder())
+        if state.scheduled_count() or qrt.expiries is None:
+            self._timed.add(qrt)  # loaded with entries that `tick` may have to move
+        return qrt
+
     def _selector_runtime(self, qrt: QueueRuntime, spec: SelectorSpec) -> SelectorRuntime:
         sel = SelectorRuntime(spec, qrt.state.selector(spec.id), next(self._turns))
         sel.tag_prefix = f"{qrt.name}:{spec.id}:{self._prefix}."
@@ -171,6 +194,7 @@ class Engine(Messaging):
                 if reset is not None:
                     reset()
             self._queues.clear()
+            self._timed.clear()
             self._targeted_by.clear()
             self._pending.clear()
             self._out = []
@@ -282,11 +306,39 @@ class Engine(Messaging):
         dead_letter: str | None = None,
         self_destruct: bool = False,
         journal: bool = True,
+        *,
+        max_deliveries: int | None = None,
+        redelivery_delay: float | None = None,
+        redelivery_backoff: float = 1.0,
+        redelivery_delay_max: float | None = None,
+        ttl: float | None = None,
+        priorities: int = 1,
     ) -> QueueInfo:
         """Create a queue; idempotent when it exists with the same settings. `journal=False`
-        keeps its events out of the engine's event journal."""
+        keeps its events out of the engine's event journal.
+
+        Message lifetime (SPEC §8, docs/lifetime.md), all off by default:
+        `max_deliveries` (int >= 1): a message whose next delivery would exceed it is
+        dead-lettered (`x-reason: delivery-limit`, `x-delivery-count`) or dropped.
+        `redelivery_delay` (seconds >= 0), `redelivery_backoff` (>= 1) and
+        `redelivery_delay_max`: a message rejected with requeue or timed out waits
+        delay x backoff^(delivery_count - 1), capped, before it is routable again (the
+        messages behind it are routed meanwhile); it then goes back to the front.
+        `ttl` (seconds): unprocessed messages older than this expire (with a message's own
+        ttl, the sooner wins). `priorities` (1-10): with more than one level, the highest
+        `priority` header is routed first, FIFO within a level; fixed at creation."""
         check_name("queue", name)
-        return self._queue_create(name, store, limit, history, dead_letter, self_destruct, journal)
+        lifetime = dict(
+            max_deliveries=max_deliveries,
+            redelivery_delay=redelivery_delay,
+            redelivery_backoff=redelivery_backoff,
+            redelivery_delay_max=redelivery_delay_max,
+            ttl=ttl,
+            priorities=priorities,
+        )
+        return self._queue_create(
+            name, store, limit, history, dead_letter, self_destruct, journal, **lifetime
+        )
 
     def _queue_create(
         self,
@@ -297,8 +349,11 @@ class Engine(Messaging):
         dead_letter: str | None,
         self_destruct: bool,
         journal: bool = True,
+        **lifetime: object,
     ) -> QueueInfo:
-        spec = self._queue_spec(name, store, limit, history, dead_letter, self_destruct, journal)
+        spec = self._queue_spec(
+            name, store, limit, history, dead_letter, self_destruct, journal, **lifetime
+        )
         with self._lock:
             if spec.store not in self._stores:
                 raise NotFound(f"store {spec.store!r} does not exist; create it with store_create")
@@ -311,7 +366,7 @@ class Engine(Messaging):
                     f"queue {name!r} already exists with other settings "
                     f"({_describe_spec(existing.spec)})"
                 )
-            qrt = QueueRuntime(spec, self._stores[spec.store].open_queue(name), self._recorder())
+            qrt = self._queue_runtime(spec, self._stores[spec.store].open_queue(name))
             self._queues[name] = qrt
             for sel in self._targeted_by.get(name, ()):
                 sel.resolve(qrt)
@@ -327,6 +382,12 @@ class Engine(Messaging):
         dead_letter: object,
         self_destruct: object,
         journal: object = True,
+        max_deliveries: object = None,
+        redelivery_delay: object = None,
+        redelivery_backoff: object = 1.0,
+        redelivery_delay_max: object = None,
+        ttl: object = None,
+        priorities: object = 1,
     ) -> QueueSpec:
         store = self._default_store if store is None else store
         check_name("store", store)
@@ -338,7 +399,17 @@ class Engine(Messaging):
             raise InvalidArgument(f"self_destruct must be True or False, not {self_destruct!r}")
         if not isinstance(journal, bool):
             raise InvalidArgument(f"journal must be True or False, not {journal!r}")
-        return QueueSpec(name, store, limit, history, dead_letter, self_destruct, journal)
+        lifetime = check_lifetime_options(
+            max_deliveries,
+            redelivery_delay,
+            redelivery_backoff,
+            redelivery_delay_max,
+            ttl,
+            priorities,
+        )
+        return QueueSpec(
+            name, store, limit, history, dead_letter, self_destruct, journal, *lifetime
+        )
 
     def _recorder(self):  # type: ignore[no-untyped-def]
         return self._journal.append if self._journal is not None else None
@@ -353,7 +424,12 @@ class Engine(Messaging):
 
     def queue_update(self, name: str, **changes: object) -> QueueInfo:
         """Change a queue's limit, history, dead_letter, self_destruct or journal."""
-        unknown = set(changes) - {"limit", "history", "dead_letter", "self_destruct", "journal"}
+        if "priorities" in changes:
+            raise InvalidArgument(
+                "a queue's priorities are fixed when it is created; make a new queue"
+            )
+        changeable = {"limit", "history", "dead_letter", "self_destruct", "journal"}
+        unknown = set(changes) - changeable - set(LIFETIME_OPTIONS)
         if unknown:
             raise InvalidArgument(
                 f"queue setting(s) {', '.join(sorted(unknown))} cannot be changed"
@@ -368,6 +444,7 @@ class Engine(Messaging):
                 "self_destruct": current.self_destruct,
                 "journal": current.journal,
             }
+            values.update({option: getattr(current, option) for option in LIFETIME_OPTIONS})
             values.update(changes)
             spec = self._queue_spec(name, current.store, **values)  # type: ignore[arg-type]
             self._check_dead_letter(name, spec.dead_letter)
@@ -376,6 +453,9 @@ class Engine(Messaging):
             self._catalog.save_queue(spec)
             try:
                 qrt.apply(spec)
+                if spec.ttl != current.ttl:
+                    qrt.expiries = None  # expiry times change: rebuilt at the next tick
+                    self._timed.add(qrt)
                 self._run(qrt.state.trim_history, spec.history)
             except BaseException:
                 qrt.apply(current)
@@ -409,6 +489,7 @@ class Engine(Messaging):
         held = state.unprocessed(state.depth())
         for sel in qrt.selectors.values():
             held.extend(e for e in sel.state.outstanding.values() if not e.replay)
+        held.extend(entry for entry, _ in state.scheduled())
         self._stores[qrt.spec.store].drop_queue(qrt.name)
         self._catalog.delete_queue(qrt.name)
         for entry in held:
@@ -433,6 +514,13 @@ class Engine(Messaging):
             self_destruct=spec.self_destruct,
             outstanding=sum(len(s.state.outstanding) for s in qrt.selectors.values()),
             journal=spec.journal,
+            max_deliveries=spec.max_deliveries,
+            redelivery_delay=spec.redelivery_delay,
+            redelivery_backoff=spec.redelivery_backoff,
+            redelivery_delay_max=spec.redelivery_delay_max,
+            ttl=spec.ttl,
+            priorities=spec.priorities,
+            scheduled=qrt.state.scheduled_count(),
         )
 
     # == selectors ===========================================================================
@@ -722,6 +810,7 @@ class Engine(Messaging):
             counters = dict(qrt.state.counters)
             counters["depth"] = qrt.state.depth()
             counters["history_size"] = qrt.state.history_size()
+            counters["scheduled"] = qrt.state.scheduled_count()
             counters["outstanding"] = sum(len(s.state.outstanding) for s in qrt.selectors.values())
             return counters
 
@@ -757,7 +846,15 @@ def _describe_spec(spec: QueueSpec) -> str:
         f"store={spec.store}, limit={spec.limit}, history={spec.history}, "
         f"dead_letter={spec.dead_letter}, self_destruct={spec.self_destruct}"
         + ("" if spec.journal else ", journal=False")
+        + "".join(
+            f", {option}={getattr(spec, option)}"
+            for option in LIFETIME_OPTIONS
+            if getattr(spec, option) != _LIFETIME_DEFAULTS[option]
+        )
     )
+
+
+_LIFETIME_DEFAULTS = {f.name: f.default for f in fields(QueueSpec) if f.name in LIFETIME_OPTIONS}
 
 
 def _event_journal(journal: object, lock: threading.RLock) -> EventJournal | None:

@@ -25,6 +25,11 @@ class Message(NamedTuple):
     Applications fill `address`, `headers`, `body` and `return_address`; the engine sets
     `mid` (the same across every copy and move), `timestamp` (seconds, set on publish),
     `seq` (position in the queue it is read from) and `destination` (on deliveries).
+
+    Lifetime (SPEC §8, docs/lifetime.md): `ttl` (seconds) makes it expire at
+    `timestamp + ttl` while unprocessed; `delay` (seconds) holds it out of routing until
+    `timestamp + delay` (it then enters its queue as if published then, its `timestamp`
+    the due time). Both default to None and travel with every copy and move.
     """
 
     address: str = ""
@@ -35,6 +40,8 @@ class Message(NamedTuple):
     seq: int | None = None
     timestamp: float | None = None
     destination: str | None = None
+    ttl: float | None = None
+    delay: float | None = None
 
     def text(self, encoding: str = "utf-8") -> str:
         """The body decoded as text (replacement characters where it is not valid)."""

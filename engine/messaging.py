@@ -1,4 +1,5 @@
-"""Messages in and out: publish, confirm, reject, expire (SPEC §2 rules 10, 11, 14).
+"""Messages in and out: publish, confirm, reject, expire (SPEC §2 rules 10, 11, 14), and the
+time-based transitions of message lifetime: tick, scheduled, cancel (SPEC §8).
 
 The Engine inherits these. Each public call validates first, takes the engine lock and runs
 its change through the routing layer (routing.py), returning the Deliveries it caused.
@@ -16,9 +17,18 @@ from engine.errors import InvalidArgument, NotFound, QueueFull
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.router import SelectorRuntime
-from engine.routing import QueueRuntime, Routing, by_seq, dead_lettered
+from engine.routing import QueueRuntime, Routing, _new_message, by_seq, dead_lettered
 from engine.stores.base import Entry
-from engine.validation import check_body, check_envelope, check_headers, check_text
+from engine.validation import (
+    check_body,
+    check_envelope,
+    check_headers,
+    check_optional_seconds,
+    check_priority,
+    check_text,
+)
+
+_wall = time.time
 
 
 def _parse_tag(tag: object) -> tuple[str, int]:
@@ -57,6 +67,7 @@ class Messaging(Routing):
     max_body: int
     _prefix: str
     _queue_create: Callable[..., Any]
+    _queue: Callable[[object], QueueRuntime]
     _lock: Any
 
     def publish(self, queue: str, message: Message) -> list[Delivery]:
@@ -85,6 +96,10 @@ class Messaging(Routing):
             else:
                 journal(_publish_event(message, qrt.name, unknown))
         self._visited.add((message.mid, qrt.name))
+        if message.delay:
+            self._schedule_entry(qrt, Entry(0, message, None), message.timestamp + message.delay,
+                                 False)  # fmt: skip
+            return
         self._arrive(qrt, message, None, direct=True)
 
     def publish_many(
@@ -127,6 +142,10 @@ class Messaging(Routing):
             if journal is not None:
                 journal(_publish_event(message, name, unknown))
             visited.add((message.mid, name))
+            if message.delay:
+                self._schedule_entry(qrt, Entry(0, message, None),
+                                     message.timestamp + message.delay, False)  # fmt: skip
+                continue
             arrive(qrt, message, None)
 
     def _checked(self, message: object, keep_mid: bool = False) -> Message:
@@ -136,15 +155,26 @@ class Messaging(Routing):
         headers = message.headers
         if headers is not EMPTY_HEADERS:
             headers = check_headers(headers)
+            priority = headers.get("priority")
+            if priority is not None and (type(priority) is not int or priority < 0):
+                check_priority(priority)
+        ttl, delay = message.ttl, message.delay
+        if ttl is not None or delay is not None:
+            ttl = check_optional_seconds("ttl", ttl)
+            delay = check_optional_seconds("delay", delay)
         body = message.body
         if type(body) is not bytes or len(body) > self.max_body:
             body = check_body(body, self.max_body)
         mid = message.mid
         if not (keep_mid and isinstance(mid, str) and mid):
             mid = f"{self._prefix}-{next(self._serials)}"
-        return Message(
-            message.address, headers, body, message.return_address, mid, None, time.time()
-        )
+        now = _wall()
+        if now < self._tick_now:
+            now = self._tick_now  # the engine's time (see Routing._time), inlined: hot path
+        return _new_message(
+            (message.address, headers, body, message.return_address, mid, None, now, None, ttl,
+             delay)
+        )  # fmt: skip
 
     def _engine_dead_letter_queue(self) -> QueueRuntime:
         name = self.dead_letter
@@ -239,7 +269,7 @@ class Messaging(Routing):
                 )
             )
         if requeue:
-            self._give_back(qrt, sel, [entry])
+            self._give_back(qrt, sel, [entry], retry=True)
         else:
             if not entry.replay:
                 self._dead_letter(qrt, entry, "rejected", detail)
@@ -256,7 +286,7 @@ class Messaging(Routing):
         ):
             raise InvalidArgument(f"older_than must be seconds >= 0, not {older_than!r}")
         with self._lock:
-            return self._run(self._expire, time.time() - older_than)
+            return self._run(self._expire, self._time() - older_than)
 
     def _expire(self, cutoff: float) -> None:
         for qrt in list(self._queues.values()):
@@ -299,19 +329,32 @@ class Messaging(Routing):
         qrt.counters["expired"] += len(tags)
         journal = qrt.journal
         if journal is not None:
-            now = time.time()
+            now = self._time()
             for tag in tags:
                 mid = outstanding[tag].message.mid
                 journal((now, "expire", mid, qrt.name, sel.id, sel.target, None, None))
-        self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags])
+        self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags], retry=True)
 
-    def _give_back(self, qrt: QueueRuntime, sel: SelectorRuntime, entries: list[Entry]) -> None:
+    def _give_back(
+        self, qrt: QueueRuntime, sel: SelectorRuntime, entries: list[Entry], retry: bool = False
+    ) -> None:
         """Taken entries return to the front of their queue in seq order, or, when they were
-        history being replayed, to the selector's replay; the selector's credit returns."""
+        history being replayed, to the selector's replay; the selector's credit returns.
+        A `retry` (rejected with requeue, or timed out) first meets the queue's lifetime
+        rules (SPEC §8): past `max_deliveries` it is dead-lettered; with a redelivery
+        delay it waits in the schedule and comes back to the front when due (`tick`)."""
         returned = []
+        limit = qrt.max_deliveries if retry else None
+        wait = qrt.redelivery is not None and retry
         for entry in entries:
             if not entry.replay:
-                returned.append(entry)
+                if limit is not None and entry.delivery_count >= limit:
+                    self._delivery_limited(qrt, entry)
+                elif wait:
+                    due = self._time() + qrt.redelivery_wait(entry.delivery_count)
+                    self._schedule_entry(qrt, entry, due, True)
+                else:
+                    returned.append(entry)
             elif sel.replay_next is None:
                 sel.replay_next, sel.replay_end = entry.seq, entry.seq
             else:
@@ -320,9 +363,60 @@ class Messaging(Routing):
         if returned:
             returned.sort(key=by_seq)
             qrt.state.push_front(returned)
+            if qrt.ttl is not None or any(e.message.ttl is not None for e in returned):
+                for entry in returned:
+                    self._watch(qrt, entry)
             self._schedule(qrt)
         for _ in entries:
             self._credit_back(qrt, sel)
+
+    # == lifetime (SPEC §8) ===================================================================
+    def tick(self, now: float | None = None) -> list[Delivery]:
+        """Make every time-based transition due at `now` (default: the wall clock): delayed
+        messages and redeliveries whose wait is over enter their queues (and are routed),
+        unprocessed messages past their ttl are dead-lettered (`x-reason: expired`) or
+        dropped. The engine has no clock of its own: the service calls this about once a
+        second; tests call it with explicit times. The engine's time never runs behind the
+        latest `now` given. Returns the Deliveries caused."""
+        if now is None:
+            now = time.time()
+        elif not isinstance(now, int | float) or isinstance(now, bool) or now != now:
+            raise InvalidArgument(f"now must be a time in seconds, not {now!r}")
+        elif now in (float("inf"), float("-inf")):
+            raise InvalidArgument(f"now must be a finite time in seconds, not {now!r}")
+        with self._lock:
+            if now > self._tick_now:
+                self._tick_now = float(now)
+            if not self._timed:
+                return []
+            return self._run(self._tick, float(now))
+
+    def scheduled(self, queue: str) -> list[Message]:
+        """The messages of `queue` held out of routing until due, soonest due first: delayed
+        arrivals (seq None) and redeliveries waiting out their delay (with their seq)."""
+        with self._lock:
+            state = self._queue(queue).state
+            return [entry.message._replace(seq=entry.seq or None) for entry, _ in state.scheduled()]
+
+    def cancel(self, queue: str, mid: str) -> list[Delivery]:
+        """Withdraw the scheduled message `mid` from `queue` (counted as dropped); NotFound,
+        changing nothing, when it is not scheduled there. Returns the Deliveries caused (a
+        message moved here is settled upstream, which may route there)."""
+        if not isinstance(mid, str) or not mid:
+            raise InvalidArgument(f"mid must be a message id (a string), not {mid!r}")
+        with self._lock:
+            return self._run(self._cancel, self._queue(queue), mid)
+
+    def _cancel(self, qrt: QueueRuntime, mid: str) -> None:
+        gone = qrt.state.cancel(mid)
+        if not gone:
+            raise NotFound(f"message {mid!r} is not scheduled in queue {qrt.name!r}")
+        for entry in gone:
+            qrt.counters["dropped"] += 1
+            journal = qrt.journal
+            if journal is not None:
+                journal((self._clock, "drop", mid, qrt.name, None, None, "cancelled", None))
+            self._settle(entry.origin)
 
     def _outstanding(self, delivery: Delivery | str) -> tuple[QueueRuntime, SelectorRuntime, str]:
         queue, selector_id = _parse_tag(delivery)

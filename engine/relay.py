@@ -81,7 +81,13 @@ from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.stores.redis import RedisStore
 from engine.stores.sql import mask_password
-from engine.validation import check_body, check_envelope, check_headers
+from engine.validation import (
+    check_body,
+    check_envelope,
+    check_headers,
+    check_optional_seconds,
+    check_priority,
+)
 
 
 def relay_keys(store: str) -> tuple[str, str, str]:
@@ -219,7 +225,7 @@ def delivery_from_json(raw: bytes | str) -> Delivery:
 
 
 def _message_json(message: Message) -> dict[str, Any]:
-    return {
+    data = {
         "address": message.address,
         "headers": dict(message.headers),
         "body": b2a_base64(message.body, newline=False).decode(),
@@ -229,6 +235,12 @@ def _message_json(message: Message) -> dict[str, Any]:
         "timestamp": message.timestamp,
         "destination": message.destination,
     }
+    # lifetime (SPEC §8) only when set: items stay as they were without it
+    if message.ttl is not None:
+        data["ttl"] = message.ttl
+    if message.delay is not None:
+        data["delay"] = message.delay
+    return data
 
 
 def _message_from(data: dict[str, Any]) -> Message:
@@ -242,6 +254,8 @@ def _message_from(data: dict[str, Any]) -> Message:
         data.get("seq"),
         data.get("timestamp"),
         data.get("destination"),
+        data.get("ttl"),  # items written before message lifetime have neither
+        data.get("delay"),
     )
 
 
@@ -494,6 +508,11 @@ class RelayClient:
             check_envelope(message.address, message.return_address)
             if message.headers is not EMPTY_HEADERS:
                 check_headers(message.headers)
+                if "priority" in message.headers:
+                    check_priority(message.headers["priority"])
+            if message.ttl is not None or message.delay is not None:
+                check_optional_seconds("ttl", message.ttl)
+                check_optional_seconds("delay", message.delay)
             if type(message.body) is not bytes:
                 message = message._replace(body=check_body(message.body, 1 << 62))
             data = _message_json(message)

@@ -21,10 +21,18 @@ Theory of operation (a protocol core in the manner of h11: no I/O of its own):
   messages flow down (`_settle`).
 * Dead letters and drops also settle the entry's origin: a MOVE's message is settled when it
   leaves the target queue's accounting in any way.
+* Lifetime (SPEC §8, docs/lifetime.md): routing an entry first checks its expiry (message
+  and queue TTL, the sooner wins) against the engine's time, the later of the wall clock
+  and the latest `tick(now)`; an expired entry is dead-lettered (`x-reason: expired`), never
+  taken. Taking for a DELIVER checks `max_deliveries`. Delayed arrivals and redeliveries
+  waiting out their delay sit in the store's schedule (a heap) and come back in `tick`;
+  entries that can expire while they wait are watched in a per-queue heap of expiry
+  times, so `tick` finds them without scanning the queue.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 from collections import deque
@@ -50,6 +58,9 @@ _now = time.time
 # and the worklist takes over.
 _MAX_NESTING = 40
 
+# Ties in a queue's heap of expiry times: the same entry may be watched twice (given back)
+_watch_order = itertools.count()
+
 # History entries a replay reads at a time (rule 13)
 _REPLAY_PAGE = 100
 
@@ -62,16 +73,20 @@ class QueueRuntime:
         "counters",
         "dead_letter",
         "deleted",
+        "expiries",
         "history",
         "journal",
         "limit",
+        "max_deliveries",
         "name",
         "recorder",
+        "redelivery",
         "router",
         "scheduled",
         "selectors",
         "spec",
         "state",
+        "ttl",
     )
 
     def __init__(
@@ -87,6 +102,9 @@ class QueueRuntime:
         self.scheduled = False
         self.busy = False  # being routed right now (further up the stack)
         self.deleted = False
+        # (expires at, order, entry) of unprocessed entries that can expire; None until built
+        # from the unprocessed section (a queue loaded from a persistent store)
+        self.expiries: list[tuple[float, int, Entry]] | None = [] if not state.depth() else None
         self.apply(spec)
 
     def apply(self, spec: QueueSpec) -> None:
@@ -96,6 +114,35 @@ class QueueRuntime:
         self.dead_letter = spec.dead_letter
         # where this queue's events go (event_journal.py); None records nothing
         self.journal = self.recorder if spec.journal else None
+        self.max_deliveries = spec.max_deliveries
+        self.ttl = spec.ttl
+        self.redelivery = (
+            (spec.redelivery_delay, spec.redelivery_backoff, spec.redelivery_delay_max)
+            if spec.redelivery_delay
+            else None
+        )
+        self.state.set_levels(spec.priorities)
+
+    def redelivery_wait(self, delivery_count: int) -> float:
+        """Seconds a message delivered `delivery_count` times waits before it is routable
+        again: delay x backoff^(delivery_count - 1), capped at redelivery_delay_max."""
+        delay, backoff, cap = self.redelivery  # type: ignore[misc]
+        try:
+            wait = delay * backoff ** max(delivery_count - 1, 0)
+        except OverflowError:
+            wait = float("inf")
+        return wait if cap is None or wait <= cap else cap
+
+    def expires_at(self, message: Message) -> float | None:
+        """When `message` expires in this queue (the sooner of its ttl and the queue's), or
+        None. Both count from the message's timestamp."""
+        ttl = message.ttl
+        queue_ttl = self.ttl
+        if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
+            ttl = queue_ttl
+        if ttl is None or message.timestamp is None:
+            return None
+        return message.timestamp + ttl
 
 
 class Routing:
@@ -111,6 +158,14 @@ class Routing:
     _transactional: list[Store]  # stores that want begin/commit around each operation
     _journal: EventJournal | None
     _clock = 0.0  # when the current call started, for its journal events
+    _tick_now = 0.0  # the latest `tick(now)`: the engine's time never runs behind it
+    _timed: set[QueueRuntime]  # queues with scheduled entries or expiries to watch
+
+    def _time(self) -> float:
+        """The engine's time: the wall clock, or the latest tick's `now` if that is later
+        (so tests drive time forward with `tick(now)`)."""
+        now = _now()
+        return now if now >= self._tick_now else self._tick_now
 
     def _run(self, operation, *args) -> list[Delivery]:  # type: ignore[no-untyped-def]
         """Run one state change, route what it made routable, return the Deliveries."""
@@ -173,6 +228,13 @@ class Routing:
     def _route_entry(self, qrt: QueueRuntime, router: Router, entry: Entry, queued: bool) -> bool:
         """Route one entry (the queue's head when `queued`); False when it must wait."""
         message = entry.message
+        if message.ttl is not None or qrt.ttl is not None:
+            expires = qrt.expires_at(message)
+            if expires is not None and expires <= self._time():
+                if queued:
+                    qrt.state.pop_head()
+                self._expired(qrt, entry)
+                return True
         copies, takers = router.match(message)
         if not copies and not takers:
             if router.defaults:
@@ -235,12 +297,18 @@ class Routing:
                 # a cycle of MOVEs brought it back within one step: stop it here
                 self._dead_letter(qrt, entry, "unroutable")
                 return
+        if action == "deliver":
+            limit = qrt.max_deliveries
+            if limit is not None and entry.delivery_count >= limit:
+                self._delivery_limited(qrt, entry)
+                return
         if state.credit > 0:
             state.credit -= 1
         tag = f"{sel.tag_prefix}{next(self._serials)}"
         if action == "deliver":
             entry.delivery_count += 1
-            entry.taken_at = _now()
+            now = _now()
+            entry.taken_at = now if now >= self._tick_now else self._tick_now
             count = entry.delivery_count
             state.outstanding[tag] = entry
             destination = sel.target
@@ -276,6 +344,8 @@ class Routing:
                                 entry.seq,
                                 message.timestamp,
                                 destination,
+                                message.ttl,
+                                message.delay,
                             )
                         ),
                         count > 1,
@@ -327,10 +397,93 @@ class Routing:
                 qrt.busy = False
                 self._nesting -= 1
         state.append(entry)
+        if message.ttl is not None or qrt.ttl is not None:
+            self._watch(qrt, entry)
         if not qrt.scheduled:
             qrt.scheduled = True
             self._pending.append(qrt)
         return entry
+
+    # -- lifetime (SPEC §8) ----------------------------------------------------------------
+    def _watch(self, qrt: QueueRuntime, entry: Entry) -> None:
+        """Remember when an unprocessed entry expires, for `tick` to find it."""
+        expires = qrt.expires_at(entry.message)
+        if expires is None:
+            return
+        heap = qrt.expiries
+        if heap is not None:
+            heapq.heappush(heap, (expires, next(_watch_order), entry))
+            if len(heap) > 2 * qrt.state.depth() + 64:
+                qrt.expiries = None  # mostly routed already: rebuilt at the next tick
+        self._timed.add(qrt)
+
+    def _expiry_heap(self, qrt: QueueRuntime) -> list[tuple[float, int, Entry]]:
+        heap = qrt.expiries
+        if heap is None:
+            state = qrt.state
+            heap = []
+            for entry in state.unprocessed(state.depth()):
+                expires = qrt.expires_at(entry.message)
+                if expires is not None:
+                    heap.append((expires, next(_watch_order), entry))
+            heapq.heapify(heap)
+            qrt.expiries = heap
+        return heap
+
+    def _expired(self, qrt: QueueRuntime, entry: Entry) -> None:
+        """An unprocessed entry outlived its ttl: dead-lettered or dropped, never routed."""
+        qrt.counters["expired"] += 1
+        self._dead_letter(qrt, entry, "expired")
+
+    def _delivery_limited(self, qrt: QueueRuntime, entry: Entry) -> None:
+        """The next delivery would exceed `max_deliveries`: dead-lettered or dropped."""
+        qrt.counters["delivery_limited"] += 1
+        self._dead_letter(
+            qrt, entry, "delivery-limit", extra={"x-delivery-count": entry.delivery_count}
+        )
+
+    def _schedule_entry(self, qrt: QueueRuntime, entry: Entry, due: float, retry: bool) -> None:
+        entry.due = due
+        qrt.state.schedule(entry, retry)
+        self._timed.add(qrt)
+
+    def _tick(self, now: float) -> None:
+        """Every time-based transition due at `now`: scheduled entries enter their queues,
+        unprocessed entries past their expiry leave."""
+        for qrt in list(self._timed):
+            if qrt.deleted:
+                self._timed.discard(qrt)
+                continue
+            state = qrt.state
+            retried = []
+            while (found := state.pop_due(now)) is not None:
+                entry, retry = found
+                due, entry.due = entry.due, 0.0
+                if retry:
+                    retried.append(entry)
+                    continue
+                # a delayed message enters as if published when due
+                message = entry.message._replace(timestamp=due)
+                self._visited.add((message.mid, qrt.name))
+                self._arrive(qrt, message, entry.origin)
+            if retried:
+                retried.sort(key=by_seq)
+                state.push_front(retried)
+                for entry in retried:
+                    self._watch(qrt, entry)
+                self._schedule(qrt)
+            heap = self._expiry_heap(qrt)
+            while heap and heap[0][0] <= now:
+                entry = heapq.heappop(heap)[2]
+                if qrt.deleted:
+                    break
+                if state.head() is entry:
+                    state.pop_head()  # the common case, and cheap in every store
+                elif not state.remove(entry.seq):
+                    continue  # routed meanwhile (or outstanding: watched again if given back)
+                self._expired(qrt, entry)
+            if not heap and not state.scheduled_count():
+                self._timed.discard(qrt)
 
     def _overflow(
         self,
@@ -340,6 +493,11 @@ class Routing:
         direct: bool,
     ) -> Entry | None:
         router = qrt.router
+        if message.ttl is not None or qrt.ttl is not None:
+            expires = qrt.expires_at(message)
+            if expires is not None and expires <= self._time():
+                self._expired(qrt, Entry(0, message, origin))  # never taken, not even here
+                return None
         if router.overflows:
             copies, takers = router.overflow()
             taker = _choose_taker(takers) if takers else None
@@ -365,7 +523,12 @@ class Routing:
         return None
 
     def _dead_letter(
-        self, qrt: QueueRuntime, entry: Entry, reason: str, detail: str | None = None
+        self,
+        qrt: QueueRuntime,
+        entry: Entry,
+        reason: str,
+        detail: str | None = None,
+        extra: dict[str, int] | None = None,
     ) -> None:
         """Send `entry` to `qrt`'s dead-letter queue, or drop it; either way it leaves."""
         target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
@@ -392,7 +555,8 @@ class Routing:
                 )
             self._visited.add((entry.message.mid, target.name))
             qrt.counters["dead_lettered"] += 1
-            self._arrive(target, dead_lettered(entry.message, reason, qrt.name, detail), None)
+            letter = dead_lettered(entry.message, reason, qrt.name, detail, extra)
+            self._arrive(target, letter, None)
         self._settle(entry.origin)
 
     def _processed(self, qrt: QueueRuntime, entry: Entry) -> None:
@@ -491,16 +655,27 @@ def _bounced(message: Message) -> Message:
     return _rewritten(message, address, {"x-original-address": message.address})
 
 
-def dead_lettered(message: Message, reason: str, queue: str, detail: str | None = None) -> Message:
+def dead_lettered(
+    message: Message,
+    reason: str,
+    queue: str,
+    detail: str | None = None,
+    more: dict[str, int] | None = None,
+) -> Message:
     """A dead letter says why and where from, so it can be sent back; `detail` (header
-    `x-detail`) says more when there is more to say."""
-    extra = {"x-reason": reason, "x-original-queue": queue}
+    `x-detail`) says more when there is more to say; `more` adds headers (a delivery-limit
+    letter's `x-delivery-count`)."""
+    extra: dict[str, str | int] = {"x-reason": reason, "x-original-queue": queue}
     if detail is not None:
         extra["x-detail"] = detail
+    if more:
+        extra.update(more)
+    if message.ttl is not None or message.delay is not None:
+        message = message._replace(ttl=None, delay=None)  # a dead letter starts a new life
     return _rewritten(message, message.address, extra)
 
 
-def _rewritten(message: Message, address: str, extra: dict[str, str]) -> Message:
+def _rewritten(message: Message, address: str, extra: dict[str, str | int]) -> Message:
     """The same message (mid, body) under a new envelope, as it arrives in another queue."""
     headers = dict(message.headers)
     headers.update(extra)

@@ -188,3 +188,74 @@ def check_envelope(address: object, return_address: object) -> None:
             )
         if not return_address.isascii():
             check_text("return_address", return_address)
+
+
+# -- message lifetime (SPEC §8, docs/lifetime.md) ------------------------------------------
+MAX_SECONDS = 10 * 365 * 24 * 3600.0  # ten years: beyond that a ttl or delay is a mistake
+MAX_PRIORITIES = 10
+
+
+def check_seconds(
+    what: str, value: object, *, minimum: float = 0.0, maximum: float = MAX_SECONDS
+) -> float:
+    """A number of seconds: int or float, finite, within [minimum, maximum]."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be a number of seconds, not {value!r}"[:300])
+    if not isfinite(value):
+        raise InvalidArgument(f"{what} must be a finite number of seconds, not {value!r}")
+    if value < minimum:
+        raise InvalidArgument(f"{what} must be at least {minimum:g} seconds, not {value!r}")
+    if value > maximum:
+        raise InvalidArgument(f"{what} must be at most {maximum:g} seconds, not {value!r}")
+    return float(value)
+
+
+def check_optional_seconds(what: str, value: object, *, minimum: float = 0.0) -> float | None:
+    return None if value is None else check_seconds(what, value, minimum=minimum)
+
+
+def check_priority(value: object) -> int:
+    """The `priority` header: a whole number >= 0 (an int, an integral float, or digits as
+    text, as STOMP and HTTP headers arrive); the queue clamps it to its levels."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, float) and isfinite(value) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(
+            f"header 'priority' must be a whole number from 0 up, not {value!r}"[:300]
+        )
+    if value < 0:
+        raise InvalidArgument(f"header 'priority' must be 0 or more, not {value}")
+    return value
+
+
+def check_lifetime_options(
+    max_deliveries: object,
+    redelivery_delay: object,
+    redelivery_backoff: object,
+    redelivery_delay_max: object,
+    ttl: object,
+    priorities: object,
+) -> tuple[int | None, float | None, float, float | None, float | None, int]:
+    """A queue's lifetime options (SPEC §8), checked together; all off by default."""
+    max_deliveries = check_optional_count(
+        "max_deliveries", max_deliveries, minimum=1, maximum=MAX_WIRING
+    )
+    delay = check_optional_seconds("redelivery_delay", redelivery_delay)
+    if not isinstance(redelivery_backoff, int | float) or isinstance(redelivery_backoff, bool):
+        raise InvalidArgument(
+            f"redelivery_backoff must be a number >= 1, not {redelivery_backoff!r}"[:300]
+        )
+    if not isfinite(redelivery_backoff) or redelivery_backoff < 1 or redelivery_backoff > 1000:
+        raise InvalidArgument(
+            f"redelivery_backoff must be a number from 1 to 1000, not {redelivery_backoff!r}"
+        )
+    delay_max = check_optional_seconds("redelivery_delay_max", redelivery_delay_max)
+    if delay is not None and delay_max is not None and delay_max < delay:
+        raise InvalidArgument(
+            f"redelivery_delay_max ({delay_max:g}) must not be below redelivery_delay ({delay:g})"
+        )
+    queue_ttl = check_optional_seconds("ttl", ttl)
+    levels = check_count("priorities", priorities, minimum=1, maximum=MAX_PRIORITIES)
+    return max_deliveries, delay, float(redelivery_backoff), delay_max, queue_ttl, levels

@@ -34,6 +34,7 @@ COUNTERS = (
     "expired",
     "dropped",
     "dead_lettered",
+    "delivery_limited",
 )
 
 
@@ -43,6 +44,7 @@ class Entry:
     __slots__ = (
         "delivery_count",
         "downstream",
+        "due",
         "key",
         "message",
         "origin",
@@ -63,6 +65,8 @@ class Entry:
         # not add them to history a second time
         self.replay = False
         self.key: int | None = None  # a persistent store's row id for this entry
+        # while scheduled (SPEC §8): when it is due; 0.0 otherwise
+        self.due = 0.0
 
     def __repr__(self) -> str:
         return f"Entry(seq={self.seq}, mid={self.message.mid!r})"
@@ -116,6 +120,39 @@ class QueueState(ABC):
     @abstractmethod
     def unprocessed(self, count: int) -> list[Entry]:
         """The oldest `count` unprocessed entries, oldest first."""
+
+    # -- lifetime (SPEC §8, docs/lifetime.md) -----------------------------------------------
+    @abstractmethod
+    def set_levels(self, levels: int) -> None:
+        """Route the unprocessed section by `levels` priority levels (1 = plain FIFO): the
+        head is the oldest entry of the highest level holding one (header `priority`,
+        missing = 0, clamped), FIFO within a level. The engine sets it on opening."""
+
+    @abstractmethod
+    def schedule(self, entry: Entry, retry: bool) -> None:
+        """Hold `entry` out of routing until `entry.due`: a delayed arrival (`retry` False:
+        it gets its seq when due) or a redelivery waiting out its delay (`retry` True: it
+        keeps its seq and goes back to the head). O(log n)."""
+
+    @abstractmethod
+    def next_due(self) -> float | None:
+        """When the soonest scheduled entry is due (None when none is scheduled)."""
+
+    @abstractmethod
+    def pop_due(self, now: float) -> tuple[Entry, bool] | None:
+        """Take the soonest scheduled entry due at `now` (due time, then the order
+        scheduled) with its `retry` flag; None when none is due. O(log n)."""
+
+    @abstractmethod
+    def scheduled(self) -> list[tuple[Entry, bool]]:
+        """Every scheduled entry, soonest due first, with its `retry` flag."""
+
+    @abstractmethod
+    def scheduled_count(self) -> int: ...
+
+    @abstractmethod
+    def cancel(self, mid: str) -> list[Entry]:
+        """Withdraw the scheduled entries of message `mid`; the ones withdrawn."""
 
     # -- history ---------------------------------------------------------------------------
     @abstractmethod

@@ -10,7 +10,8 @@ process finds unprocessed messages, history, outstanding deliveries (still confi
 tag), credit and counters where the last one left them.
 
 Sections of an entry: "u" unprocessed (with a position giving FIFO order, so push_front is
-a smaller position), "h" history, "o" outstanding at a selector under a tag. An entry that
+a smaller position), "h" history, "o" outstanding at a selector under a tag, "s" scheduled
+(a delayed arrival) and "w" waiting out a redelivery delay, both with their due time. An entry that
 moves between sections is deleted and written again under a new key. Each store counts the
 entries holding a body (by `mid`) in its own records, so it keeps each body once and drops
 it with its last entry. A store may keep a section its own way by subclassing
@@ -149,7 +150,9 @@ class JournaledQueueState(RamQueueState):
     def restore(self, entry: Entry, section: str, selector_id: int | None, tag: str | None) -> None:
         """Put a loaded entry back where it was; entries come in FIFO / seq order."""
         if section == "u":
-            self._unprocessed.append(entry)
+            self._unprocessed.append(entry)  # before set_levels, which sorts into lanes
+        elif section in ("s", "w"):
+            RamQueueState.schedule(self, entry, section == "w")
         elif section == "h":
             self._hist_seqs.append(entry.seq)
             self._hist_entries.append(entry)
@@ -190,12 +193,27 @@ class JournaledQueueState(RamQueueState):
         self.touch()
 
     def remove(self, seq: int) -> bool:
-        for entry in self._unprocessed:
-            if entry.seq == seq:
-                self._unprocessed.remove(entry)
-                self.delete_entry(entry)
-                return True
-        return False
+        entry = self.take_out(seq)
+        if entry is None:
+            return False
+        self.delete_entry(entry)
+        return True
+
+    def schedule(self, entry: Entry, retry: bool) -> None:
+        super().schedule(entry, retry)
+        self.write_entry(entry, "w" if retry else "s", 0)
+
+    def pop_due(self, now: float) -> tuple[Entry, bool] | None:
+        found = super().pop_due(now)
+        if found is not None:
+            self.delete_entry(found[0])
+        return found
+
+    def cancel(self, mid: str) -> list[Entry]:
+        gone = super().cancel(mid)
+        for entry in gone:
+            self.delete_entry(entry)
+        return gone
 
     def add_history(self, entry: Entry, keep: int) -> None:
         if keep > 0:
@@ -221,7 +239,8 @@ class JournaledQueueState(RamQueueState):
 
     def held_entries(self) -> list[Entry]:
         """Every entry of the queue: unprocessed, history and outstanding."""
-        held = [*self._unprocessed, *self._hist_entries[self._hist_start :]]
+        held = [*self.all_unprocessed(), *self._hist_entries[self._hist_start :]]
+        held.extend(item[2] for item in self._schedule)
         for selector in self._selectors.values():
             held.extend(selector.outstanding.values())
         return held

@@ -3,14 +3,24 @@
 The reference implementation of stores/base.py: fastest, and nothing survives a restart.
 History is kept as two parallel lists (seqs and entries) sorted by seq with a moving start
 offset, so appending is O(1), trimming is amortised O(1) and paging by seq is a bisect.
+
+Lifetime (SPEC §8): scheduled entries (delayed arrivals, redeliveries waiting out their
+delay) sit in a heap ordered by (due, order scheduled), so scheduling and firing cost
+O(log n) however many wait. A queue with several priority levels keeps one FIFO deque per
+level (`Lanes`, standing in for the single deque `_unprocessed` of a plain queue, which
+pays nothing for it).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
+from engine.message import Message
 from engine.stores.base import COUNTERS, Entry, QueueState, SelectorState, Store
 
 
@@ -20,6 +30,9 @@ class RamQueueState(QueueState):
         "_hist_seqs",
         "_hist_start",
         "_last_seq",
+        "_levels",
+        "_order",
+        "_schedule",
         "_selectors",
         "_unprocessed",
         "counters",
@@ -29,12 +42,18 @@ class RamQueueState(QueueState):
     def __init__(self, name: str) -> None:
         self.name = name
         self._last_seq = 0
-        self._unprocessed: deque[Entry] = deque()
+        # a deque; with priority levels, Lanes (which acts as one, so no method here needs
+        # to ask which it is)
+        self._unprocessed: deque[Entry] | Lanes = deque()
         self._hist_seqs: list[int] = []
         self._hist_entries: list[Entry] = []
         self._hist_start = 0
         self._selectors: dict[int, SelectorState] = {}
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self._levels = 1
+        # (due, order, entry, retry) of every scheduled entry
+        self._schedule: list[tuple[float, int, Entry, bool]] = []
+        self._order = itertools.count()
 
     # -- unprocessed -------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -59,15 +78,59 @@ class RamQueueState(QueueState):
     def push_front(self, entries: list[Entry]) -> None:
         self._unprocessed.extendleft(reversed(entries))
 
-    def remove(self, seq: int) -> bool:
+    def take_out(self, seq: int) -> Entry | None:
+        """Withdraw the unprocessed entry `seq` (None if it is not unprocessed)."""
         for entry in self._unprocessed:
             if entry.seq == seq:
                 self._unprocessed.remove(entry)
-                return True
-        return False
+                return entry
+        return None
+
+    def remove(self, seq: int) -> bool:
+        return self.take_out(seq) is not None
+
+    def all_unprocessed(self) -> list[Entry]:
+        """The unprocessed section in routing order."""
+        return list(self._unprocessed)
 
     def unprocessed(self, count: int) -> list[Entry]:
         return [entry for _, entry in zip(range(count), self._unprocessed, strict=False)]
+
+    # -- lifetime --------------------------------------------------------------------------
+    def set_levels(self, levels: int) -> None:
+        if levels == self._levels:
+            return
+        entries = list(self._unprocessed)
+        self._levels = levels
+        self._unprocessed = deque(entries) if levels == 1 else Lanes(levels, entries)
+
+    def schedule(self, entry: Entry, retry: bool) -> None:
+        heapq.heappush(self._schedule, (entry.due, next(self._order), entry, retry))
+
+    def next_due(self) -> float | None:
+        return self._schedule[0][0] if self._schedule else None
+
+    def pop_due(self, now: float) -> tuple[Entry, bool] | None:
+        waiting = self._schedule
+        if not waiting or waiting[0][0] > now:
+            return None
+        _, _, entry, retry = heapq.heappop(waiting)
+        return entry, retry
+
+    def scheduled(self) -> list[tuple[Entry, bool]]:
+        return [(item[2], item[3]) for item in sorted(self._schedule, key=_by_due)]
+
+    def scheduled_count(self) -> int:
+        return len(self._schedule)
+
+    def cancel(self, mid: str) -> list[Entry]:
+        kept = [item for item in self._schedule if item[2].message.mid != mid]
+        if len(kept) == len(self._schedule):
+            return []
+        gone = [item[2] for item in self._schedule if item[2].message.mid == mid]
+        heapq.heapify(kept)
+        self._schedule = kept
+        return gone
 
     # -- history -----------------------------------------------------------------------
     def add_history(self, entry: Entry, keep: int) -> None:
@@ -138,6 +201,78 @@ class RamQueueState(QueueState):
 
     def drop_selector(self, selector_id: int) -> None:
         self._selectors.pop(selector_id, None)
+
+
+def _by_due(item: tuple[float, int, Entry, bool]) -> tuple[float, int]:
+    return item[0], item[1]
+
+
+class Lanes:
+    """The unprocessed section of a queue with priority levels: one FIFO deque per level,
+    read highest level first. It offers the deque operations the stores use."""
+
+    __slots__ = ("lanes", "levels", "size")
+
+    def __init__(self, levels: int, entries: Iterable[Entry] = ()) -> None:
+        self.levels = levels
+        self.lanes: list[deque[Entry]] = [deque() for _ in range(levels)]
+        self.size = 0
+        for entry in entries:
+            self.append(entry)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def __iter__(self) -> Iterator[Entry]:
+        for lane in reversed(self.lanes):
+            yield from lane
+
+    def __getitem__(self, index: int) -> Entry:
+        if index == 0:
+            for lane in reversed(self.lanes):
+                if lane:
+                    return lane[0]
+            raise IndexError("no unprocessed entries")
+        return list(self)[index]
+
+    def append(self, entry: Entry) -> None:
+        self.lanes[level(entry.message, self.levels)].append(entry)
+        self.size += 1
+
+    def appendleft(self, entry: Entry) -> None:
+        self.lanes[level(entry.message, self.levels)].appendleft(entry)
+        self.size += 1
+
+    def extendleft(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            self.appendleft(entry)
+
+    def popleft(self) -> Entry:
+        for lane in reversed(self.lanes):
+            if lane:
+                self.size -= 1
+                return lane.popleft()
+        raise IndexError("no unprocessed entries")
+
+    def remove(self, entry: Entry) -> None:
+        self.lanes[level(entry.message, self.levels)].remove(entry)
+        self.size -= 1
+
+
+def level(message: Message, levels: int) -> int:
+    """The priority level of `message` in a queue of `levels` levels: its `priority` header
+    (validated on publish), missing = 0, clamped to 0 .. levels - 1."""
+    value: Any = message.headers.get("priority")
+    if value is None:
+        return 0
+    try:
+        found = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return 0 if found < 0 else min(found, levels - 1)
 
 
 class RamStore(Store):

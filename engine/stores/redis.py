@@ -20,7 +20,8 @@ operation's keys share one Redis Cluster slot (shard by creating several stores)
 
 Records are text fields joined by \\x1f, empty trailing fields left out (see _record):
 section, seq, mid, address, timestamp, headers (JSON), return address, selector id, tag,
-origin, delivery count, taken at, replay, downstream. An address with control characters
+origin, delivery count, taken at, replay, downstream, message ttl, message delay, due time
+(of a scheduled entry). An address with control characters
 makes the record a JSON array of the same fields instead.
 
 Bodies. A body is stored once: in the one entry that holds it (the record, a newline, the
@@ -33,6 +34,12 @@ were written here) and writes it outright; for bodies loaded from Redis, whose o
 may sit in queues this process never opened, the script adds the change to the stored count.
 A stored entry's key is negative when its body is inline; list entries get keys only in
 memory (their records carry none).
+
+Lifetime (SPEC §8): scheduled entries (sections "s" and "w", with their due time) are
+fields of the entries hash like history; they are loaded into the in-memory heap, which
+orders them. A queue with several priority levels keeps its unprocessed entries there too
+(section "u", in seq order), not in the list: taking the head of one level must not rewrite
+the list.
 
 The unprocessed section is a list because it is one: appends, pops at the head and
 give-backs at the head become RPUSH, LTRIM and LPUSH; in memory, an unprocessed entry whose
@@ -126,7 +133,7 @@ return token
 
 _SEP = "\x1f"  # between the fields of a record
 _SUB = "\x1e"  # between the parts of a field (origin, downstream)
-_FIELDS = 14
+_FIELDS = 17
 _LOAD_CHUNK = 10_000
 
 
@@ -160,13 +167,20 @@ class RedisQueueState(JournaledQueueState):
         self._listed = self._rewrite = False
         self._stored = len(self._unprocessed)
 
+    # A queue with priority levels keeps its unprocessed entries in the entries hash (see
+    # the module doc): the journaled state's own way.
     def append(self, entry: Entry) -> None:
+        if self._levels > 1:
+            JournaledQueueState.append(self, entry)
+            return
         self._unprocessed.append(entry)
         self._tail += 1
         if not self._listed:
             self._changed()
 
     def pop_head(self) -> Entry:
+        if self._levels > 1:
+            return JournaledQueueState.pop_head(self)
         entry = self._unprocessed.popleft()
         if self._front:
             self._front -= 1
@@ -181,11 +195,16 @@ class RedisQueueState(JournaledQueueState):
         return entry
 
     def push_front(self, entries: list[Entry]) -> None:
+        if self._levels > 1:
+            JournaledQueueState.push_front(self, entries)
+            return
         self._unprocessed.extendleft(reversed(entries))
         self._front += len(entries)
         self._changed()
 
     def remove(self, seq: int) -> bool:
+        if self._levels > 1:
+            return JournaledQueueState.remove(self, seq)
         at = next((at for at, entry in enumerate(self._unprocessed) if entry.seq == seq), None)
         if at is None:
             return False
@@ -626,6 +645,9 @@ def _record(entry: Entry, section: str, selector_id: int | None, tag: str | None
         repr(entry.taken_at) if entry.taken_at else "",
         "1" if entry.replay else "",
         "" if downstream is None else f"{downstream[0]}{_SUB}{downstream[1]}",
+        "" if message.ttl is None else repr(message.ttl),
+        "" if message.delay is None else repr(message.delay),
+        repr(entry.due) if entry.due else "",
     )
     if address.isprintable() and (return_address is None or return_address.isprintable()):
         return _SEP.join(fields).rstrip(_SEP)
@@ -652,7 +674,7 @@ def _entry(fields: list[str], body: bytes) -> Entry:
     """An Entry from its stored record's fields."""
     (
         _section, seq, mid, address, timestamp, headers, return_address, _selector_id, _tag,
-        origin, delivery_count, taken_at, replay, downstream,
+        origin, delivery_count, taken_at, replay, downstream, ttl, delay, due,
     ) = fields  # fmt: skip
     message = Message(
         address,
@@ -662,6 +684,9 @@ def _entry(fields: list[str], body: bytes) -> Entry:
         mid or None,
         None,
         float(timestamp) if timestamp else None,
+        None,
+        float(ttl) if ttl else None,
+        float(delay) if delay else None,
     )
     from_origin = None
     if origin:
@@ -671,6 +696,7 @@ def _entry(fields: list[str], body: bytes) -> Entry:
     entry.delivery_count = int(delivery_count or 0)
     entry.replay = replay == "1"
     entry.taken_at = float(taken_at) if taken_at else 0.0
+    entry.due = float(due) if due else 0.0
     if downstream:
         queue, downstream_seq = downstream.split(_SUB)
         entry.downstream = (queue, int(downstream_seq))

@@ -15,7 +15,9 @@ Schema (created on first use; `store` is the store's name, so stores can share a
                    'o' outstanding), position (order of 'u' and of 'o'), seq,
                    selector_id, tag, mid, address, headers (JSON), return_address, timestamp,
                    origin_queue, origin_selector, origin_tag, delivery_count, replay,
-                   downstream_queue, downstream_seq, taken_at
+                   downstream_queue, downstream_seq, taken_at, ttl, delay (the message's
+                   lifetime), due (of a scheduled entry: sections 's' delayed arrival,
+                   'w' waiting out a redelivery delay)
     xump_body      mid -> body, refs   (a body is stored once; refs counts the entries
                    holding it and the row goes with the last of them)
     xump_queue     (store, queue) -> last_seq, head, tail, one column per counter
@@ -61,8 +63,15 @@ from engine.stores.journal import JournaledQueueState, JournaledStore
 _ENTRY_COLUMNS = (
     "id, store, queue, section, position, seq, selector_id, tag, mid, address, headers, "
     "return_address, timestamp, origin_queue, origin_selector, origin_tag, delivery_count, "
-    "replay, downstream_queue, downstream_seq, taken_at"
+    "replay, downstream_queue, downstream_seq, taken_at, ttl, delay, due"
 )
+# columns added after the first release: added to older databases when opened
+_ADDED_COLUMNS = [
+    ("xump_entry", "ttl", "DOUBLE PRECISION"),
+    ("xump_entry", "delay", "DOUBLE PRECISION"),
+    ("xump_entry", "due", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
+    ("xump_queue", "delivery_limited", "BIGINT NOT NULL DEFAULT 0"),
+]
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS xump_queue (
@@ -79,6 +88,8 @@ _SCHEMA = [
         delivery_count BIGINT NOT NULL, replay BOOLEAN NOT NULL,
         downstream_queue TEXT, downstream_seq BIGINT,
         taken_at DOUBLE PRECISION NOT NULL DEFAULT 0,
+        ttl DOUBLE PRECISION, delay DOUBLE PRECISION,
+        due DOUBLE PRECISION NOT NULL DEFAULT 0,
         PRIMARY KEY (store, id))""",
     "CREATE INDEX IF NOT EXISTS xump_entry_queue ON xump_entry (store, queue)",
     "CREATE INDEX IF NOT EXISTS xump_entry_mid ON xump_entry (mid)",
@@ -90,7 +101,7 @@ _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS xump_store (store TEXT PRIMARY KEY, token TEXT NOT NULL)",
 ]
 
-_INSERT_ENTRY = f"INSERT INTO xump_entry ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 21)})"
+_INSERT_ENTRY = f"INSERT INTO xump_entry ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 24)})"
 _DELETE_ENTRY = "DELETE FROM xump_entry WHERE store = ? AND id = ?"
 _UPSERT_QUEUE = (
     f"INSERT INTO xump_queue (store, queue, last_seq, head, tail, {', '.join(COUNTERS)}) "
@@ -174,11 +185,24 @@ class _Database:
             blob = "BLOB" if self.dialect == "sqlite" else "BYTEA"
             for statement in _SCHEMA:
                 self.connection.execute(statement.format(counters=counters, blob=blob))
+            self._add_columns()
         except StoreError:
             raise
         except Exception as error:
             raise StoreError(f"cannot open the SQL store at {self.masked}: {self.text(error)}; "
                              f"{self.advice()}") from None  # fmt: skip
+
+    def _add_columns(self) -> None:
+        """Columns a database made by an older release lacks (see _ADDED_COLUMNS)."""
+        for table, column, kind in _ADDED_COLUMNS:
+            if self.dialect == "postgresql":
+                self.connection.execute(
+                    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}"
+                )
+                continue
+            present = {row[1] for row in self.connection.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                self.connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def _connect(self) -> None:
         if self.dialect == "postgresql":
@@ -381,6 +405,7 @@ class SqlStore(JournaledStore):
             _encode_json(dict(headers)) if headers else "{}",
             _storable(message.return_address), message.timestamp, *origin,
             entry.delivery_count, entry.replay, *downstream, entry.taken_at,
+            message.ttl, message.delay, entry.due,
         )  # fmt: skip
         counted = self._bodies.get(message.mid)
         if counted is None:
@@ -556,7 +581,8 @@ class SqlStore(JournaledStore):
         (
             key, _store, _queue, _section, _position, seq, _selector, _tag, mid, address,
             headers, return_address, timestamp, origin_queue, origin_selector, origin_tag,
-            delivery_count, replay, downstream_queue, downstream_seq, taken_at, body,
+            delivery_count, replay, downstream_queue, downstream_seq, taken_at, ttl, delay, due,
+            body,
         ) = row  # fmt: skip
         if body is None:
             raise StoreError(
@@ -569,7 +595,8 @@ class SqlStore(JournaledStore):
             found = bodies[mid] = bytes(body)
         message = Message(
             _stored(address), MappingProxyType(json.loads(headers)) if headers != "{}"
-            else _EMPTY_HEADERS, found, _stored(return_address), mid, None, timestamp,
+            else _EMPTY_HEADERS, found, _stored(return_address), mid, None, timestamp, None,
+            ttl, delay,
         )  # fmt: skip
         entry = Entry(seq, message, (origin_queue, origin_selector, origin_tag)
                       if origin_queue is not None else None)  # fmt: skip
@@ -577,6 +604,7 @@ class SqlStore(JournaledStore):
         entry.delivery_count = delivery_count
         entry.replay = bool(replay)
         entry.taken_at = taken_at
+        entry.due = due or 0.0
         if downstream_queue is not None:
             entry.downstream = (downstream_queue, downstream_seq)
         return entry

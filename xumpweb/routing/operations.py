@@ -316,6 +316,13 @@ def expire(engine: Engine, older_than: float) -> Answer:
     return {"redelivered": len(deliveries)}, deliveries
 
 
+def tick(engine: Engine, now: float | None = None) -> Answer:
+    """Message lifetime's time-based transitions (SPEC §8): delayed messages and waiting
+    redeliveries that are due enter their queues, expired ones leave."""
+    deliveries = engine.tick(now)
+    return {"delivered": len(deliveries)}, deliveries
+
+
 def trim(engine: Engine) -> Answer:
     """Hold every queue's history to its setting (history is trimmed as it grows; this
     catches up after a setting was lowered elsewhere)."""
@@ -388,7 +395,7 @@ CALLS = {
         "queues", "queue_get", "queue_create", "queue_update", "queue_delete",
         "selectors", "selector_get", "selector_create", "selector_update", "selector_delete",
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
-        "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
+        "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
         "dead_letter_send",
     }
 }  # fmt: skip
