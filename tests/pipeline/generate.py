@@ -32,7 +32,10 @@ def address(rng: random.Random) -> str:
 
 
 def headers(rng: random.Random) -> dict[str, str | int | float | bool]:
-    return {name: header_value(rng) for name in HEADER_NAMES if rng.random() < 0.55}
+    found = {name: header_value(rng) for name in HEADER_NAMES if rng.random() < 0.55}
+    if "priority" in found:  # the engine takes only whole numbers from 0 up (SPEC 8)
+        found["priority"] = rng.choice([0, 1, 4, 5, 9, 12])
+    return found
 
 
 # -- filter expressions ---------------------------------------------------------------------
