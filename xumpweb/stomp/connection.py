@@ -1,0 +1,744 @@
+"""One STOMP 1.2 connection as a state machine: bytes in, actions out. No I/O.
+
+Theory of operation
+-------------------
+A transport (WebSocket or TCP) owns one `StompConnection` per client. It feeds the bytes it
+reads to `receive_data()` (a stream) or `receive_message()` (one WebSocket message: whole
+frames only) and carries out the actions it gets back, in order:
+
+* `Send(data)`: write these bytes to the client.
+* `Authenticate(login, passcode, host, version)`: check the credentials, then call
+  `accept(principal, session)` (→ CONNECTED) or `refuse(reason)` (→ ERROR + Close).
+  Frames arriving meanwhile wait in the parser and are handled by `accept()`.
+* `Publish`, `Subscribe`, `Unsubscribe`, `Settle`: engine work. When the action carries a
+  `receipt`, call `receipt_done(receipt)` once the work is done (for `Publish`: durable)
+  and send the RECEIPT it returns; on failure call `fail(message, detail, receipt)`.
+  `Barrier(receipt)` asks for `receipt_done(receipt)` once every earlier action is done.
+* `Close()`: flush what was sent, then close the connection; requeue what
+  `unsettled()` still lists.
+
+Deliveries go the other way: `deliver(subscription, delivery)` returns the MESSAGE frame
+(and, in `ack:auto` mode, the `Settle` that confirms it). Heart-beats: after `accept()`,
+`heartbeat` holds the agreed (send, receive) intervals in ms (0 = none); send `HEARTBEAT`
+when idle for `send` ms, and treat the client as gone after silence of about twice `receive`.
+
+Choices (SPEC §9 leaves them to us):
+* versions 1.2 and 1.1 are spoken; a client offering only 1.0 (no `accept-version`) gets an
+  ERROR listing `version:1.1,1.2`. `host` is optional (passed to `Authenticate`).
+* transactions are supported: SEND, ACK and NACK inside BEGIN … COMMIT are buffered and
+  emitted at COMMIT (ABORT or a closed connection drops them). A frame inside a transaction
+  gets its RECEIPT at once (received, not yet done); COMMIT's receipt means all done.
+* `ack:client` ACK and NACK are cumulative (every earlier unsettled MESSAGE of that
+  subscription too), as RabbitMQ and ActiveMQ do; `client-individual` settles one.
+* `message-id` and `ack` of a MESSAGE are the same per-connection number; ACK/NACK take it
+  from `id` (1.2) or `message-id` (1.1).
+
+Every client mistake ends in `Send(ERROR)` + `Close()` (STOMP closes after an ERROR), with
+`receipt-id` when the offending frame asked for a receipt, and no engine action for that
+frame. Once closed, the connection ignores further input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from engine.errors import XumpError
+from engine.message import Delivery, HeaderValue
+from engine.validation import check_header_name, check_name, check_text
+from xumpweb.stomp.frames import (
+    CLIENT_COMMANDS,
+    DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_HEADER_LENGTH,
+    DEFAULT_MAX_HEADERS,
+    HEARTBEAT,
+    Frame,
+    FrameParser,
+    ProtocolError,
+    serialize_parts,
+)
+
+__all__ = [
+    "HEARTBEAT",
+    "Authenticate",
+    "Barrier",
+    "Close",
+    "Publish",
+    "Send",
+    "Settle",
+    "StompConfig",
+    "StompConnection",
+    "Subscribe",
+    "Unsubscribe",
+]
+
+VERSIONS = ("1.2", "1.1")  # best first
+ACK_MODES = frozenset({"auto", "client", "client-individual"})
+# SEND headers that are STOMP's own: not copied into the message
+_SEND_OWN = frozenset(
+    {"destination", "receipt", "transaction", "content-length", "reply-to", "expires", "delay"}
+)
+MAX_CREDIT = 2**31 - 1
+
+
+# ---- actions: what the transport must do ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticate:
+    login: str | None
+    passcode: str | None
+    host: str | None
+    version: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Publish a message to `queue`. `delay` in seconds, `expires` absolute (epoch seconds),
+    both from the milliseconds STOMP clients send (ActiveMQ's convention); 0 = none."""
+
+    queue: str
+    headers: Mapping[str, HeaderValue]
+    body: bytes
+    return_address: str | None = None
+    expires: float | None = None
+    delay: float | None = None
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """`kind` is "queue" (deliveries of DELIVER selectors to `destination`, shared with
+    other subscribers) or "topic" (`destination` is a topic pattern for a private queue).
+    `credit` is the prefetch window (None: the transport's default)."""
+
+    subscription: str
+    kind: str
+    destination: str
+    ack: str
+    selector: str | None = None
+    credit: int | None = None
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    """End a subscription; `unsettled` are its delivery tags never ACKed/NACKed (requeue)."""
+
+    subscription: str
+    unsettled: tuple[str, ...] = ()
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Confirm (`accept`) or reject (requeue per the queue's rules) delivery tags."""
+
+    subscription: str
+    tags: tuple[str, ...]
+    accept: bool
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """Call `receipt_done(receipt)` once every action before this one is done."""
+
+    receipt: str
+
+
+Action = Send | Close | Authenticate | Publish | Subscribe | Unsubscribe | Settle | Barrier
+
+
+@dataclass(frozen=True, slots=True)
+class StompConfig:
+    """What the server offers. `heartbeat` is (can send every, wants to receive every) in
+    ms, as in the CONNECTED frame's `heart-beat` header."""
+
+    server: str = "Xump/0.1"
+    heartbeat: tuple[int, int] = (10_000, 10_000)
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_headers: int = DEFAULT_MAX_HEADERS
+    max_header_length: int = DEFAULT_MAX_HEADER_LENGTH
+    max_subscriptions: int = 1000
+    max_transactions: int = 100
+    max_transaction_frames: int = 10_000
+
+
+class State(Enum):
+    AWAITING_CONNECT = "awaiting CONNECT"
+    AUTHENTICATING = "authenticating"
+    CONNECTED = "connected"
+    DISCONNECTING = "disconnecting"  # DISCONNECT with a receipt, waiting for its Barrier
+    CLOSED = "closed"
+
+
+# which client frames each state accepts; anything else is an ERROR
+ACCEPTS: dict[State, frozenset[str]] = {
+    State.AWAITING_CONNECT: frozenset({"CONNECT", "STOMP"}),
+    State.AUTHENTICATING: frozenset(),  # frames wait in the parser until accept()
+    State.CONNECTED: CLIENT_COMMANDS - {"CONNECT", "STOMP"},
+    State.DISCONNECTING: frozenset(),
+    State.CLOSED: frozenset(),
+}
+# states in which received bytes are parsed at all
+PARSING = frozenset({State.AWAITING_CONNECT, State.CONNECTED})
+
+
+@dataclass(slots=True)
+class _Subscription:
+    id: str
+    destination: str  # as the client wrote it: /queue/x or /topic/p
+    kind: str
+    ack: str
+    selector: str | None
+    # ack id -> delivery tag, in delivery order (dicts keep it), for client/client-individual
+    unsettled: dict[str, str] = field(default_factory=dict)
+
+
+def _header_text(value: HeaderValue) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return str(value)
+
+
+class StompConnection:
+    """The protocol state of one client connection. See the module docstring."""
+
+    def __init__(self, config: StompConfig | None = None) -> None:
+        self.config = config or StompConfig()
+        self.state = State.AWAITING_CONNECT
+        self.version: str | None = None
+        self.principal: Any = None
+        self.heartbeat: tuple[int, int] = (0, 0)
+        self._parser = FrameParser(
+            max_frame_size=self.config.max_frame_size,
+            max_headers=self.config.max_headers,
+            max_header_length=self.config.max_header_length,
+        )
+        self._client_heartbeat: tuple[int, int] = (0, 0)
+        self._subscriptions: dict[str, _Subscription] = {}
+        self._ack_owner: dict[str, _Subscription] = {}  # ack id -> its subscription
+        self._next_ack = 0
+        self._transactions: dict[str, list[Frame]] = {}
+        self._disconnect_receipt: str | None = None
+
+    # ---- input --------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[Action]:
+        """Bytes from a stream (TCP): frames may be split anywhere."""
+        if self.state is State.CLOSED:
+            return []
+        self._parser.receive_data(data)
+        if self.state not in PARSING and self._parser.buffered > self.config.max_frame_size:
+            return self._error(
+                ProtocolError(
+                    "frame too large",
+                    f"more than {self.config.max_frame_size} bytes arrived before the "
+                    "previous frame was answered",
+                )
+            )
+        return self._drain()
+
+    def receive_message(self, data: bytes) -> list[Action]:
+        """One WebSocket message: it must hold whole frames (a partial one is an error)."""
+        actions = self.receive_data(data)
+        if self.state in PARSING and not self._parser.at_frame_boundary():
+            actions.extend(
+                self._error(
+                    ProtocolError(
+                        "frame not terminated by NUL",
+                        "a WebSocket message ended inside a frame; each message must hold "
+                        "whole frames, each ending with a NUL octet",
+                    )
+                )
+            )
+        return actions
+
+    def _drain(self) -> list[Action]:
+        actions: list[Action] = []
+        while self.state in PARSING:
+            try:
+                frame = self._parser.next_frame()
+            except ProtocolError as error:
+                actions.extend(self._error(error))
+                break
+            if frame is None:
+                break
+            actions.extend(self._handle(frame))
+        return actions
+
+    def _handle(self, frame: Frame) -> list[Action]:
+        receipt = frame.headers.get("receipt")
+        if frame.command not in ACCEPTS[self.state]:
+            if self.state is State.AWAITING_CONNECT:
+                problem = ProtocolError(
+                    "expected CONNECT",
+                    f"the first frame must be CONNECT or STOMP, not {frame.command}",
+                    receipt,
+                )
+            else:
+                problem = ProtocolError(
+                    f"unexpected {frame.command}",
+                    f"a {frame.command} frame is not allowed when the connection is "
+                    f"{self.state.value}",
+                    receipt,
+                )
+            return self._error(problem)
+        try:
+            return _HANDLERS[frame.command](self, frame, receipt)
+        except ProtocolError as error:
+            if error.receipt is None:
+                error.receipt = receipt
+            return self._error(error)
+
+    # ---- answers from the transport -----------------------------------------------------
+
+    def accept(self, principal: Any = None, session: str = "") -> list[Action]:
+        """The credentials of `Authenticate` are good: CONNECTED, then buffered frames."""
+        if self.state is not State.AUTHENTICATING:
+            raise RuntimeError(f"accept() while the connection is {self.state.value}")
+        self.principal = principal
+        self.state = State.CONNECTED
+        sx, sy = self.config.heartbeat
+        cx, cy = self._client_heartbeat
+        # spec "Heart-beating": each side uses the slower of what one can do and the other wants
+        self.heartbeat = (
+            0 if sx == 0 or cy == 0 else max(sx, cy),
+            0 if cx == 0 or sy == 0 else max(cx, sy),
+        )
+        headers = [
+            ("version", self.version or VERSIONS[0]),
+            ("heart-beat", f"{sx},{sy}"),
+            ("server", self.config.server),
+        ]
+        if session:
+            headers.append(("session", session))
+        actions: list[Action] = [Send(serialize_parts("CONNECTED", headers))]
+        actions.extend(self._drain())
+        return actions
+
+    def refuse(self, reason: str) -> list[Action]:
+        """The credentials of `Authenticate` are bad: ERROR and Close."""
+        if self.state is not State.AUTHENTICATING:
+            raise RuntimeError(f"refuse() while the connection is {self.state.value}")
+        return self._error(ProtocolError("access refused", reason))
+
+    def receipt_done(self, receipt: str) -> list[Action]:
+        """The action carrying `receipt` (or a Barrier) is done: the RECEIPT frame."""
+        if self.state is State.CLOSED:
+            return []
+        actions: list[Action] = [Send(serialize_parts("RECEIPT", [("receipt-id", receipt)]))]
+        if self.state is State.DISCONNECTING and receipt == self._disconnect_receipt:
+            self._close_state()
+            actions.append(Close())
+        return actions
+
+    def fail(self, message: str, detail: str = "", receipt: str | None = None) -> list[Action]:
+        """The transport could not do an action (publish refused, store down, ...)."""
+        if self.state is State.CLOSED:
+            return []
+        return self._error(ProtocolError(message, detail, receipt))
+
+    def refuse_subscription(
+        self,
+        subscription: str,
+        reason: str,
+        *,
+        column: int | None = None,
+        receipt: str | None = None,
+    ) -> list[Action]:
+        """A Subscribe could not be set up (no right, bad selector at `column`, ...)."""
+        if self.state is State.CLOSED:
+            return []
+        sub = self._subscriptions.get(subscription)
+        detail = reason
+        if sub is not None and sub.selector is not None and column is not None:
+            caret = " " * max(column - 1, 0) + "^"
+            detail = f"{reason}\n\n  {sub.selector}\n  {caret}\n(column {column})"
+        what = "bad selector" if column is not None else "subscription refused"
+        return self._error(
+            ProtocolError(f"{what} for subscription {subscription!r}", detail, receipt)
+        )
+
+    def deliver(self, subscription: str, delivery: Delivery) -> list[Action]:
+        """A delivery for `subscription`: the MESSAGE frame to send (plus its Settle in
+        ack:auto mode). A delivery for a subscription that is gone is rejected (requeued)."""
+        sub = self._subscriptions.get(subscription)
+        if sub is None or self.state is State.CLOSED:
+            return [Settle(subscription, (delivery.tag,), accept=False)]
+        self._next_ack += 1
+        ack_id = str(self._next_ack)
+        message = delivery.message
+        if sub.kind == "topic" and message.address:
+            destination = "/topic/" + message.address
+        elif sub.kind == "queue":
+            destination = "/queue/" + delivery.destination
+        else:
+            destination = sub.destination
+        headers: list[tuple[str, str]] = [
+            ("subscription", sub.id),
+            ("message-id", ack_id),
+            ("destination", destination),
+            ("redelivered", "true" if delivery.redelivered else "false"),
+            ("x-delivery-count", str(delivery.delivery_count)),
+        ]
+        if sub.ack != "auto":
+            headers.append(("ack", ack_id))
+        if message.mid is not None:
+            headers.append(("mid", message.mid))
+        if message.seq is not None:
+            headers.append(("seq", str(message.seq)))
+        if message.return_address is not None:
+            headers.append(("reply-to", "/queue/" + message.return_address))
+        ours = {name for name, _ in headers}
+        for name, value in message.headers.items():
+            if name not in ours and name != "content-length":
+                headers.append((name, _header_text(value)))
+        data = serialize_parts("MESSAGE", headers, message.body)
+        if sub.ack == "auto":
+            return [Send(data), Settle(sub.id, (delivery.tag,), accept=True)]
+        sub.unsettled[ack_id] = delivery.tag
+        self._ack_owner[ack_id] = sub
+        return [Send(data)]
+
+    def unsettled(self) -> dict[str, tuple[str, ...]]:
+        """Delivery tags sent but not yet ACKed/NACKed, per subscription (requeue on close)."""
+        return {
+            sub.id: tuple(sub.unsettled.values())
+            for sub in self._subscriptions.values()
+            if sub.unsettled
+        }
+
+    @property
+    def subscriptions(self) -> dict[str, Subscribe]:
+        """The live subscriptions, as the Subscribe actions that made them (sans receipt)."""
+        return {
+            sub.id: Subscribe(sub.id, sub.kind, _bare(sub.destination), sub.ack, sub.selector)
+            for sub in self._subscriptions.values()
+        }
+
+    # ---- errors ---------------------------------------------------------------------------
+
+    def _error(self, error: ProtocolError) -> list[Action]:
+        headers = [("message", error.message)]
+        if error.receipt is not None:
+            headers.append(("receipt-id", error.receipt))
+        if error.message == "unsupported version":
+            headers.append(("version", ",".join(sorted(VERSIONS))))
+        headers.append(("content-type", "text/plain"))
+        body = error.detail.encode("utf-8", errors="replace")
+        data = serialize_parts("ERROR", headers, body)
+        self._close_state()
+        return [Send(data), Close()]
+
+    def _close_state(self) -> None:
+        self.state = State.CLOSED
+        self._transactions.clear()
+
+    # ---- frame handlers (one per command) -------------------------------------------------
+
+    def _on_connect(self, frame: Frame, receipt: str | None) -> list[Action]:
+        headers = frame.headers
+        offered = [v.strip() for v in headers.get("accept-version", "1.0").split(",")]
+        version = next((v for v in VERSIONS if v in offered), None)
+        if version is None:
+            raise ProtocolError(
+                "unsupported version",
+                f"the client offers STOMP {', '.join(offered)}; this server speaks "
+                f"{' and '.join(reversed(VERSIONS))} (send accept-version:1.2)",
+            )
+        beat = headers.get("heart-beat", "0,0")
+        parts = beat.split(",")
+        if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) < 10 for p in parts):
+            raise ProtocolError(
+                "bad heart-beat",
+                f"heart-beat must be two non-negative integers `cx,cy` (ms), not {beat!r}"[:300],
+            )
+        self._client_heartbeat = (int(parts[0]), int(parts[1]))
+        self.version = version
+        self.state = State.AUTHENTICATING
+        return [
+            Authenticate(
+                login=headers.get("login"),
+                passcode=headers.get("passcode"),
+                host=headers.get("host"),
+                version=version,
+                headers=dict(headers),
+            )
+        ]
+
+    def _on_send(self, frame: Frame, receipt: str | None) -> list[Action]:
+        headers = frame.headers
+        queue = _queue_of(_required(frame, "destination"), "SEND")
+        message_headers: dict[str, HeaderValue] = {}
+        for name, value in headers.items():
+            if name in _SEND_OWN:
+                continue
+            try:
+                check_header_name(name)
+                check_text(f"header {name!r}", value)
+            except XumpError as error:
+                raise ProtocolError("bad header", str(error)) from None
+            message_headers[name] = value
+        if "priority" in message_headers:
+            message_headers["priority"] = _integer(headers, "priority", minimum=-(2**63))
+        return_address = headers.get("reply-to")
+        if return_address is not None:
+            return_address = _queue_of(return_address, "reply-to", header="reply-to")
+        expires = _integer(headers, "expires", minimum=0) if "expires" in headers else 0
+        delay = _integer(headers, "delay", minimum=0) if "delay" in headers else 0
+        publish = Publish(
+            queue=queue,
+            headers=message_headers,
+            body=frame.body,
+            return_address=return_address,
+            expires=expires / 1000 if expires else None,
+            delay=delay / 1000 if delay else None,
+            receipt=receipt,
+        )
+        return self._maybe_in_transaction(frame, receipt, [publish])
+
+    def _on_subscribe(self, frame: Frame, receipt: str | None) -> list[Action]:
+        headers = frame.headers
+        sid = _required(frame, "id")
+        if sid in self._subscriptions:
+            raise ProtocolError(
+                "duplicate subscription id",
+                f"this connection already has a subscription with id {sid!r}; ids must be "
+                "unique per connection",
+            )
+        if len(self._subscriptions) >= self.config.max_subscriptions:
+            raise ProtocolError(
+                "too many subscriptions",
+                f"a connection may hold {self.config.max_subscriptions} subscriptions",
+            )
+        destination = _required(frame, "destination")
+        kind, name = _destination_of(destination)
+        ack = headers.get("ack", "auto")
+        if ack not in ACK_MODES:
+            raise ProtocolError(
+                "bad ack mode",
+                f"ack must be auto, client or client-individual, not {ack!r}"[:300],
+            )
+        credit: int | None = None
+        for header in ("prefetch-count", "activemq.prefetchSize"):
+            if header in headers:
+                credit = _integer(headers, header, minimum=1, maximum=MAX_CREDIT)
+                break
+        selector = headers.get("selector")
+        if selector is not None and not selector.strip():
+            selector = None
+        self._subscriptions[sid] = _Subscription(sid, destination, kind, ack, selector)
+        return [Subscribe(sid, kind, name, ack, selector, credit, receipt)]
+
+    def _on_unsubscribe(self, frame: Frame, receipt: str | None) -> list[Action]:
+        sid = _required(frame, "id")
+        sub = self._subscriptions.pop(sid, None)
+        if sub is None:
+            raise ProtocolError(
+                "unknown subscription", f"this connection has no subscription with id {sid!r}"
+            )
+        for ack_id in sub.unsettled:
+            del self._ack_owner[ack_id]
+        return [Unsubscribe(sid, tuple(sub.unsettled.values()), receipt)]
+
+    def _on_ack(self, frame: Frame, receipt: str | None) -> list[Action]:
+        ack_id = frame.headers.get("id") or frame.headers.get("message-id")
+        if ack_id is None:
+            raise ProtocolError(
+                f"missing id header in {frame.command}",
+                f"{frame.command} needs the `id` header: the `ack` header of the MESSAGE",
+            )
+        if ack_id not in self._ack_owner:
+            raise ProtocolError(
+                f"unknown ack id in {frame.command}",
+                f"{ack_id!r}"[:60] + " is not the `ack` of a MESSAGE this connection "
+                "received and has not settled yet",
+            )
+        return self._maybe_in_transaction(frame, receipt, None)
+
+    def _settle(self, frame: Frame, receipt: str | None) -> list[Action]:
+        """The Settle of an ACK/NACK whose id was valid when it arrived (a transaction may
+        have settled it since: then nothing)."""
+        ack_id = frame.headers.get("id") or frame.headers.get("message-id") or ""
+        sub = self._ack_owner.get(ack_id)
+        if sub is None:
+            return []
+        if sub.ack == "client":
+            ids: list[str] = []
+            for earlier in sub.unsettled:
+                ids.append(earlier)
+                if earlier == ack_id:
+                    break
+        else:
+            ids = [ack_id]
+        tags = tuple(sub.unsettled.pop(i) for i in ids)
+        for i in ids:
+            del self._ack_owner[i]
+        return [Settle(sub.id, tags, accept=frame.command == "ACK", receipt=receipt)]
+
+    def _on_begin(self, frame: Frame, receipt: str | None) -> list[Action]:
+        tx = _required(frame, "transaction")
+        if tx in self._transactions:
+            raise ProtocolError("duplicate transaction", f"transaction {tx!r} is already open")
+        if len(self._transactions) >= self.config.max_transactions:
+            raise ProtocolError(
+                "too many transactions",
+                f"a connection may hold {self.config.max_transactions} open transactions",
+            )
+        self._transactions[tx] = []
+        return self._receipt_now(receipt)
+
+    def _on_commit(self, frame: Frame, receipt: str | None) -> list[Action]:
+        frames = self._transactions.pop(self._open_transaction(frame), None) or []
+        actions: list[Action] = []
+        for buffered in frames:
+            if buffered.command == "SEND":
+                actions.extend(self._on_send_now(buffered))
+            else:
+                actions.extend(self._settle(buffered, None))
+        if receipt is not None:
+            actions.append(Barrier(receipt))
+        return actions
+
+    def _on_abort(self, frame: Frame, receipt: str | None) -> list[Action]:
+        del self._transactions[self._open_transaction(frame)]
+        return self._receipt_now(receipt)
+
+    def _on_disconnect(self, frame: Frame, receipt: str | None) -> list[Action]:
+        self._transactions.clear()
+        if receipt is None:
+            self._close_state()
+            return [Close()]
+        self.state = State.DISCONNECTING
+        self._disconnect_receipt = receipt
+        return [Barrier(receipt)]
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _open_transaction(self, frame: Frame) -> str:
+        tx = _required(frame, "transaction")
+        if tx not in self._transactions:
+            raise ProtocolError(
+                "unknown transaction", f"there is no open transaction {tx!r} (BEGIN it first)"
+            )
+        return tx
+
+    def _maybe_in_transaction(
+        self, frame: Frame, receipt: str | None, actions: list[Action] | None
+    ) -> list[Action]:
+        """Buffer `frame` in its transaction (and receipt it now), or do it now."""
+        if "transaction" not in frame.headers:
+            return actions if actions is not None else self._settle(frame, receipt)
+        tx = self._open_transaction(frame)
+        buffered = self._transactions[tx]
+        if len(buffered) >= self.config.max_transaction_frames:
+            raise ProtocolError(
+                "transaction too large",
+                f"a transaction may hold {self.config.max_transaction_frames} frames",
+            )
+        buffered.append(frame)
+        return self._receipt_now(receipt)
+
+    def _on_send_now(self, frame: Frame) -> list[Action]:
+        """A SEND buffered in a committed transaction (validated when it arrived)."""
+        headers = {k: v for k, v in frame.headers.items() if k not in ("transaction", "receipt")}
+        return self._on_send(Frame("SEND", headers, frame.body), None)
+
+    @staticmethod
+    def _receipt_now(receipt: str | None) -> list[Action]:
+        if receipt is None:
+            return []
+        return [Send(serialize_parts("RECEIPT", [("receipt-id", receipt)]))]
+
+
+def _required(frame: Frame, header: str) -> str:
+    value = frame.headers.get(header)
+    if value is None or value == "":
+        raise ProtocolError(
+            f"missing {header} header",
+            f"a {frame.command} frame needs the `{header}` header",
+        )
+    return value
+
+
+def _integer(
+    headers: Mapping[str, str], header: str, *, minimum: int, maximum: int = 2**63 - 1
+) -> int:
+    text = headers[header].strip()
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19):
+        raise ProtocolError("bad header", f"{header} must be an integer, not {text!r}"[:300])
+    value = int(text)
+    if not minimum <= value <= maximum:
+        raise ProtocolError(
+            "bad header", f"{header} must be between {minimum} and {maximum}, not {value}"
+        )
+    return value
+
+
+def _queue_of(destination: str, what: str, *, header: str = "destination") -> str:
+    """`/queue/<name>` → name (checked by the engine's naming rules)."""
+    if not destination.startswith("/queue/"):
+        raise ProtocolError(
+            "bad destination",
+            f"{what}: {header} must be /queue/<name>, not {destination!r}"[:300],
+        )
+    return _checked("queue", destination[len("/queue/") :])
+
+
+_SUBSCRIBE_PREFIXES = (("/queue/", "queue", "destination"), ("/topic/", "topic", "topic pattern"))
+
+
+def _destination_of(destination: str) -> tuple[str, str]:
+    """A SUBSCRIBE destination → ("queue", selector destination) or ("topic", pattern)."""
+    for prefix, kind, what in _SUBSCRIBE_PREFIXES:
+        if destination.startswith(prefix):
+            return kind, _checked(what, destination[len(prefix) :])
+    raise ProtocolError(
+        "bad destination",
+        f"SUBSCRIBE: destination must be /queue/<destination> or /topic/<pattern>, "
+        f"not {destination!r}"[:300],
+    )
+
+
+def _checked(kind: str, name: str) -> str:
+    try:
+        return check_name(kind, name)
+    except XumpError as error:
+        raise ProtocolError("bad destination", str(error)) from None
+
+
+def _bare(destination: str) -> str:
+    return destination.split("/", 2)[2]
+
+
+_HANDLERS: dict[str, Callable[[StompConnection, Frame, str | None], list[Action]]] = {
+    "CONNECT": StompConnection._on_connect,
+    "STOMP": StompConnection._on_connect,
+    "SEND": StompConnection._on_send,
+    "SUBSCRIBE": StompConnection._on_subscribe,
+    "UNSUBSCRIBE": StompConnection._on_unsubscribe,
+    "ACK": StompConnection._on_ack,
+    "NACK": StompConnection._on_ack,
+    "BEGIN": StompConnection._on_begin,
+    "COMMIT": StompConnection._on_commit,
+    "ABORT": StompConnection._on_abort,
+    "DISCONNECT": StompConnection._on_disconnect,
+}

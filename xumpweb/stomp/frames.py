@@ -1,0 +1,366 @@
+"""STOMP 1.2 frames: the byte-level parser and serializer. No I/O.
+
+Theory of operation
+-------------------
+A `FrameParser` owns a byte buffer. The caller appends whatever bytes arrived
+(`receive_data`, chunks split anywhere) and calls `next_frame()` until it returns None (no
+complete frame buffered yet). Each frame is
+
+    COMMAND EOL  *(name:value EOL)  EOL  body NUL  *(EOL)
+
+with EOL = LF or CR LF. EOLs between frames are heart-beats and are skipped. The body is
+exactly `content-length` octets (it may hold NULs) followed by a NUL, or, without that
+header, everything up to the first NUL.
+
+Rules this file keeps:
+* header names and values are UTF-8 and use the 1.2 escapes (\\r \\n \\c \\\\); any other
+  backslash sequence is an error. CONNECT, STOMP and CONNECTED frames are not escaped.
+* a repeated header: the first occurrence wins.
+* limits (frame size, header count, header line length) are checked while bytes arrive, so
+  a hostile peer cannot make the buffer grow past `max_frame_size` plus one chunk.
+* every malformed input raises `ProtocolError` (never another exception) and the parser
+  stays broken afterwards: STOMP closes the connection after an error, so there is no
+  resynchronisation to get wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+CLIENT_COMMANDS = frozenset(
+    {
+        "CONNECT",
+        "STOMP",
+        "SEND",
+        "SUBSCRIBE",
+        "UNSUBSCRIBE",
+        "ACK",
+        "NACK",
+        "BEGIN",
+        "COMMIT",
+        "ABORT",
+        "DISCONNECT",
+    }
+)
+SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+# frames whose headers are sent raw (STOMP 1.2, "Value Encoding")
+UNESCAPED_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+# only these may carry a body
+BODY_COMMANDS = frozenset({"SEND", "MESSAGE", "ERROR"})
+
+HEARTBEAT = b"\n"
+DEFAULT_MAX_FRAME_SIZE = 8 * 1024 * 1024 + 64 * 1024  # the engine's 8 MiB body + headers
+DEFAULT_MAX_HEADERS = 1000  # the engine's limit of headers on one message
+DEFAULT_MAX_HEADER_LENGTH = 10 * 1024  # one `name:value` line, in bytes
+
+_HEADER_END = re.compile(rb"\n\r?\n")
+_ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
+_UNESCAPES = {"r": "\r", "n": "\n", "c": ":", "\\": "\\"}
+_ESCAPES = str.maketrans({"\\": "\\\\", "\r": "\\r", "\n": "\\n", ":": "\\c"})
+
+
+class ProtocolError(Exception):
+    """A peer broke the STOMP grammar or a limit. `message` is short (it becomes the ERROR
+    frame's `message` header); `detail` explains (it becomes the ERROR frame's body);
+    `receipt` is the offending frame's receipt header, when it could be read."""
+
+    def __init__(self, message: str, detail: str = "", receipt: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.receipt = receipt
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One STOMP frame. `headers` keeps the first value of each name, in arrival order."""
+
+    command: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+def _shown(text: str | bytes, limit: int = 40) -> str:
+    """Text as an error message may quote it: short and printable."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    shown = text[:limit] + ("..." if len(text) > limit else "")
+    return repr(shown)
+
+
+def unescape(text: str) -> str:
+    """A header name or value with the 1.2 escapes decoded; undefined escapes are errors."""
+    if "\\" not in text:
+        return text
+
+    def replace(match: re.Match[str]) -> str:
+        sequence = match.group(1)
+        try:
+            return _UNESCAPES[sequence]
+        except KeyError:
+            raise ProtocolError(
+                "bad escape in header",
+                f"the header text {_shown(text)} holds the undefined escape "
+                f"{_shown(chr(92) + sequence)}; STOMP 1.2 defines only \\r \\n \\c and \\\\",
+            ) from None
+
+    return _ESCAPE_SEQUENCE.sub(replace, text)
+
+
+def escape(text: str) -> str:
+    return text.translate(_ESCAPES) if any(c in text for c in "\\\r\n:") else text
+
+
+def serialize(frame: Frame) -> bytes:
+    """A frame as bytes. Frames with a body (or ERROR/MESSAGE) get a `content-length`."""
+    return serialize_parts(frame.command, frame.headers.items(), frame.body)
+
+
+def serialize_parts(command: str, headers: object, body: bytes = b"") -> bytes:
+    """Like `serialize`, from a command, an iterable of (name, value) pairs and a body;
+    a `content-length` among the headers is replaced by the body's real length."""
+    raw = command in UNESCAPED_COMMANDS
+    lines = [command]
+    for name, value in headers:  # type: ignore[attr-defined]
+        if name == "content-length":
+            continue
+        lines.append(f"{name}:{value}" if raw else f"{escape(name)}:{escape(value)}")
+    if body or command in BODY_COMMANDS:
+        lines.append(f"content-length:{len(body)}")
+    lines.append("")
+    lines.append("")
+    return "\n".join(lines).encode("utf-8") + body + b"\x00"
+
+
+class FrameParser:
+    """Incremental frame parser: `receive_data(chunk)`, then `next_frame()` until None."""
+
+    def __init__(
+        self,
+        *,
+        commands: frozenset[str] = CLIENT_COMMANDS,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_headers: int = DEFAULT_MAX_HEADERS,
+        max_header_length: int = DEFAULT_MAX_HEADER_LENGTH,
+    ) -> None:
+        self.commands = commands
+        self.max_frame_size = max_frame_size
+        self.max_headers = max_headers
+        self.max_header_length = max_header_length
+        self._buffer = bytearray()
+        self._broken: ProtocolError | None = None
+        # where the next search for the end of the header block / the NUL starts, so a frame
+        # arriving in many small chunks is scanned once, not once per chunk
+        self._scan = 0
+        self._head: tuple[str, dict[str, str], int, int | None] | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as a frame (heart-beat EOLs included)."""
+        return len(self._buffer)
+
+    def receive_data(self, data: bytes) -> None:
+        self._buffer += data
+
+    def at_frame_boundary(self) -> bool:
+        """True when nothing but heart-beat EOLs is buffered (no partial frame)."""
+        return not self._buffer.strip(b"\r\n")
+
+    def next_frame(self) -> Frame | None:
+        """The next complete frame, or None when more bytes are needed."""
+        if self._broken is not None:
+            raise self._broken
+        try:
+            return self._next_frame()
+        except ProtocolError as error:
+            self._broken = error
+            raise
+
+    def _next_frame(self) -> Frame | None:
+        buffer = self._buffer
+        if self._head is None:
+            start = self._skip_heartbeats()
+            if start:
+                del buffer[:start]
+                self._scan = 0
+            if not buffer:
+                return None
+            match = _HEADER_END.search(buffer, max(self._scan - 2, 0))
+            if match is None:
+                self._check_partial_head()
+                self._scan = len(buffer)
+                return None
+            self._head = self._parse_head(bytes(buffer[: match.start()]), match.end())
+            self._scan = match.end()
+        command, headers, body_start, length = self._head
+        if length is not None:
+            end = body_start + length
+            if len(buffer) <= end:
+                return None
+            if buffer[end] != 0:
+                raise ProtocolError(
+                    "frame not terminated by NUL",
+                    f"the {command} frame's content-length is {length}, but the octet after "
+                    "that many body octets is not the NUL that must end the frame",
+                    headers.get("receipt"),
+                )
+        else:
+            end = buffer.find(b"\x00", self._scan)
+            if end < 0:
+                if len(buffer) > self.max_frame_size:
+                    raise self._too_large(command, headers)
+                self._scan = len(buffer)
+                return None
+        if end + 1 > self.max_frame_size:
+            raise self._too_large(command, headers)
+        body = bytes(buffer[body_start:end])
+        del buffer[: end + 1]
+        self._head = None
+        self._scan = 0
+        if body and command not in BODY_COMMANDS:
+            raise ProtocolError(
+                f"a {command} frame must not have a body",
+                f"only SEND, MESSAGE and ERROR frames carry a body; this {command} frame "
+                f"carried {len(body)} octets",
+                headers.get("receipt"),
+            )
+        return Frame(command, headers, body)
+
+    def _skip_heartbeats(self) -> int:
+        buffer = self._buffer
+        index = 0
+        size = len(buffer)
+        while index < size:
+            octet = buffer[index]
+            if octet == 10:
+                index += 1
+            elif octet == 13:
+                if index + 1 >= size:
+                    break  # a CR whose LF has not arrived yet
+                if buffer[index + 1] != 10:
+                    raise ProtocolError(
+                        "malformed frame", "a CR between frames must be followed by LF"
+                    )
+                index += 2
+            else:
+                break
+        return index
+
+    def _too_large(self, command: str, headers: Mapping[str, str]) -> ProtocolError:
+        return ProtocolError(
+            "frame too large",
+            f"the {command} frame is larger than the limit of {self.max_frame_size} bytes",
+            headers.get("receipt"),
+        )
+
+    def _check_partial_head(self) -> None:
+        """Limits on a header block that has not fully arrived yet."""
+        buffer = self._buffer
+        if len(buffer) > self.max_frame_size:
+            raise ProtocolError(
+                "frame too large",
+                f"the frame's headers exceed the limit of {self.max_frame_size} bytes",
+            )
+        last_line = len(buffer) - (buffer.rfind(b"\n") + 1)
+        if last_line > self.max_header_length:
+            raise ProtocolError(
+                "header too long",
+                f"a command or header line is longer than {self.max_header_length} bytes",
+            )
+        if buffer.count(b"\n") > self.max_headers + 1:
+            raise ProtocolError(
+                "too many headers", f"a frame may carry at most {self.max_headers} headers"
+            )
+
+    def _parse_head(
+        self, head: bytes, body_start: int
+    ) -> tuple[str, dict[str, str], int, int | None]:
+        lines = head.split(b"\n")
+        command_line = lines[0].removesuffix(b"\r")
+        try:
+            command = command_line.decode("utf-8")
+        except UnicodeDecodeError:
+            command = ""
+        if command not in self.commands:
+            raise ProtocolError(
+                "unknown command",
+                f"{_shown(command_line)} is not a STOMP command this side accepts "
+                f"({', '.join(sorted(self.commands))})",
+            )
+        if len(lines) - 1 > self.max_headers:
+            raise ProtocolError(
+                "too many headers",
+                f"the {command} frame carries {len(lines) - 1} headers; the limit is "
+                f"{self.max_headers}",
+            )
+        raw = command in UNESCAPED_COMMANDS
+        headers: dict[str, str] = {}
+        problem: ProtocolError | None = None
+        for line in lines[1:]:
+            line = line.removesuffix(b"\r")
+            try:
+                self._parse_header(command, line, raw, headers)
+            except ProtocolError as error:
+                problem = problem or error
+        if len(command_line) > self.max_header_length:
+            problem = problem or ProtocolError(
+                "header too long",
+                f"the command line is longer than {self.max_header_length} bytes",
+            )
+        receipt = headers.get("receipt")
+        if problem is not None:
+            problem.receipt = receipt
+            raise problem
+        length: int | None = None
+        text = headers.get("content-length")
+        if text is not None:
+            if not (text.isascii() and text.isdigit()) or len(text) > 19:
+                raise ProtocolError(
+                    "bad content-length",
+                    f"content-length must be a non-negative decimal integer, not {_shown(text)}",
+                    receipt,
+                )
+            length = int(text)
+            if body_start + length + 1 > self.max_frame_size:
+                raise ProtocolError(
+                    "frame too large",
+                    f"the {command} frame's content-length of {length} bytes is over the "
+                    f"limit of {self.max_frame_size} bytes per frame",
+                    receipt,
+                )
+        return command, headers, body_start, length
+
+    def _parse_header(self, command: str, line: bytes, raw: bool, headers: dict[str, str]) -> None:
+        if len(line) > self.max_header_length:
+            raise ProtocolError(
+                "header too long",
+                f"a header line of the {command} frame is {len(line)} bytes long; the limit "
+                f"is {self.max_header_length}",
+            )
+        colon = line.find(b":")
+        if colon <= 0:
+            raise ProtocolError(
+                "malformed header",
+                f"the {command} frame's header line {_shown(line)} is not `name:value`"
+                + (" (the name is empty)" if colon == 0 else ""),
+            )
+        if b"\r" in line:
+            raise ProtocolError(
+                "malformed header",
+                f"the {command} frame's header line {_shown(line)} holds a bare CR; "
+                "escape it as \\r",
+            )
+        try:
+            name = line[:colon].decode("utf-8")
+            value = line[colon + 1 :].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError(
+                "malformed header",
+                f"the {command} frame's header line {_shown(line)} is not valid UTF-8",
+            ) from None
+        if not raw:
+            name = unescape(name)
+            value = unescape(value)
+        headers.setdefault(name, value)
