@@ -154,6 +154,7 @@ class FrameParser:
         # where the next search for the end of the header block / the NUL starts, so a frame
         # arriving in many small chunks is scanned once, not once per chunk
         self._scan = 0
+        self._head_lines = 0  # LFs counted so far in a header block still arriving
         self._head: tuple[str, dict[str, str], int, int | None] | None = None
 
     @property
@@ -185,6 +186,7 @@ class FrameParser:
             if start:
                 del buffer[:start]
                 self._scan = 0
+                self._head_lines = 0
             if not buffer:
                 return None
             match = _HEADER_END.search(buffer, max(self._scan - 2, 0))
@@ -194,6 +196,7 @@ class FrameParser:
                 return None
             self._head = self._parse_head(bytes(buffer[: match.start()]), match.end())
             self._scan = match.end()
+            self._head_lines = 0
         command, headers, body_start, length = self._head
         if length is not None:
             end = body_start + length
@@ -269,7 +272,8 @@ class FrameParser:
                 "header too long",
                 f"a command or header line is longer than {self.max_header_length} bytes",
             )
-        if buffer.count(b"\n") > self.max_headers + 1:
+        self._head_lines += buffer.count(b"\n", self._scan)
+        if self._head_lines > self.max_headers + 1:
             raise ProtocolError(
                 "too many headers", f"a frame may carry at most {self.max_headers} headers"
             )
@@ -283,22 +287,23 @@ class FrameParser:
             command = command_line.decode("utf-8")
         except UnicodeDecodeError:
             command = ""
+        problem: ProtocolError | None = None
         if command not in self.commands:
-            raise ProtocolError(
+            problem = ProtocolError(
                 "unknown command",
                 f"{_shown(command_line)} is not a STOMP command this side accepts "
                 f"({', '.join(sorted(self.commands))})",
             )
-        if len(lines) - 1 > self.max_headers:
-            raise ProtocolError(
+        elif len(lines) - 1 > self.max_headers:
+            problem = ProtocolError(
                 "too many headers",
                 f"the {command} frame carries {len(lines) - 1} headers; the limit is "
                 f"{self.max_headers}",
             )
+        # headers are read even after a problem, for the receipt-id of the ERROR frame
         raw = command in UNESCAPED_COMMANDS
         headers: dict[str, str] = {}
-        problem: ProtocolError | None = None
-        for line in lines[1:]:
+        for line in lines[1 : self.max_headers + 1]:
             line = line.removesuffix(b"\r")
             try:
                 self._parse_header(command, line, raw, headers)

@@ -1,0 +1,187 @@
+"""Every client mistake: an ERROR frame with a clear `message`, `receipt-id` when the frame
+asked for a receipt, then Close, and no engine action for the offending frame."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.stomp.conftest import CONNECT, connected, delivery, error_of, frame
+from xumpweb.stomp.connection import StompConfig, StompConnection
+
+SUB = frame("SUBSCRIBE", id="a", destination="/queue/work", ack="client-individual")
+
+# (name, bytes sent after CONNECT, expected `message` header)
+CASES = [
+    ("malformed header", b"SEND\nno-colon\nreceipt:r\n\n\x00", "malformed header"),
+    ("bad escape", b"SEND\ndestination:/queue/a\\tb\nreceipt:r\n\n\x00", "bad escape in header"),
+    ("unknown command", b"PUBLISH\nreceipt:r\n\n\x00", "unknown command"),
+    ("server command", b"MESSAGE\nreceipt:r\n\n\x00", "unknown command"),
+    (
+        "content-length without nul",
+        b"SEND\ndestination:/queue/a\ncontent-length:1\nreceipt:r\n\nab\x00",
+        "frame not terminated by NUL",
+    ),
+    (
+        "body on subscribe",
+        b"SUBSCRIBE\nid:x\nreceipt:r\n\nbody\x00",
+        "a SUBSCRIBE frame must not have a body",
+    ),
+    ("send without destination", frame("SEND", b"x", receipt="r"), "missing destination header"),
+    ("send to a topic", frame("SEND", destination="/topic/a", receipt="r"), "bad destination"),
+    (
+        "send to a bad queue name",
+        frame("SEND", destination="/queue/a b", receipt="r"),
+        "bad destination",
+    ),
+    (
+        "send to a reserved queue",
+        frame("SEND", destination="/queue/$dlq", receipt="r"),
+        "bad destination",
+    ),
+    (
+        "send with a bad header name",
+        frame("SEND", destination="/queue/q", receipt="r", **{"9x": "1"}),
+        "bad header",
+    ),
+    (
+        "send with a bad priority",
+        frame("SEND", destination="/queue/q", receipt="r", priority="high"),
+        "bad header",
+    ),
+    (
+        "send with a bad delay",
+        frame("SEND", destination="/queue/q", receipt="r", delay="-5"),
+        "bad header",
+    ),
+    (
+        "send with a bad reply-to",
+        frame("SEND", destination="/queue/q", receipt="r", reply_to="x"),
+        "bad destination",
+    ),
+    (
+        "subscribe without id",
+        frame("SUBSCRIBE", destination="/queue/a", receipt="r"),
+        "missing id header",
+    ),
+    (
+        "subscribe to a bad destination",
+        frame("SUBSCRIBE", id="b", destination="/exchange/a", receipt="r"),
+        "bad destination",
+    ),
+    (
+        "subscribe with empty pattern",
+        frame("SUBSCRIBE", id="b", destination="/topic/", receipt="r"),
+        "bad destination",
+    ),
+    (
+        "duplicate subscription id",
+        frame("SUBSCRIBE", id="a", destination="/queue/x", receipt="r"),
+        "duplicate subscription id",
+    ),
+    (
+        "bad ack mode",
+        frame("SUBSCRIBE", id="b", destination="/queue/a", ack="sometimes", receipt="r"),
+        "bad ack mode",
+    ),
+    (
+        "bad prefetch",
+        frame("SUBSCRIBE", id="b", destination="/queue/a", prefetch_count="0", receipt="r"),
+        "bad header",
+    ),
+    ("unsubscribe unknown", frame("UNSUBSCRIBE", id="zz", receipt="r"), "unknown subscription"),
+    ("ack unknown id", frame("ACK", id="999", receipt="r"), "unknown ack id in ACK"),
+    ("nack unknown id", frame("NACK", id="999", receipt="r"), "unknown ack id in NACK"),
+    ("ack without id", frame("ACK", receipt="r"), "missing id header in ACK"),
+    ("ack of an auto message", frame("ACK", id="1", receipt="r"), "unknown ack id in ACK"),
+    (
+        "send in unknown transaction",
+        frame("SEND", destination="/queue/q", transaction="t", receipt="r"),
+        "unknown transaction",
+    ),
+    (
+        "commit unknown transaction",
+        frame("COMMIT", transaction="t", receipt="r"),
+        "unknown transaction",
+    ),
+    ("begin without transaction", frame("BEGIN", receipt="r"), "missing transaction header"),
+    ("connect twice", b"CONNECT\naccept-version:1.2\nreceipt:r\n\n\x00", "unexpected CONNECT"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_mistake_is_an_error_frame_and_nothing_else(data: bytes, message: str) -> None:
+    conn = connected()
+    conn.receive_data(SUB)
+    conn.receive_data(frame("SUBSCRIBE", id="auto", destination="/queue/w2"))
+    conn.deliver("auto", delivery("t0"))  # ack id "1", auto mode: not ackable
+    before = (conn.subscriptions, conn.unsettled())
+    actions = conn.receive_data(data + frame("SEND", destination="/queue/after"))
+    error = error_of(actions)  # no Publish/Subscribe/Settle for the bad frame or the next
+    assert error.headers["message"] == message
+    assert error.headers["receipt-id"] == "r"
+    assert error.body  # a sentence explaining
+    assert (conn.subscriptions, conn.unsettled()) == before
+    assert conn.receive_data(frame("SEND", destination="/queue/q")) == []
+
+
+def test_ack_of_another_connections_id_is_an_error() -> None:
+    mine, theirs = connected(), connected()
+    for conn in (mine, theirs):
+        conn.receive_data(SUB)
+    theirs.deliver("a", delivery("t1"))
+    theirs.deliver("a", delivery("t2"))  # ack id "2" exists only on the other connection
+    error = error_of(mine.receive_data(frame("ACK", id="2")))
+    assert error.headers["message"] == "unknown ack id in ACK"
+    assert theirs.unsettled() == {"a": ("t1", "t2")}
+
+
+def test_a_frame_before_connect_is_an_error() -> None:
+    conn = StompConnection()
+    error = error_of(conn.receive_data(frame("SEND", destination="/queue/q", receipt="r")))
+    assert error.headers["message"] == "expected CONNECT"
+    assert error.headers["receipt-id"] == "r"
+
+
+def test_a_client_offering_only_stomp_10_is_refused_with_the_versions_we_speak() -> None:
+    conn = StompConnection()
+    error = error_of(conn.receive_data(b"CONNECT\nlogin:a\n\n\x00"))
+    assert error.headers["message"] == "unsupported version"
+    assert error.headers["version"] == "1.1,1.2"
+
+
+def test_a_bad_heartbeat_header_is_an_error() -> None:
+    conn = StompConnection()
+    error = error_of(conn.receive_data(frame("CONNECT", accept_version="1.2", heart_beat="x")))
+    assert error.headers["message"] == "bad heart-beat"
+
+
+def test_an_oversized_frame_is_an_error() -> None:
+    conn = connected(StompConfig(max_frame_size=1000))
+    error = error_of(conn.receive_data(frame("SEND", b"x" * 2000, destination="/queue/q")))
+    assert error.headers["message"] == "frame too large"
+
+
+def test_an_oversized_header_is_an_error() -> None:
+    conn = connected(StompConfig(max_header_length=100))
+    error = error_of(conn.receive_data(frame("SEND", destination="/queue/q", x="v" * 200)))
+    assert error.headers["message"] == "header too long"
+
+
+def test_too_many_headers_is_an_error() -> None:
+    conn = connected(StompConfig(max_headers=5))
+    headers = {f"h{i}": "v" for i in range(6)}
+    error = error_of(conn.receive_data(frame("SEND", destination="/queue/q", **headers)))
+    assert error.headers["message"] == "too many headers"
+
+
+def test_a_flood_while_authenticating_is_an_error() -> None:
+    conn = StompConnection(StompConfig(max_frame_size=1000))
+    conn.receive_data(CONNECT)
+    error = error_of(conn.receive_data(b"x" * 2000))
+    assert error.headers["message"] == "frame too large"
+
+
+def test_error_messages_with_newlines_are_escaped_in_the_header() -> None:
+    conn = connected()
+    error = error_of(conn.fail("line one\nline: two"))
+    assert error.headers["message"] == "line one\nline: two"

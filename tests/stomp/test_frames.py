@@ -1,0 +1,169 @@
+"""The frame grammar of STOMP 1.2, one rule per test (xumpweb/stomp/frames.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from xumpweb.stomp.frames import Frame, FrameParser, ProtocolError, escape, serialize, unescape
+
+
+def parse_all(data: bytes, **limits: int) -> list[Frame]:
+    parser = FrameParser(**limits)
+    parser.receive_data(data)
+    frames = []
+    while (parsed := parser.next_frame()) is not None:
+        frames.append(parsed)
+    return frames
+
+
+def parse_error(data: bytes, **limits: int) -> ProtocolError:
+    with pytest.raises(ProtocolError) as caught:
+        parse_all(data, **limits)
+    return caught.value
+
+
+def test_a_frame_has_command_headers_and_body_up_to_nul() -> None:
+    (parsed,) = parse_all(b"SEND\ndestination:/queue/a\n\nhello\x00")
+    assert parsed == Frame("SEND", {"destination": "/queue/a"}, b"hello")
+
+
+def test_crlf_line_ends_are_accepted() -> None:
+    (parsed,) = parse_all(b"SEND\r\ndestination:/queue/a\r\nx:y\r\n\r\nhi\x00")
+    assert parsed == Frame("SEND", {"destination": "/queue/a", "x": "y"}, b"hi")
+
+
+def test_heartbeat_eols_between_frames_are_skipped() -> None:
+    data = b"\n\r\n\nBEGIN\ntransaction:t\n\n\x00\n\n\r\nABORT\ntransaction:t\n\n\x00\n"
+    assert [f.command for f in parse_all(data)] == ["BEGIN", "ABORT"]
+
+
+def test_content_length_body_may_hold_nul_octets() -> None:
+    (parsed,) = parse_all(b"SEND\ncontent-length:5\n\na\x00b\x00c\x00")
+    assert parsed.body == b"a\x00b\x00c"
+
+
+def test_content_length_must_be_followed_by_nul() -> None:
+    error = parse_error(b"SEND\ncontent-length:2\nreceipt:r9\n\nabc\x00")
+    assert error.message == "frame not terminated by NUL"
+    assert error.receipt == "r9"
+
+
+@pytest.mark.parametrize("length", ["-1", "abc", "1.5", " 3", "99999999999999999999"])
+def test_content_length_must_be_a_non_negative_integer(length: str) -> None:
+    error = parse_error(f"SEND\ncontent-length:{length}\n\n\x00".encode())
+    assert error.message == "bad content-length"
+
+
+def test_the_first_of_repeated_headers_wins() -> None:
+    (parsed,) = parse_all(b"SEND\nfoo:first\nfoo:second\n\n\x00")
+    assert parsed.headers == {"foo": "first"}
+
+
+def test_header_escapes_are_decoded() -> None:
+    (parsed,) = parse_all(b"SEND\na\\cb:1\\n2\\r3\\\\4\\c5\n\n\x00")
+    assert parsed.headers == {"a:b": "1\n2\r3\\4:5"}
+
+
+@pytest.mark.parametrize("raw", [b"x:a\\tb", b"x:ab\\", b"x\\s:1"])
+def test_undefined_escapes_are_errors(raw: bytes) -> None:
+    assert parse_error(b"SEND\n" + raw + b"\n\n\x00").message == "bad escape in header"
+
+
+def test_connect_headers_are_not_unescaped() -> None:
+    (parsed,) = parse_all(b"CONNECT\npasscode:a\\tb:c\n\n\x00")
+    assert parsed.headers == {"passcode": "a\\tb:c"}
+
+
+def test_header_values_keep_their_spaces_and_colons() -> None:
+    (parsed,) = parse_all(b"SEND\nx: a:b \n\n\x00")
+    assert parsed.headers == {"x": " a:b "}
+
+
+@pytest.mark.parametrize("line", [b"novalue", b":empty-name", b"bad\rcr:1", b"x:\xff\xfe"])
+def test_malformed_header_lines_are_errors(line: bytes) -> None:
+    assert parse_error(b"SEND\n" + line + b"\n\n\x00").message == "malformed header"
+
+
+@pytest.mark.parametrize("command", [b"PUBLISH", b"send", b"MESSAGE", b"\xff"])
+def test_unknown_commands_are_errors(command: bytes) -> None:
+    assert parse_error(command + b"\n\n\x00").message == "unknown command"
+
+
+def test_only_send_may_carry_a_body() -> None:
+    error = parse_error(b"SUBSCRIBE\nid:1\nreceipt:r1\n\nbody\x00")
+    assert error.message == "a SUBSCRIBE frame must not have a body"
+    assert error.receipt == "r1"
+
+
+def test_frame_larger_than_the_limit_is_an_error_before_it_is_buffered_whole() -> None:
+    parser = FrameParser(max_frame_size=100)
+    parser.receive_data(b"SEND\n\n" + b"x" * 200)  # no NUL yet: refused while arriving
+    with pytest.raises(ProtocolError, match="frame too large"):
+        parser.next_frame()
+
+
+def test_content_length_over_the_limit_is_refused_at_once() -> None:
+    parser = FrameParser(max_frame_size=100)
+    parser.receive_data(b"SEND\ncontent-length:1000\n\n")
+    with pytest.raises(ProtocolError, match="frame too large"):
+        parser.next_frame()
+
+
+def test_too_many_headers_is_an_error() -> None:
+    data = b"SEND\n" + b"".join(b"h%d:v\n" % i for i in range(11)) + b"\n\x00"
+    assert parse_error(data, max_headers=10).message == "too many headers"
+    assert len(parse_all(data, max_headers=11)[0].headers) == 11
+
+
+def test_too_many_headers_is_refused_while_they_arrive() -> None:
+    parser = FrameParser(max_headers=10)
+    parser.receive_data(b"SEND\n" + b"h:v\n" * 20)
+    with pytest.raises(ProtocolError, match="too many headers"):
+        parser.next_frame()
+
+
+def test_too_long_header_line_is_an_error_complete_or_arriving() -> None:
+    assert parse_error(b"SEND\nx:" + b"v" * 50 + b"\n\n\x00", max_header_length=40).message == (
+        "header too long"
+    )
+    parser = FrameParser(max_header_length=40)
+    parser.receive_data(b"SEND\nx:" + b"v" * 50)
+    with pytest.raises(ProtocolError, match="header too long"):
+        parser.next_frame()
+
+
+def test_a_bare_cr_between_frames_is_an_error() -> None:
+    assert parse_error(b"\rSEND\n\n\x00").message == "malformed frame"
+
+
+def test_the_parser_stays_broken_after_an_error() -> None:
+    parser = FrameParser()
+    parser.receive_data(b"BOGUS\n\n\x00SEND\n\n\x00")
+    with pytest.raises(ProtocolError):
+        parser.next_frame()
+    with pytest.raises(ProtocolError):
+        parser.next_frame()
+
+
+def test_a_partial_frame_waits_for_more_bytes() -> None:
+    parser = FrameParser()
+    for chunk in (b"SE", b"ND\r", b"\nx:1\r\n", b"\r", b"\nab", b"c"):
+        parser.receive_data(chunk)
+        assert parser.next_frame() is None
+    parser.receive_data(b"\x00")
+    assert parser.next_frame() == Frame("SEND", {"x": "1"}, b"abc")
+
+
+def test_escape_and_unescape_round_trip() -> None:
+    text = "a:b\\c\nd\re"
+    assert unescape(escape(text)) == text
+
+
+def test_serialize_escapes_headers_and_adds_content_length() -> None:
+    data = serialize(Frame("MESSAGE", {"a:b": "x\ny"}, b"\x00\x01"))
+    assert data == b"MESSAGE\na\\cb:x\\ny\ncontent-length:2\n\n\x00\x01\x00"
+    assert parse_all(data.replace(b"MESSAGE", b"SEND"))[0].body == b"\x00\x01"
+
+
+def test_serialize_leaves_connected_headers_raw() -> None:
+    assert serialize(Frame("CONNECTED", {"version": "1.2"})) == b"CONNECTED\nversion:1.2\n\n\x00"
