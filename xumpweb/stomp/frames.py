@@ -58,6 +58,7 @@ DEFAULT_MAX_HEADER_LENGTH = 10 * 1024  # one `name:value` line, in bytes
 _HEADER_END = re.compile(rb"\n\r?\n")
 _ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
 _UNESCAPES = {"r": "\r", "n": "\n", "c": ":", "\\": "\\"}
+_NEEDS_ESCAPE = re.compile(r"[\\\r\n:]")
 _ESCAPES = str.maketrans({"\\": "\\\\", "\r": "\\r", "\n": "\\n", ":": "\\c"})
 
 
@@ -110,7 +111,7 @@ def unescape(text: str) -> str:
 
 
 def escape(text: str) -> str:
-    return text.translate(_ESCAPES) if any(c in text for c in "\\\r\n:") else text
+    return text.translate(_ESCAPES) if _NEEDS_ESCAPE.search(text) else text
 
 
 def serialize(frame: Frame) -> bytes:
@@ -150,54 +151,70 @@ class FrameParser:
         self.max_headers = max_headers
         self.max_header_length = max_header_length
         self._buffer = bytearray()
+        # where the next frame starts in the buffer: consumed frames are dropped in one cut
+        # when the buffer runs dry, not one memmove per frame
+        self._pos = 0
         self._broken: ProtocolError | None = None
         # where the next search for the end of the header block / the NUL starts, so a frame
         # arriving in many small chunks is scanned once, not once per chunk
         self._scan = 0
         self._head_lines = 0  # LFs counted so far in a header block still arriving
+        # a parsed header block whose body is still arriving: command, headers, body offset
+        # from the frame's start, content-length
         self._head: tuple[str, dict[str, str], int, int | None] | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as a frame (heart-beat EOLs included)."""
-        return len(self._buffer)
+        return len(self._buffer) - self._pos
 
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
 
     def at_frame_boundary(self) -> bool:
         """True when nothing but heart-beat EOLs is buffered (no partial frame)."""
-        return not self._buffer.strip(b"\r\n")
+        return not self._buffer[self._pos :].strip(b"\r\n")
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None when more bytes are needed."""
         if self._broken is not None:
             raise self._broken
         try:
-            return self._next_frame()
+            parsed = self._next_frame()
         except ProtocolError as error:
             self._broken = error
             raise
+        if parsed is None and self._pos:
+            self._compact()
+        return parsed
+
+    def _compact(self) -> None:
+        pos = self._pos
+        del self._buffer[:pos]
+        self._pos = 0
+        self._scan = max(self._scan - pos, 0)
 
     def _next_frame(self) -> Frame | None:
         buffer = self._buffer
         if self._head is None:
-            start = self._skip_heartbeats()
-            if start:
-                del buffer[:start]
-                self._scan = 0
+            pos = self._skip_heartbeats()
+            if pos != self._pos:
+                self._pos = pos
+                self._scan = max(self._scan, pos)
                 self._head_lines = 0
-            if not buffer:
+            if pos == len(buffer):
                 return None
-            match = _HEADER_END.search(buffer, max(self._scan - 2, 0))
+            match = _HEADER_END.search(buffer, max(self._scan - 2, pos))
             if match is None:
                 self._check_partial_head()
                 self._scan = len(buffer)
                 return None
-            self._head = self._parse_head(bytes(buffer[: match.start()]), match.end())
+            self._head = self._parse_head(bytes(buffer[pos : match.start()]), match.end() - pos)
             self._scan = match.end()
             self._head_lines = 0
-        command, headers, body_start, length = self._head
+        pos = self._pos
+        command, headers, body_offset, length = self._head
+        body_start = pos + body_offset
         if length is not None:
             end = body_start + length
             if len(buffer) <= end:
@@ -212,16 +229,15 @@ class FrameParser:
         else:
             end = buffer.find(b"\x00", self._scan)
             if end < 0:
-                if len(buffer) > self.max_frame_size:
+                if len(buffer) - pos > self.max_frame_size:
                     raise self._too_large(command, headers)
                 self._scan = len(buffer)
                 return None
-        if end + 1 > self.max_frame_size:
+        if end + 1 - pos > self.max_frame_size:
             raise self._too_large(command, headers)
         body = bytes(buffer[body_start:end])
-        del buffer[: end + 1]
+        self._pos = self._scan = end + 1
         self._head = None
-        self._scan = 0
         if body and command not in BODY_COMMANDS:
             raise ProtocolError(
                 f"a {command} frame must not have a body",
@@ -232,8 +248,9 @@ class FrameParser:
         return Frame(command, headers, body)
 
     def _skip_heartbeats(self) -> int:
+        """Where the next frame starts after the heart-beat EOLs at `_pos`."""
         buffer = self._buffer
-        index = 0
+        index = self._pos
         size = len(buffer)
         while index < size:
             octet = buffer[index]
@@ -261,12 +278,12 @@ class FrameParser:
     def _check_partial_head(self) -> None:
         """Limits on a header block that has not fully arrived yet."""
         buffer = self._buffer
-        if len(buffer) > self.max_frame_size:
+        if len(buffer) - self._pos > self.max_frame_size:
             raise ProtocolError(
                 "frame too large",
                 f"the frame's headers exceed the limit of {self.max_frame_size} bytes",
             )
-        last_line = len(buffer) - (buffer.rfind(b"\n") + 1)
+        last_line = len(buffer) - max(buffer.rfind(b"\n") + 1, self._pos)
         if last_line > self.max_header_length:
             raise ProtocolError(
                 "header too long",
@@ -279,7 +296,7 @@ class FrameParser:
             )
 
     def _parse_head(
-        self, head: bytes, body_start: int
+        self, head: bytes, body_offset: int
     ) -> tuple[str, dict[str, str], int, int | None]:
         lines = head.split(b"\n")
         command_line = lines[0].removesuffix(b"\r")
@@ -328,14 +345,14 @@ class FrameParser:
                     receipt,
                 )
             length = int(text)
-            if body_start + length + 1 > self.max_frame_size:
+            if body_offset + length + 1 > self.max_frame_size:
                 raise ProtocolError(
                     "frame too large",
                     f"the {command} frame's content-length of {length} bytes is over the "
                     f"limit of {self.max_frame_size} bytes per frame",
                     receipt,
                 )
-        return command, headers, body_start, length
+        return command, headers, body_offset, length
 
     def _parse_header(self, command: str, line: bytes, raw: bool, headers: dict[str, str]) -> None:
         if len(line) > self.max_header_length:
