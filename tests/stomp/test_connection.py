@@ -139,7 +139,10 @@ def test_subscribe_maps_queue_and_topic_destinations_ack_selector_and_prefetch()
         Subscribe("a", "queue", "work", "client-individual", "kind = 'order'", 10, "r"),
         Subscribe("b", "topic", "orders.*", "auto", None, 5, None),
     ]
-    assert set(conn.subscriptions) == {"a", "b"}
+    assert conn.subscriptions == {
+        "a": Subscribe("a", "queue", "work", "client-individual", "kind = 'order'", 10),
+        "b": Subscribe("b", "topic", "orders.*", "auto", None, 5),
+    }
 
 
 def test_message_frames_carry_the_delivery() -> None:

@@ -205,6 +205,7 @@ class _Subscription:
     kind: str
     ack: str
     selector: str | None
+    credit: int | None
     # ack id -> delivery tag, in delivery order (dicts keep it), for client/client-individual
     unsettled: dict[str, str] = field(default_factory=dict)
 
@@ -429,7 +430,9 @@ class StompConnection:
     def subscriptions(self) -> dict[str, Subscribe]:
         """The live subscriptions, as the Subscribe actions that made them (sans receipt)."""
         return {
-            sub.id: Subscribe(sub.id, sub.kind, _bare(sub.destination), sub.ack, sub.selector)
+            sub.id: Subscribe(
+                sub.id, sub.kind, _bare(sub.destination), sub.ack, sub.selector, sub.credit
+            )
             for sub in self._subscriptions.values()
         }
 
@@ -544,7 +547,7 @@ class StompConnection:
         selector = headers.get("selector")
         if selector is not None and not selector.strip():
             selector = None
-        self._subscriptions[sid] = _Subscription(sid, destination, kind, ack, selector)
+        self._subscriptions[sid] = _Subscription(sid, destination, kind, ack, selector, credit)
         return [Subscribe(sid, kind, name, ack, selector, credit, receipt)]
 
     def _on_unsubscribe(self, frame: Frame, receipt: str | None) -> list[Action]:
