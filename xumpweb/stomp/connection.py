@@ -48,6 +48,17 @@ from typing import Any
 from engine.errors import XumpError
 from engine.message import Delivery, HeaderValue
 from engine.validation import check_header_name, check_name, check_text
+from xumpweb.stomp.actions import (
+    Action,
+    Authenticate,
+    Barrier,
+    Close,
+    Publish,
+    Send,
+    Settle,
+    Subscribe,
+    Unsubscribe,
+)
 from xumpweb.stomp.frames import (
     CLIENT_COMMANDS,
     DEFAULT_MAX_FRAME_SIZE,
@@ -62,6 +73,7 @@ from xumpweb.stomp.frames import (
 
 __all__ = [
     "HEARTBEAT",
+    "Action",
     "Authenticate",
     "Barrier",
     "Close",
@@ -81,86 +93,6 @@ _SEND_OWN = frozenset(
     {"destination", "receipt", "transaction", "content-length", "reply-to", "expires", "delay"}
 )
 MAX_CREDIT = 2**31 - 1
-
-
-# ---- actions: what the transport must do ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Authenticate:
-    login: str | None
-    passcode: str | None
-    host: str | None
-    version: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    """Publish a message to `queue`. `delay` in seconds, `expires` absolute (epoch seconds),
-    both from the milliseconds STOMP clients send (ActiveMQ's convention); 0 = none."""
-
-    queue: str
-    headers: Mapping[str, HeaderValue]
-    body: bytes
-    return_address: str | None = None
-    expires: float | None = None
-    delay: float | None = None
-    receipt: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    """`kind` is "queue" (deliveries of DELIVER selectors to `destination`, shared with
-    other subscribers) or "topic" (`destination` is a topic pattern for a private queue).
-    `credit` is the prefetch window (None: the transport's default)."""
-
-    subscription: str
-    kind: str
-    destination: str
-    ack: str
-    selector: str | None = None
-    credit: int | None = None
-    receipt: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Unsubscribe:
-    """End a subscription; `unsettled` are its delivery tags never ACKed/NACKed (requeue)."""
-
-    subscription: str
-    unsettled: tuple[str, ...] = ()
-    receipt: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Settle:
-    """Confirm (`accept`) or reject (requeue per the queue's rules) delivery tags."""
-
-    subscription: str
-    tags: tuple[str, ...]
-    accept: bool
-    receipt: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Barrier:
-    """Call `receipt_done(receipt)` once every action before this one is done."""
-
-    receipt: str
-
-
-Action = Send | Close | Authenticate | Publish | Subscribe | Unsubscribe | Settle | Barrier
 
 
 @dataclass(frozen=True, slots=True)

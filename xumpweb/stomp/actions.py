@@ -1,0 +1,90 @@
+"""The actions a `StompConnection` returns: what the transport must do, in order.
+
+Plain values, so a transport can match on them and tests can compare them. Each action
+that carries a `receipt` is owed a `StompConnection.receipt_done(receipt)` (or `fail`)
+once the transport has done it; see docs/stomp.md for the table of what to do with each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.message import HeaderValue
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticate:
+    login: str | None
+    passcode: str | None
+    host: str | None
+    version: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Publish a message to `queue`. `delay` in seconds, `expires` absolute (epoch seconds),
+    both from the milliseconds STOMP clients send (ActiveMQ's convention); 0 = none."""
+
+    queue: str
+    headers: Mapping[str, HeaderValue]
+    body: bytes
+    return_address: str | None = None
+    expires: float | None = None
+    delay: float | None = None
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """`kind` is "queue" (deliveries of DELIVER selectors to `destination`, shared with
+    other subscribers) or "topic" (`destination` is a topic pattern for a private queue).
+    `credit` is the prefetch window (None: the transport's default)."""
+
+    subscription: str
+    kind: str
+    destination: str
+    ack: str
+    selector: str | None = None
+    credit: int | None = None
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    """End a subscription; `unsettled` are its delivery tags never ACKed/NACKed (requeue)."""
+
+    subscription: str
+    unsettled: tuple[str, ...] = ()
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Confirm (`accept`) or reject (requeue per the queue's rules) delivery tags."""
+
+    subscription: str
+    tags: tuple[str, ...]
+    accept: bool
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """Call `receipt_done(receipt)` once every action before this one is done."""
+
+    receipt: str
+
+
+Action = Send | Close | Authenticate | Publish | Subscribe | Unsubscribe | Settle | Barrier
