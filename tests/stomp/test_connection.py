@@ -55,6 +55,7 @@ def test_accept_answers_connected_with_version_heartbeat_server_and_session() ->
         ((4000, 6000), "0,0", (0, 0)),
         ((0, 0), "1000,1000", (0, 0)),
         ((4000, 6000), "8000,0", (0, 8000)),
+        ((4000, 6000), " 1000 , 9000", (9000, 6000)),  # spaces around the numbers are fine
     ],
 )
 def test_heartbeats_are_negotiated_as_the_spec_says(

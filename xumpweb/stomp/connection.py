@@ -399,7 +399,7 @@ class StompConnection:
                 f"{' and '.join(reversed(VERSIONS))} (send accept-version:1.2)",
             )
         beat = headers.get("heart-beat", "0,0")
-        parts = beat.split(",")
+        parts = [part.strip() for part in beat.split(",")]
         if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) < 10 for p in parts):
             raise ProtocolError(
                 "bad heart-beat",
