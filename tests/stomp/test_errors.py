@@ -49,6 +49,16 @@ CASES = [
         "bad header",
     ),
     (
+        "send with a negative priority",
+        frame("SEND", destination="/queue/q", receipt="r", priority="-1"),
+        "bad header",
+    ),
+    (
+        "send with a delay of more than ten years",
+        frame("SEND", destination="/queue/q", receipt="r", delay=str(11 * 365 * 24 * 3600_000)),
+        "bad header",
+    ),
+    (
         "send with a bad delay",
         frame("SEND", destination="/queue/q", receipt="r", delay="-5"),
         "bad header",

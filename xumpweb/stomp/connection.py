@@ -47,7 +47,13 @@ from typing import Any
 
 from engine.errors import XumpError
 from engine.message import Delivery, HeaderValue
-from engine.validation import check_header_name, check_name, check_text
+from engine.validation import (
+    check_header_name,
+    check_name,
+    check_priority,
+    check_seconds,
+    check_text,
+)
 from xumpweb.stomp.actions import (
     Action,
     Authenticate,
@@ -432,12 +438,20 @@ class StompConnection:
                 raise ProtocolError("bad header", str(error)) from None
             message_headers[name] = value
         if "priority" in message_headers:
-            message_headers["priority"] = _integer(headers, "priority", minimum=-(2**63))
+            try:
+                message_headers["priority"] = check_priority(headers["priority"].strip())
+            except XumpError as error:
+                raise ProtocolError("bad header", str(error)) from None
         return_address = headers.get("reply-to")
         if return_address is not None:
             return_address = _queue_of(return_address, "reply-to", header="reply-to")
         expires = _integer(headers, "expires", minimum=0) if "expires" in headers else 0
         delay = _integer(headers, "delay", minimum=0) if "delay" in headers else 0
+        if delay:
+            try:
+                check_seconds("delay", delay / 1000)
+            except XumpError as error:
+                raise ProtocolError("bad header", f"{error} (STOMP's delay is in ms)") from None
         publish = Publish(
             queue=queue,
             headers=message_headers,
