@@ -167,3 +167,22 @@ def test_serialize_escapes_headers_and_adds_content_length() -> None:
 
 def test_serialize_leaves_connected_headers_raw() -> None:
     assert serialize(Frame("CONNECTED", {"version": "1.2"})) == b"CONNECTED\nversion:1.2\n\n\x00"
+
+
+def test_a_stream_split_at_every_point_gives_the_same_frames() -> None:
+    data = (
+        b"\r\nCONNECT\r\naccept-version:1.2\r\npasscode:a:b\r\n\r\n\x00\n"
+        b"SEND\ndestination:/queue/a\ncontent-length:3\nx:\\c\\n\n\n\x00\x00\x00\x00\r\n\n"
+        b"SEND\ndestination:/queue/a\n\nto the nul\x00"
+        b"ACK\nid:1\n\n\x00"
+    )
+    whole = parse_all(data)
+    assert [f.command for f in whole] == ["CONNECT", "SEND", "SEND", "ACK"]
+    for cut in range(len(data) + 1):
+        parser = FrameParser()
+        frames = []
+        for piece in (data[:cut], data[cut:]):
+            parser.receive_data(piece)
+            while (parsed := parser.next_frame()) is not None:
+                frames.append(parsed)
+        assert frames == whole, cut
