@@ -251,7 +251,8 @@ def _structure(document: Any, problems: list[str]) -> dict[str, list[dict[str, A
             missing = [key for key in required if key not in item]
             if missing:
                 problems.append(f"{where}: missing {', '.join(missing)}")
-            filled = {**DEFAULTS[section], **{k: v for k, v in item.items() if k in keys}}
+            given = {**DEFAULTS[section], **item}
+            filled = {key: given.get(key) for key in keys}  # in the format's order
             for key, allowed in types.items():
                 value = filled.get(key)
                 if value is None and key not in required:
