@@ -42,6 +42,10 @@ def test_a_dry_run_shows_the_diff_and_changes_nothing_until_applied(page, relay)
     assert page.locator("#diff-summary").inner_text().startswith("1 created, 1 updated")
     assert relay.call("queue_get", name=tuned)["history"] == 7
     assert relay.call("queue_get", name=added)["limit"] == 5
+    exported = page.request.get("/api/definitions")  # the download link, by session
+    assert exported.ok
+    [shown] = [q for q in exported.json()["queues"] if q["name"] == added]
+    assert (shown["limit"], shown["history"]) == (5, 0)
     assert not page.errors
 
 

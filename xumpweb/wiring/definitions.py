@@ -2,11 +2,11 @@
 
 Theory of operation. `export()` reads the wiring from the models (the catalog always says
 what the router's engine runs) and writes it sorted, so the same wiring always gives the
-same document: stores by name, queues by name, selectors by queue and then in routing
-order, patterns by kind/router/name, live tokens by owner/name. Selectors carry no id:
-they are identified by their queue and content (WHEN + DO), so a document imported into an
-empty system, where ids may differ, exports the same again. Tokens carry name, owner and
-rights, never a secret.
+same document: stores by name, queues by name, selectors by queue and then by number,
+patterns by kind/router/name, live tokens by owner/name. Selectors carry no id: they are
+identified by their queue and content (WHEN + DO), so a document imported into an empty
+system, where ids may differ, exports the same again. Tokens carry name, owner and rights,
+never a secret.
 
 `plan(document)` checks the whole document before anything changes and compares it with
 what exists: every problem is named (structure, names and ranges, filters that do not
@@ -33,7 +33,7 @@ from django.db import transaction
 
 from engine import patterns as engine_patterns
 from engine.core import Engine
-from engine.errors import XumpError
+from engine.errors import InvalidArgument, XumpError
 from engine.validation import check_name
 from xumpweb.wiring import audit
 from xumpweb.wiring.models import ApiToken, Pattern, Queue, Selector, Store
@@ -394,11 +394,7 @@ def _build_pattern(engine: Engine, pattern: dict[str, Any]) -> Any:
         return engine_patterns.wolfpack(
             engine, pattern["router"], pattern["name"], credit=pattern["credit"]
         )
-    raise InvalidKind(f"kind must be housecat, parrot or wolfpack, not {kind!r}")
-
-
-class InvalidKind(XumpError):
-    pass
+    raise InvalidArgument(f"kind must be housecat, parrot or wolfpack, not {kind!r}")
 
 
 def _content(selector: dict[str, Any]) -> str:
