@@ -161,6 +161,40 @@ def test_an_update_is_shown_before_and_after_and_audited_once(own) -> None:
     assert "token:tests | 0 created, 1 updated" in audited.stdout, audited.stderr
 
 
+def test_a_selector_is_known_by_its_content_and_only_its_settings_change(own) -> None:
+    with own.client() as client:
+        client.post("/api/queues", json={"name": "known"})
+        made = client.post("/api/queues/known/selectors", json={
+            "when": "match", "match": {"operator": "prefix", "pattern": "eu."},
+            "action": "delete", "credit": 3, "enabled": True,
+        }).json()  # fmt: skip
+        client.post("/api/patterns", json={"kind": "wolfpack", "name": "w9", "router": "known"})
+        document = {
+            "xump_definitions": 1,
+            # written by hand: no field, defaults left out
+            "selectors": [{"queue": "known", "when": "match", "action": "delete",
+                           "match": {"operator": "prefix", "pattern": "eu."}, "credit": 5}],
+        }  # fmt: skip
+        preview = client.post("/api/definitions", json=document, params={"dry_run": True}).json()
+        assert [(c["change"], c["subject"]) for c in preview["changes"]] == [
+            ("update", f"known: WHEN address prefix 'eu.' DO delete (#{made['id']})")
+        ]
+        assert client.post("/api/definitions", json=document).status_code == 200
+        [after] = [s for s in client.get("/api/queues/known/selectors").json()["selectors"]
+                   if s["action"] == "delete"]  # fmt: skip
+        assert (after["id"], after["credit"], after["enabled"]) == (made["id"], 5, False)
+
+        wolfpack = {"kind": "wolfpack", "name": "w9", "router": "known", "credit": 4}
+        refused = client.post("/api/definitions", json={
+            "xump_definitions": 1, "patterns": [wolfpack, wolfpack],
+        }).json()["problems"]  # fmt: skip
+        assert refused == [
+            "patterns[0] (wolfpack known -> w9): exists with topic '' and credit 1; remove it "
+            "first to change it",
+            "patterns[1] (wolfpack known -> w9): named twice",
+        ]
+
+
 def test_an_invalid_import_changes_nothing_and_names_every_problem(own) -> None:
     with own.client() as client:
         before = client.get("/api/definitions").json()

@@ -261,16 +261,38 @@ def _structure(document: Any, problems: list[str]) -> dict[str, list[dict[str, A
                 if not isinstance(value, allowed) or (is_bool and bool not in allowed):
                     names = " or ".join(t.__name__ for t in allowed)
                     problems.append(f"{where}: {key} must be {names}, not {value!r}"[:300])
+            if section == "selectors":
+                _normalize_selector(filled, where, problems)
             doc[section].append(filled)
     return doc
+
+
+def _normalize_selector(selector: dict[str, Any], where: str, problems: list[str]) -> None:
+    """Write a selector as export writes it, so a hand-written one pairs with the same
+    existing selector: `field` "address" when not given, a filter-only selector's `when`
+    "filter"."""
+    match = selector["match"]
+    if isinstance(match, dict):
+        bad = sorted(set(match) - {"operator", "pattern", "field"})
+        if bad:
+            problems.append(f"{where}: unknown key(s) in match: {', '.join(bad)}")
+        selector["match"] = {"operator": match.get("operator"), "pattern": match.get("pattern"),
+                             "field": match.get("field") or "address"}  # fmt: skip
+    elif match is None and selector["when"] == "match":
+        selector["when"] = "filter"
 
 
 def _plan_stores(
     stores: list[dict[str, Any]], current: list[dict[str, Any]], result: Plan, problems: list[str]
 ) -> None:
     existing = {s["name"]: s for s in current}
+    seen: set[str] = set()
     for index, store in enumerate(stores):
         where = f"stores[{index}] ({store['name']})"
+        if store["name"] in seen:
+            problems.append(f"{where}: named twice")
+            continue
+        seen.add(store["name"])
         try:
             check_name("store", store["name"])
         except XumpError as error:
@@ -445,8 +467,14 @@ def _describe(selector: dict[str, Any]) -> str:
 
 
 def _plan_patterns(patterns: list[dict[str, Any]], result: Plan, problems: list[str]) -> None:
+    seen: set[tuple[str, str, str]] = set()
     for index, pattern in enumerate(patterns):
         where = f"patterns[{index}] ({pattern['kind']} {pattern['router']} -> {pattern['name']})"
+        key = (pattern["kind"], pattern["router"], pattern["name"])
+        if key in seen:
+            problems.append(f"{where}: named twice")
+            continue
+        seen.add(key)
         found = Pattern.objects.filter(
             kind=pattern["kind"], router=pattern["router"], name=pattern["name"]
         ).first()
