@@ -184,6 +184,17 @@ def test_a_selector_is_known_by_its_content_and_only_its_settings_change(own) ->
                    if s["action"] == "delete"]  # fmt: skip
         assert (after["id"], after["credit"], after["enabled"]) == (made["id"], 5, False)
 
+        store = own.env["XUMP_STORE"]
+        elsewhere = {
+            "xump_definitions": 1,
+            "stores": [{"name": store, "kind": "redis", "url": "redis://prod:6379/0"}],
+        }
+        kept = client.post("/api/definitions", json=elsewhere, params={"dry_run": True})
+        assert kept.json()["changes"] == []  # each installation keeps its store's URL
+        elsewhere["stores"][0]["kind"] = "sql"
+        assert client.post("/api/definitions", json=elsewhere).json()["problems"] == [
+            f"stores[0] ({store}): exists as a redis store; a store cannot be changed"
+        ]
         wolfpack = {"kind": "wolfpack", "name": "w9", "router": "known", "credit": 4}
         refused = client.post("/api/definitions", json={
             "xump_definitions": 1, "patterns": [wolfpack, wolfpack],

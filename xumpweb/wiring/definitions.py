@@ -17,9 +17,10 @@ nothing inside the router's step), then patterns' and tokens' rows and one audit
 
 Import adds and updates; it never deletes what the document does not name (as RabbitMQ's
 definitions import). What the engine cannot change is a problem, not a change: a store of
-another kind or URL, a queue in another store, a pattern with another topic or credit. A
-token the document names that does not exist is created with a new secret, shown once in
-the answer (secrets cannot be exported, so they cannot be recreated).
+another kind, a queue in another store, a pattern with another topic or credit. A store's
+URL is not compared (each installation runs its stores where it likes). A token the
+document names that does not exist is created with a new secret, shown once in the answer
+(secrets cannot be exported, so they cannot be recreated).
 """
 
 from __future__ import annotations
@@ -303,10 +304,10 @@ def _plan_stores(
             continue
         found = existing.get(store["name"])
         if found is not None:
-            if (found["kind"], found["url"]) != (store["kind"], store["url"]):
+            # the URL is not compared: each installation keeps a store where it runs it
+            if found["kind"] != store["kind"]:
                 problems.append(
-                    f"{where}: exists as a {found['kind']} store at {found['url']!r}; a store "
-                    "cannot be changed"
+                    f"{where}: exists as a {found['kind']} store; a store cannot be changed"
                 )
             else:
                 result.unchanged += 1
