@@ -30,6 +30,9 @@ class ErrorOut(Schema):
     error: str = Field(description="a stable code, e.g. not_found, invalid_selector")
     detail: str = Field(description="what went wrong, for a person")
     column: int | None = Field(None, description="invalid_selector: where the error is")
+    problems: list[str] | None = Field(
+        None, description="invalid_definitions: every reason the document cannot be imported"
+    )
 
 
 # -- queues ------------------------------------------------------------------------------

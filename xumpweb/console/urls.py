@@ -15,6 +15,7 @@ from xumpweb.console import (
     assets,
     dashboard,
     deadletters,
+    definitions,
     patterns,
     queues,
     selectors,
@@ -69,5 +70,6 @@ urlpatterns = [
     path("topology/graph/", topology.topology_graph, name="topology_graph"),
     path("audit/", accounts.audit_log, name="audit"),
     path("tokens/", accounts.tokens, name="tokens"),
+    path("definitions/", definitions.definitions_page, name="definitions"),
     path("tokens/<int:number>/revoke/", accounts.token_revoke, name="token_revoke"),
 ]

@@ -387,6 +387,74 @@ def pattern_remove(engine: Engine, queue: str, selectors: list[list[Any]]) -> An
     return {"removed": queue}, deliveries
 
 
+# -- definitions ---------------------------------------------------------------------------
+def definitions_apply(
+    engine: Engine,
+    stores: list[dict[str, Any]],
+    queues_create: list[dict[str, Any]],
+    queues_update: list[dict[str, Any]],
+    selectors_create: list[dict[str, Any]],
+    selectors_update: list[dict[str, Any]],
+    patterns: list[dict[str, Any]],
+) -> Answer:
+    """Apply an imported definitions document's wiring (xumpweb/wiring/definitions.py
+    checked it and planned it) in one step: stores, queues (dead-letter queues set once
+    every queue exists), selectors created or changed, patterns built. All or nothing:
+    when any call fails, what this call did is undone in reverse and the error raised."""
+    undo: list[Any] = []
+    deliveries: list[Delivery] = []
+    built: list[dict[str, Any]] = []
+    try:
+        for store in stores:
+            engine.store_create(store["kind"], store["name"], store.get("url"))
+            undo.append(lambda name=store["name"]: engine.store_delete(name))
+        dead_letters = []
+        for queue in queues_create:
+            settings = {k: v for k, v in queue.items() if k not in ("name", "dead_letter")}
+            engine.queue_create(queue["name"], **settings)
+            undo.append(lambda name=queue["name"]: engine.queue_delete(name))
+            if queue.get("dead_letter") is not None:
+                dead_letters.append({"name": queue["name"], "dead_letter": queue["dead_letter"]})
+        for queue in [*queues_update, *dead_letters]:
+            info = engine.queue_fetch(queue["name"])
+            changes = {k: v for k, v in queue.items() if k != "name"}
+            old = {k: getattr(info, k) for k in changes}
+            engine.queue_update(queue["name"], **changes)
+            undo.append(lambda name=queue["name"], old=old: engine.queue_update(name, **old))
+        for selector in selectors_create:
+            settings = {k: v for k, v in selector.items() if k != "queue"}
+            answer, caused = selector_create(engine, selector["queue"], **settings)
+            deliveries.extend(caused)
+            undo.append(lambda q=selector["queue"], n=answer["id"]: engine.selector_delete(q, n))
+        for change in selectors_update:
+            spec = engine.selector_fetch(change["queue"], change["id"]).spec
+            old = {"enabled": spec.enabled, "credit": spec.credit, "start": spec.start}
+            _, caused = selector_update(engine, change["queue"], change["id"], **change["settings"])
+            deliveries.extend(caused)
+            undo.append(
+                lambda q=change["queue"], n=change["id"], old=old: selector_update(
+                    engine, q, n, **old
+                )
+            )
+        for pattern in patterns:
+            answer, caused = pattern_build(engine, **pattern)
+            deliveries.extend(caused)
+            built.append(answer)
+            undo.append(
+                lambda made=answer: pattern_unbuild(
+                    engine, made["made_queues"], made["made_selectors"]
+                )
+            )
+    except Exception:  # the engine's refusal, or a catalog that could not save
+        for step in reversed(undo):
+            try:
+                step()
+            except Exception:  # undo the rest even when one step cannot
+                continue
+        raise
+    return {"patterns": built}, deliveries
+
+
 CALLS = {
     name: function
     for name, function in globals().items()
@@ -396,7 +464,7 @@ CALLS = {
         "selectors", "selector_get", "selector_create", "selector_update", "selector_delete",
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
-        "dead_letter_send",
+        "dead_letter_send", "definitions_apply",
     }
 }  # fmt: skip
 
@@ -404,4 +472,5 @@ CALLS = {
 WIRING_CALLS = {
     "queue_create", "queue_update", "queue_delete", "selector_create", "selector_update",
     "selector_delete", "pattern_build", "pattern_remove", "pattern_unbuild",
+    "definitions_apply",
 }  # fmt: skip

@@ -9,6 +9,8 @@
     xump pattern parrot SUBSCRIBER TOPIC [--router R]
     xump pattern wolfpack SERVICE WORKER [--credit N]
     xump archive [--out PATH] [--progress | --no-progress]
+    xump definitions export [--out FILE]
+    xump definitions import FILE|- [--dry-run]
 
 It reaches the queues as every process does (xumpweb/runtime.py): publishes go to the
 store's durable inbox; listings and patterns are operations the router answers, so a router
@@ -18,7 +20,10 @@ A batch file holds one message per line as the HTTP API's batch publish takes th
 `subscribe` prints each delivery as one JSON line (the WebSocket's delivery frame) and
 confirms it once printed. `archive` exports every queue's history and the delivery
 journal as Parquet (default XUMP_ARCHIVE_DIR; xumpweb/analytics/archiving.py), recorded
-as an AnalyticsRun the console shows. Errors are one line on stderr and exit status 1.
+as an AnalyticsRun the console shows. `definitions` exports the whole wiring as one JSON
+document or imports one (xumpweb/wiring/definitions.py): every problem is listed and
+nothing changes, `--dry-run` prints the changes without making them, new tokens' secrets
+are printed once. Errors are one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -108,6 +113,14 @@ class Command(BaseCommand):
         archive.add_argument("--progress", action="store_true", default=None,
                              help="draw a progress bar (default: on a terminal)")  # fmt: skip
         archive.add_argument("--no-progress", dest="progress", action="store_false")
+
+        definitions = actions.add_parser("definitions", help="export or import the wiring")
+        verbs = definitions.add_subparsers(dest="verb", required=True, metavar="VERB")
+        export = verbs.add_parser("export", help="print the definitions document (JSON)")
+        export.add_argument("--out", help="write it to this file instead")
+        load = verbs.add_parser("import", help="import a definitions document")
+        load.add_argument("file", help="the JSON document, or - for stdin")
+        load.add_argument("--dry-run", action="store_true", help="show the changes only")
 
     def handle(self, *args: Any, **options: Any) -> None:
         # a Service of its own, never the process-wide one: with XUMP_ROUTING=inline that
@@ -239,6 +252,47 @@ class Command(BaseCommand):
         ]  # fmt: skip
         header = ["ID", "ENABLED", "CREDIT", "OUTSTANDING", "START", "WHEN -> DO"]
         self._table(header, rows, numeric={0, 2, 3})
+
+    def do_definitions(self, options: dict[str, Any]) -> None:
+        from xumpweb.wiring import definitions
+
+        if options["verb"] == "export":
+            text = json.dumps(definitions.export(), indent=2) + "\n"
+            if options["out"]:
+                Path(options["out"]).write_text(text)
+            else:
+                self.stdout.write(text, ending="")
+            return
+        raw = _read_stdin() if options["file"] == "-" else Path(options["file"]).read_bytes()
+        try:
+            document = json.loads(raw)
+        except ValueError as error:
+            raise Failed(f"the definitions are not JSON: {error}") from None
+        who = f"cli:{getpass.getuser()}"
+        try:
+            answer = definitions.import_document(
+                document, who, self.service.call, dry_run=options["dry_run"]
+            )
+        except definitions.InvalidDefinitions as invalid:
+            for problem in invalid.problems:
+                self.stderr.write(f"xump: problem: {problem}")
+            raise Failed(f"{len(invalid.problems)} problem(s); nothing changed") from None
+        for change in answer["changes"]:
+            self.stdout.write(f"{change['change']:<7} {change['kind']:<9} {change['subject']}")
+        summary = answer["summary"]
+        counts = (
+            f"{summary['create']} to create, {summary['update']} to update, "
+            f"{summary['unchanged']} unchanged"
+        )
+        if answer["dry_run"]:
+            self.stdout.write(f"dry run: {counts}; nothing changed")
+        else:
+            self.stdout.write(
+                f"imported: {summary['create']} created, {summary['update']} updated, "
+                f"{summary['unchanged']} unchanged"
+            )
+        for token in answer.get("secrets", []):
+            self.stdout.write(f"new token {token['name']} ({token['owner']}): {token['secret']}")
 
     def _table(self, header: list[str], rows: list[list[Any]], numeric: set[int]) -> None:
         cells = [header] + [[str(cell) for cell in row] for row in rows]
