@@ -38,6 +38,8 @@ class Wiring:
     # of the pattern cannot be written
     made_queues: tuple[str, ...] = ()
     made_selectors: tuple[tuple[str, int], ...] = ()
+    # selectors that existed and were changed to fit (a wolfpack worker's new credit)
+    updated_selectors: tuple[tuple[str, int], ...] = ()
 
 
 class _Building:
@@ -47,6 +49,7 @@ class _Building:
         self.eng = eng
         self.queues: list[str] = []
         self.selectors: list[tuple[str, int]] = []
+        self.updated: list[tuple[str, int]] = []
 
     def undo(self) -> None:
         for queue, number in reversed(self.selectors):
@@ -116,7 +119,12 @@ def _wiring(
     building: _Building,
 ) -> Wiring:
     return Wiring(
-        private, selectors, tuple(deliveries), tuple(building.queues), tuple(building.selectors)
+        private,
+        selectors,
+        tuple(deliveries),
+        tuple(building.queues),
+        tuple(building.selectors),
+        tuple(building.updated),
     )
 
 
@@ -148,6 +156,10 @@ def _ensure_selector(
             action,
             target,
         ):
+            if credit is not None and spec.credit != credit:
+                # the same worker asked for with another credit: it gets that credit
+                selector.set_credit(credit)
+                building.updated.append((queue, selector.id))
             if not spec.enabled:
                 deliveries.extend(selector.enable())
             return selector

@@ -303,3 +303,56 @@ def describe_do(spec: SelectorSpec) -> str:
     if spec.action is None:
         return "(no DO)"
     return spec.action if spec.target is None else f"{spec.action} {spec.target}"
+
+
+OPERATOR_WORDS = {
+    "eq": "is",
+    "topic": "matches topic",
+    "prefix": "starts with",
+    "regex": "matches",
+}
+ACTION_WORDS = {
+    "copy": "copy to",
+    "move": "move to",
+    "bounce": "bounce to",
+    "deliver": "deliver to",
+}
+
+
+def describe_in_words(
+    when: str | None,
+    match: tuple[str, str, str] | None,
+    expression: str | None,
+    action: str | None,
+    target: str | None,
+) -> str:
+    """WHEN → DO as a person reads it: "always → move to jobs:w1", "address matches topic
+    eu.# and filter priority > 5 → copy to orders.eu", "when no other selector matches → delete"."""
+    if when is None:
+        said = "no WHEN yet"
+    elif when == "always":
+        said = "always"
+    elif when == "default":
+        said = "when no other selector matches"
+    elif when == "overflow":
+        said = "when this queue is full"
+    else:
+        parts = []
+        if match is not None:
+            operator, pattern, field = match
+            parts.append(f"{field} {OPERATOR_WORDS.get(operator, operator)} {pattern}")
+        if expression is not None:
+            parts.append(f"filter {expression}")
+        said = " and ".join(parts) or "match"
+    if action is None:
+        done = "no DO yet"
+    elif target is None or action == "delete":
+        done = action
+    else:
+        done = f"{ACTION_WORDS.get(action, action)} {target}"
+    return f"{said} → {done}"
+
+
+def describe(spec: SelectorSpec) -> str:
+    """A selector's WHEN → DO in words (see describe_in_words)."""
+    return describe_in_words(spec.when, spec.match, spec.filter, spec.action, spec.target)

@@ -22,7 +22,47 @@ def view_of(run: AnalyticsRun) -> dict[str, Any]:
         return report_view(result)
     if run.kind == "backtest":
         return backtest_view(result)
-    return {"total": None, "result": result}
+    return {"total": None, "result": result, "pairs": result_pairs(result)}
+
+
+LABELS = {
+    "events": "Journal events written",
+    "events_read": "Journal events read",
+    "events_lost": "Journal events lost before",
+    "history": "History messages written, per queue",
+    "history_total": "History messages written",
+    "path": "Archive directory",
+    "published": "Messages published",
+    "queue": "Into queue",
+    "backtest": "Backtest",
+    "rate": "Messages per second",
+}
+
+
+def shown_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, bool) or value is None:
+        return {True: "yes", False: "no", None: "-"}[value]
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return ", ".join(shown_value(v) for v in value) or "-"
+    return str(value)
+
+
+def result_pairs(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A result that has no page of its own (an archive, a replay) as labelled values; a
+    mapping inside it (the history written per queue) as rows of its own."""
+    pairs = []
+    for key, value in result.items():
+        label = LABELS.get(key, key.replace("_", " ").capitalize())
+        if isinstance(value, dict):
+            rows = [{"name": str(k), "value": shown_value(v)} for k, v in value.items()]
+            pairs.append({"label": label, "rows": rows, "value": "" if rows else "none"})
+        else:
+            pairs.append({"label": label, "rows": None, "value": shown_value(value)})
+    return pairs
 
 
 def _seconds(text: Any) -> float | None:
@@ -104,10 +144,11 @@ def report_view(result: dict[str, Any]) -> dict[str, Any]:
         for point in q.get("series") or []
     ]  # fmt: skip
     latency = [
-        {"queue": q.get("queue"), **{k: q["latency"].get(k) for k in LATENCY}}
+        {"queue": q.get("queue"), "confirmed": q["latency"].get("confirmed"),
+         **{f"{k} (ms)": milliseconds(q["latency"].get(k)) for k in LATENCY_SECONDS}}
         for q in queues
         if isinstance(q.get("latency"), dict)
-    ]
+    ]  # fmt: skip
     reasons = [
         {"queue": q.get("queue"), "reason": reason, "dead_lettered": count}
         for q in queues
@@ -122,10 +163,10 @@ def report_view(result: dict[str, Any]) -> dict[str, Any]:
         })  # fmt: skip
     if latency:
         names = [str(row["queue"]) for row in latency]
-        percentiles = {p: [row.get(p) for row in latency] for p in ("p99", "p90", "p50")}
+        percentiles = {p: [row.get(f"{p} (ms)") for row in latency] for p in ("p99", "p90", "p50")}
         charts.append({
             "id": "latency",
-            "title": "Publish-to-confirm latency per queue (seconds): p99, p90, p50",
+            "title": "Publish-to-confirm latency per queue (milliseconds): p99, p90, p50",
             "data": bars(names, percentiles),
         })  # fmt: skip
     if reasons:
@@ -149,7 +190,14 @@ def report_view(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-LATENCY = ("confirmed", "p50", "p90", "p99", "mean")
+LATENCY_SECONDS = ("p50", "p90", "p99", "mean")
+
+
+def milliseconds(seconds: Any) -> float | None:
+    """Seconds as milliseconds to a tenth (what a table shows, not 17 digits of a float)."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return None
+    return round(seconds * 1000, 1)
 
 
 def moment(value: Any) -> str:

@@ -4,6 +4,9 @@ token only rights they hold (xumpweb/access.py)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Q
@@ -36,7 +39,33 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             Q(who__icontains=query) | Q(action__icontains=query) | Q(subject__icontains=query)
         )
     page = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
+    for event in page:
+        event.diff = change_rows(event.before, event.after)
     return render(request, "console/audit.html", {"page": page, "q": query})
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def change_rows(before: Any, after: Any) -> list[dict[str, Any]]:
+    """An audit entry's before and after as rows of (field, before, after, changed), values
+    as JSON text; a state that is not a mapping is one row with no field name."""
+    if not isinstance(before, dict) and not isinstance(after, dict):
+        return [{"field": "", "before": "-" if before is None else as_json(before),
+                 "after": "-" if after is None else as_json(after),
+                 "changed": before != after}]  # fmt: skip
+    old = before if isinstance(before, dict) else {}
+    new = after if isinstance(after, dict) else {}
+    rows = []
+    for key in sorted(set(old) | set(new), key=str):
+        rows.append({
+            "field": str(key),
+            "before": as_json(old[key]) if key in old else "-",
+            "after": as_json(new[key]) if key in new else "-",
+            "changed": key not in old or key not in new or old[key] != new[key],
+        })  # fmt: skip
+    return rows
 
 
 @requires("console")

@@ -47,9 +47,10 @@ def planned(arguments: dict[str, Any]) -> dict[str, Any]:
         take = ("always", None, "move")
         take_text = f"WHEN always DO MOVE to {private} (credit {arguments.get('credit', 1)})"
     selectors = [
-        {"queue": router, "describe": take_text, "reused": False, "spec": take, "target": private},
+        {"queue": router, "describe": take_text, "reused": False, "spec": take, "target": private,
+         "credit": arguments.get("credit", 1) if kind == "wolfpack" else None},
         {"queue": private, "describe": f"WHEN always DO DELIVER to {name}", "reused": False,
-         "spec": ("always", None, "deliver"), "target": name},
+         "spec": ("always", None, "deliver"), "target": name, "credit": None},
     ]  # fmt: skip
     for planned_selector in selectors:
         if planned_selector["queue"] not in existing:
@@ -63,6 +64,9 @@ def planned(arguments: dict[str, Any]) -> dict[str, Any]:
             have = (selector["when"], selector.get("match"), selector["action"], selector["target"])
             if have == wanted:
                 planned_selector["reused"] = True
+                wanted_credit = planned_selector["credit"]
+                if wanted_credit is not None and selector["credit"] != wanted_credit:
+                    planned_selector["old_credit"] = selector["credit"]
     return {
         "queues": [
             {"name": router, "exists": router in existing, "role": "router" if kind != "wolfpack"
@@ -113,7 +117,12 @@ def pattern_new(request: HttpRequest, kind: str) -> HttpResponse:
                           "built_queue": built["queue"], "built_selectors": built["selectors"]},
             )  # fmt: skip
             audit(request, "pattern.create", str(row), None, {**arguments, "built": built})
-            messages.success(request, f"Built {row}: queue {built['queue']}.")
+            updated = built.get("updated_selectors") or []
+            said = f"Built {row}: queue {built['queue']}."
+            if updated:
+                said += " Updated " + ", ".join(f"{q}#{n}" for q, n in updated)
+                said += f": credit {arguments.get('credit', 1)}."
+            messages.success(request, said)
             return redirect("console:patterns")
     context = {"form": form, "kind": kind, "about": KINDS[kind]}
     return render(request, "console/pattern_new.html", context)

@@ -3,6 +3,7 @@ detail, publishing a test message and purging."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, time
 from typing import Any
 
@@ -14,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from engine.errors import InvalidSelector, XumpError
 from engine.filters import compile_filter
+from engine.message import Message
 from xumpweb.access import requires
 from xumpweb.console.common import (
     CallFailed,
@@ -73,49 +75,126 @@ def parse_since(text: str) -> float:
     return moment.timestamp()
 
 
+SCAN_BATCH = 500  # history messages read per call while a filter looks for matches
+SCAN_LIMIT = 50_000  # messages a filtered page reads at most before it stops and says so
+
+
+def scan(
+    name: str,
+    backward: bool,
+    first: dict[str, Any],
+    selects: Callable[[Message], bool] | None,
+    want: int,
+) -> tuple[list[dict[str, Any]], bool, int | None, int]:
+    """Walk the history from `first` (browse arguments) newest first when `backward`, else
+    oldest first, keeping the messages `selects` takes until `want` of them.
+
+    Returns the kept messages in walking order, whether the walk stopped before the end of
+    the history (SCAN_LIMIT reached), the seq it stopped after (where the next page starts)
+    and how many it read."""
+    kept: list[dict[str, Any]] = []
+    arguments = dict(first)
+    read = 0
+    last: int | None = None
+    while True:
+        if "timestamp" in arguments:
+            batch = call("since", queue=name, count=SCAN_BATCH, **arguments)
+        else:
+            batch = call("browse", queue=name, count=SCAN_BATCH, **arguments)
+        for out in batch:
+            read += 1
+            last = out["seq"]
+            if selects is None or selects(to_message(out)):
+                kept.append(out)
+                if len(kept) >= want:
+                    return kept, False, last, read
+            if read >= SCAN_LIMIT:
+                return kept, True, last, read
+        if len(batch) < SCAN_BATCH or last is None:
+            return kept, False, last, read
+        arguments = {"before": last} if backward else {"after": last}
+
+
 def history_context(name: str, query: Any) -> dict[str, Any]:
-    """One page of history, newest first, as the query asks for it."""
+    """One page of history, newest first, as the query asks for it. A filter looks through
+    the whole history (up to SCAN_LIMIT messages a page) for a page of matches; the Older
+    and Newer buttons show only when there is something (that matches) on their side."""
     mode = query.get("mode", "latest")
     since = query.get("since", "").strip()
     if since:
         mode = "since"  # the form's time wins over the page it was sent from
     if mode not in MODES:
         mode = "latest"
-    error = ""
-    found: list[dict[str, Any]] = []
-    try:
-        if mode in ("latest", "oldest"):
-            found = call("browse", queue=name, start=mode, count=PAGE)
-        elif mode == "since":
-            found = call("since", queue=name, timestamp=parse_since(since), count=PAGE)
-        else:
-            seq = int(query.get("seq", ""))
-            found = call("browse", queue=name, count=PAGE, **{mode: seq})
-    except (ValueError, TypeError):
-        error = "give a time as HH:MM or YYYY-MM-DD HH:MM" if mode == "since" else "bad seq"
-    except CallFailed as failure:
-        error = str(failure)
-    found.sort(key=lambda m: m["seq"], reverse=True)
-    page = [shown(m) for m in found]
     expression = query.get("filter", "").strip()
     filter_error = None
-    total = len(page)
+    selects = None
     if expression:
         try:
             selects = compile_filter(expression)
         except InvalidSelector as invalid:
             filter_error = column_error(expression, invalid)
+    error = ""
+    found: list[dict[str, Any]] = []
+    more = partial = False
+    read = 0
+    older_from: dict[str, Any] | None = None  # where a look for older messages starts
+    newer_from: dict[str, Any] | None = None
+    try:
+        backward = mode in ("latest", "before")
+        if mode in ("latest", "oldest"):
+            first: dict[str, Any] = {"start": mode}
+        elif mode == "since":
+            first = {"timestamp": parse_since(since)}
         else:
-            page = [m for m in page if selects(to_message(m))]
+            anchor = int(query.get("seq", ""))
+            if anchor < 0:
+                raise ValueError(anchor)
+            first = {mode: anchor}
+        walked, partial, stop, read = scan(name, backward, first, selects, PAGE + 1)
+        more = partial or len(walked) > PAGE
+        found = walked[:PAGE]
+        if found:
+            stop = found[-1]["seq"] if len(walked) > PAGE else stop
+            near = found[0]["seq"]
+        if backward:
+            older_from = {"before": stop} if more else None
+            if found:
+                newer_from = {"after": near}
+            elif mode == "before":
+                newer_from = {"after": max(anchor - 1, 0)}
+        else:
+            newer_from = {"after": stop} if more else None
+            if found:
+                older_from = {"before": near}
+            elif mode == "after":
+                older_from = {"before": anchor + 1}
+            elif mode == "since":
+                older_from = {"start": "latest"}
+        # the other side: is there anything (that matches) there at all?
+        for side in ("older", "newer"):
+            look = older_from if side == "older" else newer_from
+            if look is None or (side == "older") == backward:
+                continue  # nothing there, or the walk itself said so
+            there, cut, _, _ = scan(name, side == "older", look, selects, 1)
+            if not there and not cut:
+                if side == "older":
+                    older_from = None
+                else:
+                    newer_from = None
+    except (ValueError, TypeError):
+        error = "give a time as HH:MM or YYYY-MM-DD HH:MM" if mode == "since" else "bad seq"
+    except CallFailed as failure:
+        error = str(failure)
+    found.sort(key=lambda m: m["seq"], reverse=True)
     return {
-        "history": page,
+        "history": [shown(m) for m in found],
         "history_mode": mode,
         "history_error": error,
-        "history_total": total,
-        "newest_seq": page[0]["seq"] if found else None,
-        "oldest_seq": found[-1]["seq"] if found else None,
-        "history_first": found[0]["seq"] if found else None,
-        "history_last": found[-1]["seq"] if found else None,
+        "history_read": read,
+        "history_partial": partial,
+        "older_seq": older_from.get("before") if older_from else None,
+        "older_latest": bool(older_from) and "start" in older_from,
+        "newer_seq": newer_from.get("after") if newer_from else None,
         "history_filter": expression,
         "filter_error": filter_error,
         "since": since,

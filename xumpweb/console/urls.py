@@ -1,14 +1,16 @@
 """The console's pages (mounted at the site root by xumpweb/urls.py).
 
-Queue names may hold `/`, so the pages below a queue come before the queue page itself,
-and a selector's pages before the queue's (`<path:name>/delete/` would take
+Queue names may hold `/` (QueueName below), so the pages below a queue come before the queue
+page itself, and a selector's pages before the queue's (`<queue:name>/delete/` would take
 `<name>/selectors/1/delete/`).
 """
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 from django.contrib.auth import views as auth
-from django.urls import path
+from django.urls import path, register_converter
 
 from xumpweb.console import (
     accounts,
@@ -21,6 +23,27 @@ from xumpweb.console import (
     selectors,
     topology,
 )
+
+
+class QueueName:
+    """A queue name in a console URL. Names may hold `/` and keep it (`orders/eu`), but a
+    name with a `.` or `..` segment (`../etc`, `..`) would be folded away by the browser
+    before the request is sent (`/queues/../etc/` goes to `/etc/`): such a name goes with
+    its `/` and `.` escaped, and `%` is always escaped, so every name comes back whole."""
+
+    regex = ".+"
+
+    def to_python(self, value: str) -> str:
+        return unquote(value)
+
+    def to_url(self, value: str) -> str:
+        text = value.replace("%", "%25")
+        if any(part in (".", "..") for part in value.split("/")):
+            text = text.replace("/", "%2F").replace(".", "%2E")
+        return text  # reverse() escapes the `%` once more; the server takes one away
+
+
+register_converter(QueueName, "queue")
 
 app_name = "console"
 LOGIN = {
@@ -37,26 +60,26 @@ urlpatterns = [
     path("login/", auth.LoginView.as_view(**LOGIN), name="login"),
     path("logout/", auth.LogoutView.as_view(next_page="console:login"), name="logout"),
     path("queues/new/", dashboard.queue_create, name="queue_create"),
-    path("queues/<path:name>/selectors/new/", selectors.selector_new, name="selector_new"),
-    path("queues/<path:name>/selectors/preview/", selectors.preview, name="selector_preview"),
+    path("queues/<queue:name>/selectors/new/", selectors.selector_new, name="selector_new"),
+    path("queues/<queue:name>/selectors/preview/", selectors.preview, name="selector_preview"),
     path(
-        "queues/<path:name>/selectors/<int:number>/enable/",
+        "queues/<queue:name>/selectors/<int:number>/enable/",
         selectors.selector_enable,
         name="selector_enable",
     ),
     path(
-        "queues/<path:name>/selectors/<int:number>/delete/",
+        "queues/<queue:name>/selectors/<int:number>/delete/",
         selectors.selector_delete,
         name="selector_delete",
     ),
-    path("queues/<path:name>/selectors/<int:number>/", selectors.selector_edit, name="selector"),
-    path("queues/<path:name>/history/", queues.history, name="queue_history"),
-    path("queues/<path:name>/settings/", queues.queue_settings, name="queue_settings"),
-    path("queues/<path:name>/publish/", queues.publish, name="queue_publish"),
-    path("queues/<path:name>/purge/", queues.purge, name="queue_purge"),
-    path("queues/<path:name>/delete/", queues.queue_delete, name="queue_delete"),
-    path("queues/<path:name>/messages/<int:seq>/", queues.message_detail, name="message"),
-    path("queues/<path:name>/", queues.queue_page, name="queue"),
+    path("queues/<queue:name>/selectors/<int:number>/", selectors.selector_edit, name="selector"),
+    path("queues/<queue:name>/history/", queues.history, name="queue_history"),
+    path("queues/<queue:name>/settings/", queues.queue_settings, name="queue_settings"),
+    path("queues/<queue:name>/publish/", queues.publish, name="queue_publish"),
+    path("queues/<queue:name>/purge/", queues.purge, name="queue_purge"),
+    path("queues/<queue:name>/delete/", queues.queue_delete, name="queue_delete"),
+    path("queues/<queue:name>/messages/<int:seq>/", queues.message_detail, name="message"),
+    path("queues/<queue:name>/", queues.queue_page, name="queue"),
     path("check/filter/", selectors.validate_filter, name="check_filter"),
     path("check/pattern/", selectors.validate_pattern, name="check_pattern"),
     path("patterns/", patterns.pattern_list, name="patterns"),

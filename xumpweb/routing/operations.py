@@ -15,7 +15,7 @@ from engine import patterns
 from engine.core import Engine, QueueInfo
 from engine.errors import InvalidArgument, NotFound
 from engine.message import Delivery, Message
-from engine.selectors import Selector
+from engine.selectors import Selector, describe
 from xumpweb.routing.codec import message_out
 
 Answer = tuple[Any, list[Delivery]]
@@ -93,7 +93,9 @@ def selector_json(selector: Selector) -> dict[str, Any]:
         "available_credit": selector.available_credit,
         "outstanding": selector.outstanding,
         "held": selector.held,
-        "describe": repr(selector),
+        # WHEN → DO in words (describe: the same, kept under its first name)
+        "description": describe(spec),
+        "describe": describe(spec),
     }  # fmt: skip
 
 
@@ -348,6 +350,7 @@ def pattern_build(
         "selectors": [list(pair) for pair in wiring.selectors],
         "made_queues": list(wiring.made_queues),
         "made_selectors": [list(pair) for pair in wiring.made_selectors],
+        "updated_selectors": [list(pair) for pair in wiring.updated_selectors],
     }
     return answer, list(wiring.deliveries)
 

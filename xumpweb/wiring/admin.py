@@ -206,7 +206,7 @@ class SelectorInline(admin.TabularInline):
     show_change_link = True
     extra = 0
 
-    @admin.display(description="when -> do")
+    @admin.display(description="when → do")
     def describe(self, selector: Selector) -> str:
         return selector.describe()
 
@@ -239,7 +239,7 @@ class HasDeadLetter(admin.SimpleListFilter):
 class QueueAdmin(EngineAdmin):
     form = QueueForm
     list_display = ("name", "store", "depth", "history_size", "outstanding", "limit",
-                    "history", "dead_letter", "self_destruct", "selector_count")  # fmt: skip
+                    "history_kept", "dead_letter", "self_destruct", "selector_count")  # fmt: skip
     list_filter = ("store", "self_destruct", "journal", HasDeadLetter)
     search_fields = ("name", "dead_letter")
     inlines = [SelectorInline]
@@ -257,7 +257,11 @@ class QueueAdmin(EngineAdmin):
             self.message_user(request, f"live figures unavailable: {error}", messages.WARNING)
         token = _snapshot.set({q["name"]: q for q in queues})
         try:
-            return super().changelist_view(request, extra_context)
+            response = super().changelist_view(request, extra_context)
+            # a TemplateResponse renders after this returns, when the snapshot would be gone
+            if hasattr(response, "render"):
+                response.render()
+            return response
         finally:
             _snapshot.reset(token)
 
@@ -269,9 +273,14 @@ class QueueAdmin(EngineAdmin):
     def depth(self, queue: Queue) -> Any:
         return self._live(queue, "depth")
 
-    @admin.display(description="history")
+    @admin.display(description="in history")
     def history_size(self, queue: Queue) -> Any:
         return self._live(queue, "history_size")
+
+    @admin.display(description="history kept", ordering="history")
+    def history_kept(self, queue: Queue) -> int:
+        """The setting: how many processed messages the queue keeps."""
+        return queue.history
 
     @admin.display(description="outstanding")
     def outstanding(self, queue: Queue) -> Any:
@@ -398,7 +407,7 @@ class SelectorAdmin(EngineAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         return ("queue", "number") if obj else ()
 
-    @admin.display(description="when -> do")
+    @admin.display(description="when → do")
     def describe(self, selector: Selector) -> str:
         return selector.describe()
 

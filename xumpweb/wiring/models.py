@@ -83,18 +83,14 @@ class Selector(models.Model):
         return f"{self.queue.name}#{self.number}"
 
     def describe(self) -> str:
-        """WHEN -> DO in one line, as the console shows it."""
-        when = self.when or "?"
-        if when == "match":
-            parts = []
-            if self.match_operator:
-                on = "" if self.match_field == "address" else f" on {self.match_field}"
-                parts.append(f"{self.match_operator} {self.match_pattern!r}{on}")
-            if self.filter:
-                parts.append(f"filter {self.filter}")
-            when = " and ".join(parts) or "match"
-        action = self.action or "?"
-        return f"{when} -> {action}" + (f" {self.target}" if self.target else "")
+        """WHEN → DO in words, as the console and the API say it."""
+        from engine.selectors import describe_in_words
+
+        match = None
+        if self.when == "match" and self.match_operator:
+            match = (self.match_operator, self.match_pattern, self.match_field or "address")
+        expression = self.filter if self.when == "match" else None
+        return describe_in_words(self.when or None, match, expression, self.action, self.target)
 
 
 class Pattern(models.Model):

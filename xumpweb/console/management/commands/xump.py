@@ -329,8 +329,14 @@ class Command(BaseCommand):
             after = {"kind": kind, "router": router, "name": name, "topic": topic,
                      "credit": credit, **built}  # fmt: skip
             audit.record(f"cli:{getpass.getuser()}", "pattern.create", str(pattern), None, after)
+        updated = built.get("updated_selectors") or []
+        if updated and not created:
+            before = {"credit": pattern.credit}
+            Pattern.objects.filter(pk=pattern.pk).update(credit=credit)
+            audit.record(f"cli:{getpass.getuser()}", "pattern.update", str(pattern), before,
+                         {"credit": credit})  # fmt: skip
         selectors = ", ".join(f"{queue}#{number}" for queue, number in built["selectors"])
-        state = "built" if created else "already there"
+        state = "built" if created else f"updated (credit {credit})" if updated else "already there"
         self.stdout.write(f"{kind} {router} -> {name} {state}: queue {built['queue']}, "
                           f"selectors {selectors}")  # fmt: skip
 
