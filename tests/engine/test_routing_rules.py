@@ -472,6 +472,15 @@ def test_patterns_are_idempotent(eng: Engine) -> None:
     assert housecat(eng, "z").selectors == housecat(eng, "z").selectors
 
 
+def test_a_wolfpack_worker_built_again_with_another_credit_gets_it(eng: Engine) -> None:
+    first = wolfpack(eng, "svc", "w1", credit=1)
+    again = wolfpack(eng, "svc", "w1", credit=3)
+    assert again.selectors == first.selectors and first.updated_selectors == ()
+    [move] = eng.selectors("svc")
+    assert move.spec.credit == 3 and again.updated_selectors == (("svc", move.id),)
+    assert wolfpack(eng, "svc", "w1", credit=3).updated_selectors == ()  # nothing to change
+
+
 # -- delivery timeouts ----------------------------------------------------------------------
 def test_unconfirmed_deliveries_past_the_timeout_are_redelivered_in_order(eng: Engine) -> None:
     eng.queue_create("q")

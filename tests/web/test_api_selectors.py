@@ -23,6 +23,8 @@ def test_it_works(service) -> None:
         assert (selector["id"], selector["enabled"], selector["credit"]) == (1, False, 2)
         assert selector["match"] == {"operator": "topic", "pattern": "a.*", "field": "address"}
         assert selector["filter"] == "priority > 5" and selector["target"] == target
+        words = f"address matches topic a.* and filter priority > 5 → move to {target}"
+        assert selector["description"] == selector["describe"] == words
         listed = client.get(f"/api/queues/{queue}/selectors").json()["selectors"]
         assert [s["id"] for s in listed] == [1]
         assert client.get(f"/api/queues/{queue}/selectors/1").json()["action"] == "move"
