@@ -94,13 +94,14 @@ def scan(
     and how many it read."""
     kept: list[dict[str, Any]] = []
     arguments = dict(first)
+    count = SCAN_BATCH if selects is not None else want  # unfiltered: read just the page
     read = 0
     last: int | None = None
     while True:
         if "timestamp" in arguments:
-            batch = call("since", queue=name, count=SCAN_BATCH, **arguments)
+            batch = call("since", queue=name, count=count, **arguments)
         else:
-            batch = call("browse", queue=name, count=SCAN_BATCH, **arguments)
+            batch = call("browse", queue=name, count=count, **arguments)
         for out in batch:
             read += 1
             last = out["seq"]
@@ -110,7 +111,7 @@ def scan(
                     return kept, False, last, read
             if read >= SCAN_LIMIT:
                 return kept, True, last, read
-        if len(batch) < SCAN_BATCH or last is None:
+        if len(batch) < count or last is None:
             return kept, False, last, read
         arguments = {"before": last} if backward else {"after": last}
 
