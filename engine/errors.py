@@ -44,6 +44,11 @@ class QueueFull(XumpError):
     neither an overflow selector nor a dead-letter queue."""
 
 
+class Changed(XumpError):
+    """An operation confirmed on what a dry run saw (e.g. `expect` messages) found
+    something else: nothing was done; look again."""
+
+
 class MessageTooLarge(InvalidArgument):
     """A body larger than the engine's `max_body`."""
 

@@ -6,10 +6,13 @@ they want, on a queue or on the service as a whole (`may(principal, action, queu
   read              see a queue: settings, selectors, history, waiting messages, stats
   publish           publish to a queue
   consume           take a destination's deliveries (WebSocket), confirm, reject
-  manage            (also as manage-queue, manage-selectors, purge, deadletter) create,
-                    change and delete a queue and its selectors, purge it, send on or delete
-                    dead letters (console/deadletters.py: deadletter on the dead-letter queue
-                    or on the queue a dead letter came from, and publish where it goes)
+  manage            (also as manage-queue, manage-selectors, purge, deadletter, operate,
+                    disconnect) create, change and delete a queue and its selectors, purge
+                    it, send on or delete dead letters (console/deadletters.py: deadletter on
+                    the dead-letter queue or on the queue a dead letter came from, and
+                    publish where it goes), move / copy / delete / re-route its waiting
+                    messages (operate; moving or copying also needs publish on the target),
+                    close a subscriber of a destination of that name (disconnect)
   analytics         start analytics runs and archive exports (operators and admins)
   users, tokens-for-others, stores, patterns, definitions, refused    admins only
   read-all          read every queue (the monitor, the audit log, the refused commands)
@@ -64,6 +67,8 @@ QUEUE_ACTIONS = {
     "manage-selectors": "manage",
     "purge": "manage",
     "deadletter": "manage",
+    "operate": "manage",
+    "disconnect": "manage",
 }
 ADMIN_ACTIONS = frozenset({"users", "tokens-for-others", "stores", "patterns", "definitions",
                            "refused"})  # fmt: skip

@@ -16,7 +16,17 @@ from typing import Any
 
 from ninja import NinjaAPI
 
-from xumpweb.api import definitions, messages, patterns, queues, selectors, system, tokens
+from xumpweb.api import (
+    consumers,
+    definitions,
+    messages,
+    operate,
+    patterns,
+    queues,
+    selectors,
+    system,
+    tokens,
+)
 from xumpweb.api.auth import token_or_session
 from xumpweb.api.errors import install, json_method_not_allowed
 from xumpweb.api.jsonbody import DepthLimitedParser
@@ -89,7 +99,8 @@ api = XumpApi(
 )
 install(api)
 # order matters: /queues/<name>/... before /queues/<name> (see the module doc)
-for module in (messages, selectors, queues, patterns, tokens, system, definitions):
+for module in (messages, operate, selectors, queues, patterns, tokens, system, definitions,
+               consumers):  # fmt: skip
     api.add_router("/", module.router)
 
 

@@ -37,6 +37,7 @@ ENGINE_ERRORS: dict[type[engine_errors.XumpError], tuple[int, str]] = {
     engine_errors.InvalidArgument: (400, "invalid_argument"),
     engine_errors.InvalidSelector: (400, "invalid_selector"),
     engine_errors.QueueFull: (409, "queue_full"),
+    engine_errors.Changed: (409, "changed"),
     engine_errors.InboxFull: (503, "inbox_full"),
     engine_errors.StoreFull: (503, "store_full"),
     engine_errors.StoreError: (503, "store_unavailable"),

@@ -49,7 +49,7 @@ from engine.errors import InvalidName
 from engine.relay import PRESENCE_EVERY, PRESENCE_TTL_MS, TAKE
 from engine.validation import check_name
 from xumpweb import access, metrics
-from xumpweb.live import monitor
+from xumpweb.live import monitor, registry
 from xumpweb.live.frames import Undeliverable, delivery_frame, encode
 from xumpweb.live.security import (
     find_token,
@@ -75,6 +75,7 @@ RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis
 AUTH_WAIT = 10.0  # seconds a connection may stay open without authenticating
 HEARTBEAT = 15.0  # seconds of silence after which the server sends a heartbeat
 CLOSE_BAD_TARGET, CLOSE_UNAUTHORIZED, CLOSE_FORBIDDEN = 4400, 4401, 4403
+CLOSE_BY_OPERATOR = 4000  # an operator closed the connection (the consumers page)
 
 
 _HEARTBEAT_FRAME = encode({"type": "heartbeat"})
@@ -360,19 +361,53 @@ class SubscribeConsumer(LiveSocket):
         self.window_open = asyncio.Event()
         self.popping = False
         self.stopping = False
+        self.connection_id = registry.new_id()
+        self.since = time.time()
+        self.acked = 0  # acks this connection settled, for the consumers page's acks/s
+        client = self.scope.get("client") or ("", 0)
+        self.remote = f"{client[0]}:{client[1]}" if client and client[0] else ""
         self.pump = asyncio.create_task(self._pump())
         self.tasks.append(asyncio.create_task(self._presence()))
         metrics.subscriber_joined(self)  # sampled for /metrics until it stops
         await self.send_text(encode({"type": "subscribed", "destination": self.destination}))
 
     async def _presence(self) -> None:
-        """Tell the router this destination has a subscriber, for as long as it has."""
+        """Tell the router this destination has a subscriber, for as long as it has, and
+        the consumers registry who it is (registry.py); close when an operator asks."""
+        counted, at = 0, time.monotonic()
         while not self.stopping:
+            now = time.monotonic()
+            rate = (self.acked - counted) / (now - at) if now > at else 0.0
+            counted, at = self.acked, now
             try:
                 await self.redis.set(self.present, b"1", px=PRESENCE_TTL_MS)
+                asked_to_close = await registry.refresh(self.redis, self.store, self.info(rate))
             except redis.RedisError as problem:
                 logger.warning("cannot note the presence of %r: %s", self.destination, problem)
-            await asyncio.sleep(PRESENCE_EVERY)
+            else:
+                if asked_to_close:
+                    logger.info("subscriber %s of %r closed by an operator",
+                                self.connection_id, self.destination)  # fmt: skip
+                    detail = "an operator closed this connection; its deliveries go back"
+                    await self.fail("closed_by_operator", detail, CLOSE_BY_OPERATOR)
+                    return
+            await asyncio.sleep(min(PRESENCE_EVERY, registry.REFRESH_EVERY))
+
+    def info(self, acks_per_second: float = 0.0) -> registry.Info:
+        """What the consumers page shows of this connection."""
+        return {
+            "id": self.connection_id,
+            "transport": "websocket-json",
+            "destination": self.destination,
+            "who": self.who,
+            "remote": self.remote,
+            "since": self.since,
+            "credit": max(0, self.credit),
+            "in_flight": len(self.unsettled),
+            "acked": self.acked,
+            "acks_per_second": round(acks_per_second, 2),
+            **registry.where(),  # type: ignore[typeddict-item]
+        }
 
     # -- deliveries out ------------------------------------------------------------------------
     async def _pump(self) -> None:
@@ -462,6 +497,7 @@ class SubscribeConsumer(LiveSocket):
             if tag in self.unsettled:
                 del self.unsettled[tag]
                 self.acks.append(tag)
+                self.acked += 1
             else:
                 unknown.append(tag)
         if len(self.acks) >= ACK_BATCH:
@@ -579,6 +615,10 @@ class SubscribeConsumer(LiveSocket):
                 "%d command(s) for the router not sent (Redis away); their deliveries come "
                 "back at the delivery timeout", len(self.unsent),
             )  # fmt: skip
+        try:
+            await registry.forget(self.redis, self.store, self.connection_id)
+        except redis.RedisError:
+            pass  # its registration expires by itself
         await self.redis.aclose()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import patterns
+from engine import message_ops, patterns
 from engine.core import Engine, QueueInfo
 from engine.errors import InvalidArgument, NotFound
 from engine.message import Delivery, Message
@@ -297,6 +297,37 @@ def dead_letter_send(
     return {"sent": sum(counts.values()), "to": counts}, deliveries
 
 
+def messages_operate(
+    engine: Engine,
+    queue: str,
+    action: str,
+    filter: str | None = None,
+    seqs: list[int] | None = None,
+    mids: list[str] | None = None,
+    target: str | None = None,
+    address: str | None = None,
+    dry_run: bool = False,
+    expect: int | None = None,
+) -> Answer:
+    """Move, copy, delete or re-route the unprocessed messages of `queue` chosen by a
+    filter, seqs or mids, in one step (engine/message_ops.py); `dry_run` counts them and
+    shows a sample, changing nothing."""
+    outcome, deliveries = message_ops.operate(
+        engine, queue, action, filter=filter, seqs=seqs, mids=mids, target=target,
+        address=address, dry_run=dry_run, expect=expect,
+    )  # fmt: skip
+    answer = {
+        "action": outcome.action,
+        "queue": outcome.queue,
+        "target": outcome.target,
+        "matched": outcome.matched,
+        "done": outcome.done,
+        "dry_run": outcome.dry_run,
+        "sample": [message_out(m) for m in outcome.sample],
+    }
+    return answer, deliveries
+
+
 def stats(engine: Engine, queue: str) -> Answer:
     return engine.stats(queue), NONE
 
@@ -467,7 +498,7 @@ CALLS = {
         "selectors", "selector_get", "selector_create", "selector_update", "selector_delete",
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
-        "dead_letter_send", "definitions_apply",
+        "dead_letter_send", "definitions_apply", "messages_operate",
     }
 }  # fmt: skip
 

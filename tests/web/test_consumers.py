@@ -1,0 +1,96 @@
+"""The consumers registry (xumpweb/live/registry.py) through /api/consumers: subscribers of
+the JSON WebSocket appear with what they are and hold, leave when they go, and close when
+an operator asks, their unsettled deliveries going back."""
+
+from __future__ import annotations
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.web.conftest import unique
+from tests.web.test_subscribe import issue_token, receive, send, subscribe, take, wait_for, xump
+
+__all__ = ["xump"]  # the fixture
+
+
+def listed(http, destination: str) -> list[dict]:
+    answer = http.get("/api/consumers")
+    assert answer.status_code == 200, answer.text
+    return [c for c in answer.json()["consumers"] if c["destination"] == destination]
+
+
+def test_a_subscriber_is_listed_with_what_it_holds_and_leaves_when_it_goes(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    with subscribe(service, destination) as socket:
+        found = wait_for(lambda: listed(xump.http, destination))
+        assert len(found) == 1
+        one = found[0]
+        assert one["transport"] == "websocket-json"
+        assert one["who"].startswith("token:")
+        assert one["remote"].startswith("127.0.0.1:")
+        assert one["in_flight"] == 0 and one["credit"] == 0
+        send(socket, {"type": "credit", "n": 10})
+        xump.publish(queue, ["a", "b", "c"])
+        got = take(socket, 3)
+        assert wait_for(lambda: [c for c in listed(xump.http, destination)
+                                 if c["in_flight"] == 3 and c["credit"] == 7])  # fmt: skip
+        send(socket, {"type": "ack", "tags": [d["tag"] for d in got]})
+        assert wait_for(lambda: [c for c in listed(xump.http, destination)
+                                 if c["in_flight"] == 0 and c["acked"] == 3])  # fmt: skip
+    assert wait_for(lambda: not listed(xump.http, destination))
+
+
+def test_the_feeds_say_which_destinations_a_queue_delivers_to_and_who_listens(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+
+    def feed() -> dict:
+        feeds = xump.http.get("/api/consumers").json()["feeds"]
+        return next(f for f in feeds if f["queue"] == queue)
+
+    assert feed()["destination"] == destination and feed()["listeners"] == 0
+    with subscribe(service, destination):
+        assert wait_for(lambda: feed()["listeners"] == 1)
+    assert wait_for(lambda: feed()["listeners"] == 0)
+
+
+def test_an_operator_closes_a_subscriber_and_its_deliveries_go_back(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    with subscribe(service, destination) as socket:
+        send(socket, {"type": "credit", "n": 5})
+        mids = xump.publish(queue, ["a", "b"])
+        take(socket, 2)
+        connection = wait_for(lambda: listed(xump.http, destination))[0]["id"]
+        answer = xump.http.delete(f"/api/consumers/{connection}")
+        assert answer.status_code == 200, answer.text
+        frames = []
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                frames.append(receive(socket))
+        assert closed.value.rcvd.code == 4000
+        assert any(f.get("error") == "closed_by_operator" for f in frames)
+    with subscribe(service, destination) as socket:
+        send(socket, {"type": "credit", "n": 5})
+        again = take(socket, 2)
+    assert [d["message"]["mid"] for d in again] == mids
+    assert all(d["redelivered"] for d in again)
+    assert xump.http.delete(f"/api/consumers/{connection}").status_code == 404
+    audit = service.manage("shell", "-c", "from xumpweb.wiring.models import AuditEvent\n"
+                           f"print(AuditEvent.objects.filter(action='consumer.close', "
+                           f"subject={destination!r}).count())")  # fmt: skip
+    assert audit.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_closing_needs_manage_on_the_destination_and_a_real_id(service, xump):
+    destination = unique("d")
+    reader = issue_token(service, {"*": ["read"]})
+    with subscribe(service, destination), service.client(reader) as http:
+        connection = wait_for(lambda: listed(xump.http, destination))[0]["id"]
+        assert listed(http, destination)  # a reader sees it...
+        refused = http.delete(f"/api/consumers/{connection}")
+        assert refused.status_code == 403, refused.text  # ...and may not close it
+        assert listed(xump.http, destination)
+        for bad in ("nope", "0123456789abcdef", "../x"):
+            assert xump.http.delete(f"/api/consumers/{bad}").status_code == 404
