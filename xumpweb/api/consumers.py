@@ -91,4 +91,5 @@ def consumer_close(request: HttpRequest, connection: str):
     """The connection closes within a second (close code 4000, error `closed_by_operator`)
     and its unsettled deliveries go back to their queues, redelivered. Needs manage on
     the destination; audited."""
+    need_role(request)
     return close(request, connection)
