@@ -14,7 +14,8 @@ PAGES = [
     "/queues/{queue}/messages/1/", "/queues/{queue}/messages/1/?view=json",
     "/queues/{queue}/messages/1/?view=hex", "/queues/{queue}/selectors/new/",
     "/queues/{queue}/selectors/1/", "/queues/{queue}/selectors/1/delete/",
-    "/queues/{queue}/purge/", "/queues/{queue}/delete/", "/patterns/",
+    "/queues/{queue}/purge/", "/queues/{queue}/delete/", "/queues/{queue}/operate/",
+    "/consumers/", "/patterns/",
     "/patterns/new/housecat/", "/patterns/new/parrot/", "/patterns/new/wolfpack/",
     "/patterns/{pattern}/delete/", "/dead-letters/", "/topology/", "/audit/", "/tokens/",
 ]  # fmt: skip
