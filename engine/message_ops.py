@@ -16,8 +16,8 @@ What each action does, on the chosen messages in queue order:
   copy     publish them into `target`; they stay in the queue
   delete   take them out of the queue (counted as dropped, as a purge)
   reroute  take them out and publish them again into `target` (default: the queue itself,
-           at its tail), with a new `address` when one is given: the queue's selectors (or
-           the target's) route them afresh
+           at its tail, behind what waits there), with a new `address` when one is given:
+           the target's selectors route them afresh
 The whole operation runs under the engine's lock in one call, so in the service it is one
 router step: all of it is stored in one atomic step, or none. Publishing comes first where
 it can fail (a full target raises QueueFull and nothing changed); taking out cannot fail.

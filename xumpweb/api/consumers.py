@@ -24,11 +24,10 @@ def report(principal: access.Principal) -> dict[str, Any]:
     """The subscribers of the destinations `principal` may read, and the DELIVER selectors
     of the queues it may read with how many subscribers listen at each destination."""
     found = service()
-    connections = [
-        info for info in registry.listing(found.redis, found.store)
-        if access.may(principal, "read", info.get("destination", ""))
-    ]  # fmt: skip
     everyone = registry.listing(found.redis, found.store)
+    connections = [
+        info for info in everyone if access.may(principal, "read", info.get("destination", ""))
+    ]  # fmt: skip
     listening: dict[str, int] = {}
     for info in everyone:
         destination = info.get("destination", "")

@@ -125,13 +125,3 @@ def close(client: redis.Redis, store: str, connection: str) -> bool:
         return False
     client.set(k["close"] + connection, b"1", ex=CLOSE_TTL)
     return True
-
-
-def listeners(client: redis.Redis, store: str, destinations: list[str]) -> dict[str, int]:
-    """How many registered connections consume each destination (0 for none)."""
-    counts = dict.fromkeys(destinations, 0)
-    for info in listing(client, store):
-        destination = info.get("destination", "")
-        if destination in counts:
-            counts[destination] += 1
-    return counts
