@@ -3,11 +3,12 @@ move, copy, delete or re-route the messages chosen by a filter expression, by se
 mids; with `dry_run`, only how many there are and a sample.
 
 Theory of operation. Only unprocessed messages (waiting to be routed: held for credit, for
-a selector, or dead letters) are chosen; history is never touched and deliveries
-outstanding stay with their consumers. A filter is compiled by the engine's own compiler
-(engine/filters.py), so it selects exactly what a selector's filter with the same text
-would. Seqs and mids are all or nothing: one that is not waiting raises NotFound and
-nothing changes.
+a selector, or dead letters) are chosen; history is never touched, deliveries outstanding
+stay with their consumers, and messages scheduled out of routing (delayed, or waiting out
+a redelivery delay: Engine.scheduled) are not chosen (Engine.cancel withdraws those).
+A filter is compiled by the engine's own compiler (engine/filters.py), so it selects
+exactly what a selector's filter with the same text would. Seqs and mids are all or
+nothing: one that is not waiting raises NotFound and nothing changes.
 
 What each action does, on the chosen messages in queue order:
   move     publish them into `target` (routed there as any arrival: a full target with an
@@ -151,16 +152,15 @@ def operate(
         if not chosen:
             return outcome, []
         taken = [message.seq for message in chosen]
+        # a copy keeps mid, headers, body and ttl; it gets the target's seq and a new
+        # timestamp, as a dead letter sent on does (its delay, if any, is over)
         copies = [
-            Message(
-                message.address if address is None else address,
-                message.headers,
-                message.body,
-                message.return_address,
-                message.mid,
+            message._replace(
+                address=message.address if address is None else address,
+                seq=None, timestamp=None, destination=None, delay=None,
             )
             for message in chosen
-        ]
+        ]  # fmt: skip
         deliveries: list[Delivery] = []
         if action == "delete":
             deliveries.extend(engine.purge(queue, taken))  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ import pytest
 from engine import Message
 from engine.errors import Changed, InvalidArgument, InvalidSelector, NotFound, QueueFull
 from tests.web.conftest import unique
-from tests.web.test_subscribe import issue_token, xump
+from tests.web.test_subscribe import issue_token, wait_for, xump
 
 __all__ = ["xump"]  # the fixture
 
@@ -167,3 +167,19 @@ def test_the_api_purges_and_sends_dead_letters_on(service, xump):
     reader = issue_token(service, {"*": ["read"]})
     with service.client(reader) as http:
         assert http.post(f"/api/queues/{dead}/purge").status_code == 403
+
+
+def test_a_moved_message_keeps_its_time_to_live(xump):
+    source, target = held(xump, unique("src")), held(xump, unique("dst"))
+    xump.relay.publish_many(source, [Message(body=b"short-lived", ttl=2.0)])
+    xump.kick()
+    done = xump.call("messages_operate", queue=source, action="move", target=target,
+                     filter="address = ''")  # fmt: skip
+    assert done["done"] == 1
+
+    def expired() -> bool:
+        xump.call("tick")  # lifetime's transitions, at the wall clock's time
+        return xump.call("stats", queue=target)["expired"] == 1
+
+    assert wait_for(expired, within=30)
+    assert xump.call("peek", queue=target, count=10) == []
