@@ -348,6 +348,21 @@ end
 return -refused
 """
 
+# KEYS[1] the inbox, KEYS[2] a guard key (the caller's: e.g. the wiring version)
+# ARGV[1] the value the guard key must hold ("" for none); then _BOUNDED_PUSH's ARGV.
+# _BOUNDED_PUSH when the guard holds that value, else nothing appended and {the value}: the
+# caller decided what to send from a stale reading, reads again and sends again.
+GUARDED_PUSH = (
+    """
+local guard = redis.call('GET', KEYS[2]) or ''
+if guard ~= ARGV[1] then
+    return {guard}
+end
+table.remove(ARGV, 1)
+"""
+    + _BOUNDED_PUSH
+)
+
 
 def store_failure(error: redis.RedisError, doing: str) -> StoreError:
     """The StoreError for a Redis error met while `doing` something: StoreFull when Redis
@@ -485,6 +500,20 @@ class RelayClient:
         self._send({"op": "publish", "queue": queue, "messages": batch}, plain, bounded=True)
         return [data["mid"] for data in batch]
 
+    def publish_command(
+        self, queue: str, messages: Iterable[Message], applied: bool = False
+    ) -> tuple[bytes, list[str], str | None]:
+        """For a caller that appends to the inbox itself (an asyncio one): the encoded
+        command publish_many (or, `applied`, publish_applied) would append, the mids given
+        out, and the reply key to wait on for publish_applied's answer (`call_outcome`
+        reads it). Append it with _BOUNDED_PUSH's rules: a publish is bounded."""
+        batch, plain = self._batch(messages)
+        mids = [data["mid"] for data in batch]
+        if not applied:
+            return _dumps({"op": "publish", "queue": queue, "messages": batch}, plain), mids, None
+        command, reply = self._call_command("publish", {"queue": queue, "messages": batch})
+        return _dumps(command, False), mids, reply
+
     def publish_applied(
         self, queue: str, messages: Iterable[Message], timeout: float = 10.0
     ) -> list[str]:
@@ -530,9 +559,8 @@ class RelayClient:
     def _call(
         self, method: str, timeout: float, arguments: dict[str, Any], bounded: bool = False
     ) -> Any:
-        reply = f"{self.inbox[: -len('inbox')]}reply:{secrets.token_hex(8)}"
+        command, reply = self._call_command(method, arguments)
         # json, not orjson: arguments may hold anything (calls are not the hot path)
-        command = {"op": "call", "method": method, "args": arguments, "reply": reply}
         self._send(command, False, bounded)
         try:
             answer = self.client.blpop([reply], timeout=timeout)
@@ -540,17 +568,11 @@ class RelayClient:
             raise StoreError(
                 f"cannot read the answer to {method!r} from the {self._where}: {error}"
             ) from None
-        if answer is None:
-            raise StoreError(
-                f"no router answered {method!r} within {timeout:g} s: is a worker running?"
-            )
-        outcome = json.loads(answer[1])
-        if "error" in outcome:
-            kind = getattr(errors, outcome["error"], XumpError)
-            if not (isinstance(kind, type) and issubclass(kind, XumpError)):
-                kind = XumpError
-            raise kind(outcome["detail"])
-        return outcome["result"]
+        return call_outcome(method, timeout, answer[1] if answer is not None else None)
+
+    def _call_command(self, method: str, arguments: dict[str, Any]) -> tuple[dict, str]:
+        reply = f"{self.inbox[: -len('inbox')]}reply:{secrets.token_hex(8)}"
+        return {"op": "call", "method": method, "args": arguments, "reply": reply}, reply
 
     def confirm(self, deliveries: Iterable[Delivery | str]) -> None:
         tags = [d.tag if isinstance(d, Delivery) else d for d in deliveries]
@@ -602,6 +624,22 @@ class RelayClient:
 
     def close(self) -> None:
         self.client.close()
+
+
+def call_outcome(method: str, timeout: float, raw: bytes | str | None) -> Any:
+    """A call's answer from its reply list item (None: none came within `timeout`), or
+    the XumpError the owner raised; StoreError when none came."""
+    if raw is None:
+        raise StoreError(
+            f"no router answered {method!r} within {timeout:g} s: is a worker running?"
+        )
+    outcome = json.loads(raw)
+    if "error" in outcome:
+        kind = getattr(errors, outcome["error"], XumpError)
+        if not (isinstance(kind, type) and issubclass(kind, XumpError)):
+            kind = XumpError
+        raise kind(outcome["detail"])
+    return outcome["result"]
 
 
 class _Unreadable(Exception):

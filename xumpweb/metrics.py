@@ -57,7 +57,7 @@ SAMPLE_EVERY = 1.0  # seconds between samples of the subscribers' gauges
 QUEUE_COUNTERS = ("published", "routed", "delivered", "confirmed", "rejected",
                   "dead_lettered", "dropped", "expired")  # fmt: skip
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-FRAME_TYPES = frozenset({"auth", "heartbeat", "credit", "ack", "reject"})
+FRAME_TYPES = frozenset({"auth", "heartbeat", "credit", "ack", "reject", "publish"})
 _live = {"multiprocess_mode": "livesum"}
 
 # -- what each process counts --------------------------------------------------------------

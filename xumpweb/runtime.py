@@ -130,7 +130,7 @@ class Service:
             wiring = self.wiring_version()
         if queue not in self.queue_names(wiring):
             raise NotFound(f"queue {queue!r} does not exist")
-        if queue in self._drops_when_full(wiring):
+        if queue in self.drops_when_full(wiring):
             return self.relay.publish_applied(queue, messages, self.call_timeout)
         return self.relay.publish_many(queue, messages)  # the relay client kicks
 
@@ -176,7 +176,7 @@ class Service:
     def wiring_version(self) -> int:
         return int(self.redis.get(self.keys["wiring"]) or 0)
 
-    def _drops_when_full(self, version: int) -> frozenset[str]:
+    def drops_when_full(self, version: int) -> frozenset[str]:
         """Queues with a limit and neither an overflow selector nor a dead-letter queue, as
         the wiring of `version` has them."""
         if version != self._dropping[0]:

@@ -155,8 +155,8 @@ class LiveSocket(AsyncConsumer):
             await self.error("bad_frame", "frames are JSON text, not binary")
             return
         try:
-            frame = orjson.loads(text)
-        except orjson.JSONDecodeError as problem:
+            frame = self.parse(text)
+        except ValueError as problem:
             await self.error("bad_json", f"the frame is not JSON: {problem}")
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
@@ -301,6 +301,10 @@ class LiveSocket(AsyncConsumer):
         return None
 
     # -- what each consumer fills in ---------------------------------------------------------
+    def parse(self, text: str) -> Any:
+        """A frame's JSON value; ValueError when it is not JSON."""
+        return orjson.loads(text)
+
     def check_target(self) -> str | None:
         return None
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from django.urls import re_path
 
 from xumpweb.live.consumers import MonitorConsumer, SubscribeConsumer
+from xumpweb.live.publish import PublishConsumer
 
 websocket_urlpatterns: list = [
     re_path(r"^ws/subscribe/(?P<destination>.+)/$", SubscribeConsumer.as_asgi()),
     re_path(r"^ws/monitor/$", MonitorConsumer.as_asgi()),
+    re_path(r"^ws/publish/$", PublishConsumer.as_asgi()),
 ]

@@ -1,0 +1,236 @@
+"""/ws/publish/ against the running server (inline routing): publish frames and their
+answers, pipelining, the HTTP API's checks and error codes, rights, full queues."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from tests.web.conftest import unique
+from tests.web.test_subscribe import Xump, bodies, issue_token, receive, send, subscribe, take
+
+
+@pytest.fixture
+def xump(service):
+    found = Xump(service)
+    yield found
+    found.close()
+
+
+@contextmanager
+def publisher(service, token: str | None = None) -> Iterator[ClientConnection]:
+    """A publishing connection, authenticated by the query string (the admin token unless
+    told), already told it is ready."""
+    url = f"{service.ws_url}/ws/publish/?token={token or service.admin_token}"
+    with connect(url, open_timeout=10, max_size=None) as socket:
+        assert receive(socket) == {"type": "ready"}
+        yield socket
+
+
+def answer(socket: ClientConnection) -> dict:
+    """The next answer, heartbeats skipped."""
+    while True:
+        frame = receive(socket, timeout=20)
+        if frame["type"] != "heartbeat":
+            return frame
+
+
+def test_it_publishes_one_message_and_answers_with_its_mid(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    with publisher(service) as socket, subscribe(service, destination) as sub:
+        send(sub, {"type": "credit", "n": 10})
+        send(socket, {"type": "publish", "queue": queue, "id": "c1", "message": {
+            "body": "hello", "address": "a.b", "headers": {"n": 7, "ok": True},
+            "return_address": "back"}})  # fmt: skip
+        published = answer(socket)
+        assert published["type"] == "published" and published["id"] == "c1"
+        [mid] = published["mids"]
+        [delivery] = take(sub, 1)
+    message = delivery["message"]
+    assert message["mid"] == mid and message["body"] == "hello"
+    assert message["address"] == "a.b" and message["headers"] == {"n": 7, "ok": True}
+    assert message["return_address"] == "back"
+
+
+def test_a_batch_frame_publishes_in_order_and_json_and_base64_bodies_work(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    with publisher(service) as socket, subscribe(service, destination) as sub:
+        send(sub, {"type": "credit", "n": 10})
+        send(socket, {"type": "publish", "queue": queue, "id": 7, "messages": [
+            {"body": "one"}, {"json": {"a": [1, 2]}}, {"body_base64": "dHdv"}]})  # fmt: skip
+        published = answer(socket)
+        assert published["id"] == 7 and len(published.get("mids", [])) == 3, published
+        found = take(sub, 3)
+    assert bodies(found) == ["one", '{"a":[1,2]}', "two"]
+    assert [d["message"]["mid"] for d in found] == published["mids"]
+
+
+def test_a_thousand_pipelined_frames_are_all_confirmed_and_delivered_in_order(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    total = 1000
+    with publisher(service) as socket, subscribe(service, destination) as sub:
+        send(sub, {"type": "credit", "n": total, "batch": 100})
+        for n in range(total):  # all sent before any answer is read
+            send(socket, {"type": "publish", "queue": queue, "id": n, "message": {"body": f"m{n}"}})
+        answers = [answer(socket) for _ in range(total)]
+        found = take(sub, total, within=60)
+    assert [a["id"] for a in answers] == list(range(total))  # in the order of the frames
+    assert all(a["type"] == "published" and len(a["mids"]) == 1 for a in answers)
+    assert len({a["mids"][0] for a in answers}) == total
+    assert bodies(found) == [f"m{n}" for n in range(total)]
+    assert [d["message"]["mid"] for d in found] == [a["mids"][0] for a in answers]
+
+
+# -- what the HTTP API refuses, refused the same ----------------------------------------------
+HOSTILE = [
+    ('"message": {"body": "p", "headers": {"x": NaN}}', "invalid_argument", "finite"),
+    ('"message": {"body": "p", "headers": {"x": Infinity}}', "invalid_argument", "finite"),
+    ('"message": {"headers": {"x": 1234567890123456789012345}}', "invalid_argument", "64 bits"),
+    ('"message": {"body": "p", "address": "a\\udfff"}', "invalid_argument", "surrogate"),
+    ('"message": {"body": "\\ud800"}', "invalid_argument", "Unicode"),
+    ('"message": {"body": "p", "headers": {"\\udfffx": 1}}', "invalid_argument", "header name"),
+    ('"message": {"json": [1, NaN]}', "invalid_argument", "NaN"),
+    ('"message": {"headers": {"a\\nb": 1}}', "invalid_argument", "whitespace"),
+    ('"message": {"body": "x", "json": 1}', "invalid_argument", "one of"),
+    ('"message": {"body": 5}', "invalid_argument", "string"),
+    ('"message": {"colour": "red"}', "invalid_argument", "unknown field"),
+    ('"message": {"body_base64": "***"}', "invalid_argument", "base64"),
+    ('"messages": []', "invalid_argument", "empty"),
+    ('"messages": [{"body": "ok"}, {"headers": {"x": NaN}}]', "invalid_argument", "messages[1]"),
+    ('"message": {"body": "a"}, "messages": [{"body": "b"}]', "invalid_argument", "not both"),
+    ('"messages": "x"', "invalid_argument", "list"),
+]
+
+
+def test_hostile_values_get_error_frames_with_their_id_and_the_connection_survives(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    with publisher(service) as socket, subscribe(service, destination) as sub:
+        send(sub, {"type": "credit", "n": 10})
+        for n, (fields, code, words) in enumerate(HOSTILE):
+            socket.send(f'{{"type": "publish", "queue": "{queue}", "id": "h{n}", {fields}}}')
+            error = answer(socket)
+            assert error["type"] == "error" and error["id"] == f"h{n}", (fields, error)
+            assert error["error"] == code and words in error["detail"], (fields, error)
+            assert "\\ud" not in json.dumps(error).lower()
+        deep = '{"type": "publish", "queue": "q", "message": {"json": ' + "[" * 3000
+        socket.send(deep + "]" * 3000 + "}}")
+        assert answer(socket)["error"] == "bad_json"
+        socket.send('{"type": "publish", "queue": 5, "id": "q", "message": {}}')
+        assert answer(socket)["error"] == "invalid_argument"
+        socket.send('{"type": "publish", "queue": "x", "id": "\\ud800", "message": {}}')
+        assert answer(socket)["error"] == "invalid_argument"
+        socket.send(json.dumps({"type": "publish", "queue": unique(), "id": "gone",
+                                "message": {"body": "x"}}))  # fmt: skip
+        missing = answer(socket)
+        assert (missing["id"], missing["error"]) == ("gone", "not_found")
+        send(socket, {"type": "publish", "queue": queue, "id": "ok", "message": {"body": "fine"}})
+        assert answer(socket)["type"] == "published"
+        assert bodies(take(sub, 1)) == ["fine"]  # only the good one reached the queue
+    assert xump.stats(queue)["published"] == 1
+
+
+def test_too_large_a_body_is_message_too_large(service, xump):
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    with publisher(service) as socket:
+        send(socket, {"type": "publish", "queue": queue, "id": 1,
+                      "message": {"body": "x" * (8 * 1024 * 1024 + 1)}})  # fmt: skip
+        error = answer(socket)
+    assert (error["id"], error["error"]) == (1, "message_too_large")
+
+
+# -- who may publish ---------------------------------------------------------------------------
+def test_a_token_publishes_only_where_it_has_the_publish_right(service, xump):
+    allowed, other = unique("jobs"), unique("orders")
+    for queue in (allowed, other):
+        xump.call("queue_create", name=queue)
+    token = issue_token(service, {"jobs-*": ["publish"]})
+    with publisher(service, token) as socket:
+        send(socket, {"type": "publish", "queue": other, "id": 1, "message": {"body": "x"}})
+        refused = answer(socket)
+        send(socket, {"type": "publish", "queue": allowed, "id": 2, "message": {"body": "x"}})
+        assert answer(socket)["type"] == "published"
+    assert (refused["id"], refused["error"]) == (1, "forbidden")
+    assert xump.stats(other)["published"] == 0
+
+
+def test_a_token_without_any_publish_right_is_refused_at_the_door(service):
+    consumer = issue_token(service, {"*": ["consume", "manage"]})
+    with connect(f"{service.ws_url}/ws/publish/?token={consumer}") as socket:
+        frame = receive(socket)
+        with pytest.raises(ConnectionClosed):
+            socket.recv(timeout=5)
+    assert frame["error"] == "forbidden" and socket.close_code == 4403
+    with connect(f"{service.ws_url}/ws/publish/?token=xump_nope_nope") as socket:
+        assert receive(socket)["error"] == "unauthorized"
+
+
+def test_a_token_in_the_first_frame_authenticates(service, xump):
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    with connect(f"{service.ws_url}/ws/publish/") as socket:
+        send(socket, {"type": "publish", "queue": queue, "message": {"body": "x"}})
+        assert answer(socket)["error"] == "not_authenticated"
+        send(socket, {"type": "auth", "token": service.admin_token})
+        assert answer(socket) == {"type": "ready"}
+        send(socket, {"type": "publish", "queue": queue, "message": {"body": "x"}})
+        assert answer(socket)["type"] == "published"
+
+
+# -- full queues and the inbox -----------------------------------------------------------------
+def test_a_queue_that_drops_when_full_answers_queue_full_and_publishes_nothing_more(service, xump):
+    queue = unique()
+    xump.call("queue_create", name=queue, limit=2)
+    with publisher(service) as socket:
+        for n in range(4):
+            send(socket, {"type": "publish", "queue": queue, "id": n,
+                          "message": {"body": f"m{n}"}})  # fmt: skip
+        answers = [answer(socket) for _ in range(4)]
+        send(socket, {"type": "publish", "queue": queue, "id": "b",
+                      "messages": [{"body": "x"}, {"body": "y"}]})  # fmt: skip
+        batch = answer(socket)
+    assert [a["type"] for a in answers] == ["published", "published", "error", "error"]
+    assert {a["error"] for a in answers[2:]} == {"queue_full"}
+    assert batch["error"] == "queue_full"  # all or nothing, as HTTP's batch
+    assert xump.stats(queue)["depth"] == 2
+
+
+def test_a_queue_with_a_dead_letter_queue_takes_publishes_past_its_limit(service, xump):
+    queue, dead = unique(), unique("dead")
+    xump.call("queue_create", name=dead)
+    xump.call("queue_create", name=queue, limit=1, dead_letter=dead)
+    with publisher(service) as socket:
+        for n in range(3):
+            send(socket, {"type": "publish", "queue": queue, "id": n, "message": {"body": "m"}})
+        assert [answer(socket)["type"] for _ in range(3)] == ["published"] * 3
+
+
+def test_a_full_inbox_refuses_publishes_with_inbox_full(redis_server, tmp_path):
+    from tests.web.conftest import start_service
+
+    running = start_service(redis_server.url, tmp_path, "worker", XUMP_INBOX_LIMIT="3")
+    try:
+        running.start_worker()
+        with running.client() as client:
+            assert client.post("/api/queues", json={"name": "full"}).status_code == 201
+        running.stop("worker")  # nothing drains the inbox now
+        with publisher(running) as socket:
+            found = []
+            for n in range(6):
+                send(socket, {"type": "publish", "queue": "full", "id": n,
+                              "message": {"body": "m"}})  # fmt: skip
+                found.append(answer(socket))
+    finally:
+        running.close()
+    kinds = [a["type"] if a["type"] == "published" else a["error"] for a in found]
+    assert kinds == ["published"] * 3 + ["inbox_full"] * 3, kinds
+    assert found[-1]["retry_after"] == 1

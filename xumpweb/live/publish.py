@@ -1,0 +1,410 @@
+"""/ws/publish/: publishing over a persistent connection (docs/websocket.md, "Publishing").
+
+Theory of operation. A `publish` frame names a queue and carries one message or a batch;
+the connection answers each with `published` (the mids, once the messages are durable in
+the store's inbox: what a 202 means) or `error` (the HTTP API's codes). A frame is checked
+as the HTTP API checks a request, with the same functions (api/publishing.py's
+message_from and messages_from, engine/validation.py through them, access.may), then
+handed to this process's **group commit** and the connection reads its next frame at once:
+a client may have many publishes in flight.
+
+The group commit (`GroupCommit`, one per process) gathers the publishes of every
+connection that arrive while its previous append is on its way (or, when it is idle,
+during the current event-loop turn) and appends them in ONE round trip: one Lua call that
+checks the wiring version the publishes were sorted by and appends them in order, leaving
+them all out when the inbox holds XUMP_INBOX_LIMIT commands (engine.relay.GUARDED_PUSH,
+RelayClient's bounded push behind a guard), pipelined with the router's doorbell. So a
+client that sends one message a frame still rides batches of whatever arrived meanwhile,
+and every publish still costs one fsync at most, shared. The mids are given out by the
+process's RelayClient (`publish_command`): the same prefix and serials as the HTTP path.
+
+The wiring version decides, as runtime.Service.publish_many does, whether the queue
+exists (else `not_found`) and whether it drops what does not fit (a limit, no overflow
+selector, no dead-letter queue): such a publish is a call the router answers
+(RelayClient.publish_applied's command), so `queue_full` is exact and `published` means
+published. Its answer is awaited by the connection, in order, after the append. When the
+version moved since the publishes were sorted, the Lua call appends nothing and says so:
+the group re-reads the wiring and sorts again.
+
+Rules this file keeps:
+* answers go out in the order of the frames (a connection's FIFO of answer slots), so a
+  client may match them by order or by `id`;
+* a connection has at most MAX_IN_FLIGHT unanswered publish frames; past that it stops
+  reading until answers go out (TCP's own back pressure reaches the client);
+* a refused publish changes nothing; a refused append (inbox full, Redis away) refuses
+  every publish in it, each with its own error frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from typing import Any
+
+import orjson
+import redis
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from engine import errors as engine_errors
+from engine.errors import InboxFull, InvalidArgument, NotFound, XumpError
+from engine.relay import GUARDED_PUSH, call_outcome, store_failure
+from engine.validation import MAX_INT, MAX_NAME, MIN_INT, check_text
+from xumpweb import access
+from xumpweb.api.errors import ENGINE_ERRORS, RETRY_AFTER
+from xumpweb.api.jsonbody import MAX_DEPTH, too_deep
+from xumpweb.api.publishing import message_from, messages_from
+from xumpweb.live.consumers import FrameError, LiveSocket
+from xumpweb.live.frames import encode
+from xumpweb.runtime import Service, service
+
+logger = logging.getLogger("xump.live")
+
+MAX_IN_FLIGHT = 10_000  # unanswered publish frames per connection before it stops reading
+MAX_ID = 200  # characters of a frame id
+FRAME_KEYS = frozenset({"type", "queue", "id", "message", "messages"})
+
+
+class Forbidden(XumpError):
+    """No publish right on the queue: the HTTP API's 403 forbidden."""
+
+
+def error_code(error: XumpError) -> str:
+    """The HTTP API's error code for an engine error (api/errors.py's table)."""
+    if isinstance(error, Forbidden):
+        return "forbidden"
+    for kind in type(error).__mro__:
+        if kind in ENGINE_ERRORS:
+            return ENGINE_ERRORS[kind][1]
+    return "invalid_request"  # pragma: no cover - every XumpError is in the table
+
+
+def error_frame(frame_id: Any, error: XumpError) -> str:
+    answer: dict[str, Any] = {"type": "error", "id": frame_id, "error": error_code(error),
+                              "detail": str(error), "frame": "publish"}  # fmt: skip
+    retry = RETRY_AFTER.get(type(error))
+    if retry is not None:
+        answer["retry_after"] = int(retry)
+    return encode(answer)
+
+
+class Slot:
+    """One publish frame's place in its connection's answers: its text once known."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str | None = None) -> None:
+        self.text = text
+
+
+class Pending:
+    """One publish frame on its way to the inbox."""
+
+    __slots__ = ("applied", "connection", "frame_id", "messages", "mids", "queue", "reply",
+                 "slot")  # fmt: skip
+
+    def __init__(self, connection: PublishConsumer, frame_id: Any, queue: str,
+                 messages: list, slot: Slot) -> None:  # fmt: skip
+        self.connection = connection
+        self.frame_id = frame_id
+        self.queue = queue
+        self.messages = messages
+        self.slot = slot
+        self.mids: list[str] = []
+        self.applied = False
+        self.reply: str | None = None
+
+    def answer(self, text: str) -> None:
+        self.slot.text = text
+        self.connection.answered()
+
+    def fail(self, error: XumpError) -> None:
+        self.answer(error_frame(self.frame_id, error))
+
+
+class GroupCommit:
+    """This process's publishes, appended to the inbox in groups (see the module doc)."""
+
+    def __init__(self, running: Service) -> None:
+        self.service = running
+        self.relay = running.relay
+        self.keys = running.keys
+        self.worker_routing = running.routing == "worker"
+        self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
+        self.pending: list[Pending] = []
+        self.task: asyncio.Task | None = None
+        self.version: bytes | None = None  # the wiring version the sets below are from
+        self.queues: frozenset[str] = frozenset()
+        self.dropping: frozenset[str] = frozenset()
+
+    def submit(self, item: Pending) -> None:
+        self.pending.append(item)
+        if self.task is None:
+            self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending, []
+                try:
+                    await self._append(batch)
+                except Exception as problem:  # every publish in it must hear of it
+                    logger.exception("publishing %d frame(s) failed", len(batch))
+                    failure = XumpError(f"internal error: {type(problem).__name__}")
+                    for item in batch:
+                        if item.slot.text is None:
+                            item.fail(failure)
+        finally:
+            self.task = None
+
+    async def _append(self, batch: list[Pending]) -> None:
+        for _ in range(5):  # the wiring moving under us more often than this is unheard of
+            if self.version is None:
+                try:
+                    await self._read_wiring(await self.redis.get(self.keys["wiring"]))
+                except redis.RedisError as error:
+                    self._refuse(batch, store_failure(error, "reading the wiring version"))
+                    return
+            if any(item.queue not in self.queues for item in batch):
+                # a queue the wiring read lacks: read the wiring again before saying so
+                try:
+                    latest = await self.redis.get(self.keys["wiring"])
+                except redis.RedisError as error:
+                    self._refuse(batch, store_failure(error, "reading the wiring version"))
+                    return
+                if (latest or b"") != self.version:
+                    await self._read_wiring(latest)
+            going = self._sort(batch)
+            if not going:
+                return
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.eval(GUARDED_PUSH, 2, self.keys["inbox"], self.keys["wiring"],
+                      self.version, self.relay.inbox_limit or 2**62,
+                      "b" * len(going), *[payload for _, payload in going])  # fmt: skip
+            pipe.publish(self.keys["doorbell"], b"")
+            if self.worker_routing:
+                pipe.set(self.keys["kicked"], "1", nx=True, ex=30)
+            try:
+                answers = await pipe.execute()
+            except redis.RedisError as error:
+                self._refuse([item for item, _ in going],
+                             store_failure(error, "appending to the inbox"))  # fmt: skip
+                return
+            pushed = answers[0]
+            if isinstance(pushed, list):  # the wiring changed: sort again by the new one
+                await self._read_wiring(pushed[0])
+                for item, _ in going:
+                    item.mids = []
+                continue
+            if self.worker_routing and answers[2]:
+                await sync_to_async(_schedule_router, thread_sensitive=False)(self.service)
+            if pushed < 0:
+                self._refuse([item for item, _ in going], InboxFull(
+                    f"the inbox of store {self.service.store!r} holds "
+                    f"{self.relay.inbox_limit} commands or more (routing is behind or "
+                    "stopped): publish again later"))  # fmt: skip
+                return
+            for item, _ in going:
+                if item.applied:
+                    item.connection.await_router(item)
+                else:
+                    item.answer(encode({"type": "published", "id": item.frame_id,
+                                        "mids": item.mids}))  # fmt: skip
+            return
+        self._refuse(batch, engine_errors.StoreError("the wiring kept changing; publish again"))
+
+    def _sort(self, batch: list[Pending]) -> list[tuple[Pending, bytes]]:
+        """The publishes of `batch` that go to the inbox, encoded by the wiring version
+        read; the others are answered (not_found) here."""
+        going = []
+        for item in batch:
+            if item.slot.text is not None:
+                continue
+            if item.queue not in self.queues:
+                item.fail(NotFound(f"queue {item.queue!r} does not exist"))
+                continue
+            item.applied = item.queue in self.dropping
+            try:
+                payload, item.mids, item.reply = self.relay.publish_command(
+                    item.queue, item.messages, item.applied
+                )
+            except XumpError as error:
+                item.fail(error)
+                continue
+            going.append((item, payload))
+        return going
+
+    async def _read_wiring(self, version: bytes | None) -> None:
+        """The wiring as of `version` (the wiring key's value as Redis holds it)."""
+        self.queues, self.dropping = await _wiring_sets(self.service, int(version or 0))
+        self.version = version or b""
+
+    def _refuse(self, items: list[Pending], error: XumpError) -> None:
+        for item in items:
+            if item.slot.text is None:
+                item.fail(error)
+
+
+@database_sync_to_async
+def _wiring_sets(running: Service, version: int) -> tuple[frozenset[str], frozenset[str]]:
+    """The queues, and those that drop what does not fit, as wiring `version` has them."""
+    return running.queue_names(version), running.drops_when_full(version)
+
+
+def _schedule_router(running: Service) -> None:
+    """One routing task for this burst (as runtime.Service.kick does)."""
+    from kombu.exceptions import OperationalError
+
+    from xumpweb.routing.tasks import route
+
+    try:
+        route.delay(running.store)
+    except OperationalError as error:
+        logger.warning("cannot schedule a router: %s", error)
+
+
+_group: GroupCommit | None = None
+
+
+def group_commit() -> GroupCommit:
+    global _group
+    if _group is None:
+        _group = GroupCommit(service())
+    return _group
+
+
+class PublishConsumer(LiveSocket):
+    """/ws/publish/: publish frames in, published/error answers out (see the module doc)."""
+
+    kind = "publish"
+    frames = {"publish": "publish_frame"}
+
+    def parse(self, text: str) -> Any:
+        """A publish frame is read as the HTTP API reads a body (api/jsonbody.py: refused
+        past MAX_DEPTH levels, then json.loads), so what orjson reads otherwise or not at
+        all (integers past 64 bits, which it makes floats; NaN; lone surrogates) reaches
+        message_from's checks and is refused as HTTP refuses it, with the frame's id. Any
+        other frame is read by orjson, as on every WebSocket."""
+        if text.count("[") + text.count("{") > MAX_DEPTH and too_deep(text.encode()):
+            raise ValueError(f"the frame is nested more than {MAX_DEPTH} levels deep")
+        try:
+            frame = json.loads(text)
+        except (ValueError, RecursionError):
+            frame = None
+        if type(frame) is dict and frame.get("type") == "publish":
+            return frame
+        return orjson.loads(text)
+
+    def allows(self, principal: access.Principal) -> bool:
+        self.principal = principal
+        self.rights: dict[str, bool] = {}  # queue -> may publish, until the rights change
+        return any("publish" in granted for granted in principal.rights.values())
+
+    def forbidden_detail(self) -> str:
+        return "no publish right on any queue"
+
+    async def start(self) -> None:
+        self.answers: deque[Slot] = deque()
+        self.ready = asyncio.Event()  # an answer at the head of `answers` may go out
+        self.room = asyncio.Event()  # fewer than MAX_IN_FLIGHT answers are waiting
+        self.room.set()
+        self.router_answers: asyncio.Queue[Pending] = asyncio.Queue()
+        self.router_task: asyncio.Task | None = None
+        self.tasks.append(asyncio.create_task(self._send_answers()))
+        await self.send_text(encode({"type": "ready"}))
+
+    async def stop(self) -> None:
+        if self.authorized and self.router_task is not None:
+            self.router_task.cancel()
+
+    # -- frames in -----------------------------------------------------------------------------
+    async def publish_frame(self, frame: dict[str, Any]) -> None:
+        frame_id = frame.get("id")
+        if frame_id is not None and not (
+            (type(frame_id) is str and len(frame_id) <= MAX_ID and frame_id.isascii())
+            or (type(frame_id) is int and MIN_INT <= frame_id <= MAX_INT)
+        ):
+            raise FrameError("invalid_argument", f"id must be ASCII text of at most {MAX_ID} "
+                             "characters or a 64-bit integer", id=None)  # fmt: skip
+        if len(self.answers) >= MAX_IN_FLIGHT:
+            self.room.clear()
+            await self.room.wait()
+        slot = Slot()
+        self.answers.append(slot)
+        try:
+            queue, messages = self._read(frame)
+        except XumpError as error:
+            slot.text = error_frame(frame_id, error)
+            self.answered()
+            return
+        group_commit().submit(Pending(self, frame_id, queue, messages, slot))
+
+    def _read(self, frame: dict[str, Any]) -> tuple[str, list]:
+        if not FRAME_KEYS.issuperset(frame):
+            unknown = ", ".join(sorted(repr(k)[:40] for k in set(frame) - FRAME_KEYS))
+            raise InvalidArgument(f"unknown field(s): {unknown}")
+        queue = frame.get("queue")
+        if type(queue) is not str or not 0 < len(queue) <= MAX_NAME:
+            raise InvalidArgument(f"queue must be a queue name (1 to {MAX_NAME} characters)")
+        check_text("queue", queue)
+        allowed = self.rights.get(queue)
+        if allowed is None:
+            allowed = self.rights[queue] = access.may(self.principal, "publish", queue)
+        if not allowed:
+            raise Forbidden(f"this caller may not publish on queue {queue!r}")
+        if ("message" in frame) == ("messages" in frame):
+            raise InvalidArgument('give "message" (one) or "messages" (a batch), not both')
+        if "message" in frame:
+            return queue, [message_from(frame["message"], settings.XUMP_MAX_BODY)]
+        return queue, messages_from({"messages": frame["messages"]})
+
+    # -- answers out ---------------------------------------------------------------------------
+    def answered(self) -> None:
+        self.ready.set()
+
+    def await_router(self, item: Pending) -> None:
+        """A publish the router answers (a queue that drops when full): wait for its answer,
+        in order, after those before it."""
+        self.router_answers.put_nowait(item)
+        if self.router_task is None:
+            self.router_task = asyncio.create_task(self._router_answers())
+
+    async def _router_answers(self) -> None:
+        timeout = settings.XUMP_CALL_TIMEOUT
+        client = group_commit().redis
+        while True:
+            item = await self.router_answers.get()
+            try:
+                found = await client.blpop([item.reply], timeout=timeout)
+                call_outcome("publish", timeout, found[1] if found else None)
+            except XumpError as error:
+                item.fail(error)
+            except redis.RedisError as error:
+                item.fail(store_failure(error, "reading the router's answer"))
+            else:
+                item.answer(encode({"type": "published", "id": item.frame_id,
+                                    "mids": item.mids}))  # fmt: skip
+
+    async def _send_answers(self) -> None:
+        answers = self.answers
+        while not self.closed:
+            await self.ready.wait()
+            self.ready.clear()
+            while answers and answers[0].text is not None:
+                if not await self.send_text(answers.popleft().text):  # type: ignore[arg-type]
+                    return
+            if len(answers) < MAX_IN_FLIGHT:
+                self.room.set()
+
+    async def error(self, code: str, detail: str, **extra: Any) -> None:
+        """Error frames keep their place among the answers (see the module doc)."""
+        if not self.authorized or not self.answers:
+            await super().error(code, detail, **extra)
+            return
+        self.answers.append(Slot(encode({"type": "error", "error": code, "detail": detail,
+                                         **extra})))  # fmt: skip
+        self.answered()
