@@ -2,7 +2,7 @@
 
     python bench/service_bench.py [--http N] [--messages N] [--latency-seconds S]
                                   [--single-seconds S] [--only xump|rabbitmq]
-                                  [--latency-only]
+                                  [--latency-only] [--ws-only]
 
 Starts its own private redis-server (AOF, appendfsync always: a 202 means on disk), the
 ASGI server (uvicorn, one process, as the Procfile runs it) and one Celery worker that
@@ -24,6 +24,12 @@ measures:
    send time; p50/p99 of send -> delivery frame at the subscriber, the rate actually sent
    (a publisher waits for each 202, so a slow service is sent less), publish -> 202, and
    send -> routed (the router's timestamp) and routed -> delivery frame.
+
+5. the JSON WebSocket publish path (/ws/publish/, one message a frame, each confirmed):
+   one publisher pipelining with a window of WS_WINDOW frames in flight (publishes/s), and
+   one sending each frame only once the last was confirmed (publishes/s and the confirm's
+   p50/p99); then the latency run of 4. with the publishes sent as WebSocket frames by one
+   connection, paced at 1,000 a second, not waiting for confirms.
 
 Every body carries a serial number; each run checks that every message was delivered
 exactly once (none missing, none twice) and fails loudly otherwise.
@@ -65,6 +71,7 @@ SUBSCRIBER_CREDIT, SUBSCRIBER_BATCH = 1000, 100
 PATTERN_CREDIT = 1000  # the wolfpack's MOVE credit per worker
 RATE = 1000  # msg/s for the latency run
 SINGLE_CONNECTIONS = 8  # connections of the single-publish run
+WS_WINDOW = 1000  # publish frames in flight on the pipelined WebSocket run
 RABBIT = ("127.0.0.1", 5672)
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -258,6 +265,88 @@ def paced_publisher(base: str, token: str, queue: str, total: int, ready, go) ->
     asyncio.run(paced_single_publishes(base, token, queue, total))
 
 
+async def ws_publishes(ws_url: str, token: str, queue: str, seconds: float,
+                       window: int) -> tuple[float, list[float]]:  # fmt: skip
+    """publishes/s of one /ws/publish/ connection with up to `window` publish frames
+    unconfirmed (1: each sent once the last is confirmed), one message a frame, and each
+    frame's send -> confirm time."""
+    from websockets.asyncio.client import connect as ws_connect
+
+    latencies: list[float] = []
+    async with ws_connect(f"{ws_url}/ws/publish/?token={token}", max_size=None) as socket:
+        assert orjson.loads(await socket.recv())["type"] == "ready"
+        room = asyncio.Semaphore(window)
+        sent: dict[int, float] = {}
+        until = time.perf_counter() + seconds
+        count = 0
+
+        async def answers() -> None:
+            while True:
+                frame = orjson.loads(await socket.recv(decode=False))
+                if frame["type"] == "heartbeat":
+                    continue
+                if frame["type"] != "published":
+                    raise SystemExit(f"WebSocket publish: {frame}")
+                latencies.append(time.perf_counter() - sent.pop(frame["id"]))
+                room.release()
+
+        reader = asyncio.create_task(answers())
+        started = time.perf_counter()
+        while time.perf_counter() < until:
+            await room.acquire()
+            if reader.done():
+                reader.result()
+            sent[count] = time.perf_counter()
+            frame = {"type": "publish", "queue": queue, "id": count,
+                     "message": {"body": body(count)}}  # fmt: skip
+            await socket.send(orjson.dumps(frame).decode())
+            count += 1
+        while sent and not reader.done():
+            await asyncio.sleep(0.001)
+        reader.cancel()
+        return count / (time.perf_counter() - started), latencies
+
+
+async def paced_ws_publishes(ws_url: str, token: str, queue: str, total: int) -> None:
+    """Publish frames at RATE a second on one /ws/publish/ connection, not waiting for
+    their confirms (read as they come)."""
+    from websockets.asyncio.client import connect as ws_connect
+
+    answered: list[float] = []
+    async with ws_connect(f"{ws_url}/ws/publish/?token={token}", max_size=None) as socket:
+        assert orjson.loads(await socket.recv())["type"] == "ready"
+        sent: dict[int, float] = {}
+
+        async def answers() -> None:
+            while len(answered) < total:
+                frame = orjson.loads(await socket.recv(decode=False))
+                if frame["type"] == "published":
+                    answered.append(time.perf_counter() - sent.pop(frame["id"]))
+                elif frame["type"] != "heartbeat":
+                    raise SystemExit(f"WebSocket publish: {frame}")
+
+        reader = asyncio.create_task(answers())
+        started = time.perf_counter() + 0.2
+        for n in range(total):
+            delay = started + n / RATE - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent[n] = time.perf_counter()
+            frame = {"type": "publish", "queue": queue, "id": n, "message": {"body": body(n)}}
+            await socket.send(orjson.dumps(frame).decode())
+        rate = total / (time.perf_counter() - started)
+        await reader
+    p50, p99 = percentiles(answered)
+    print(f"  (WebSocket latency run: {rate:,.0f} publishes/s sent; publish -> confirm p50 "
+          f"{p50:.1f} ms, p99 {p99:.1f} ms)", flush=True)  # fmt: skip
+
+
+def paced_ws_publisher(base: str, token: str, queue: str, total: int, ready, go) -> None:
+    ready.set()
+    go.wait()
+    asyncio.run(paced_ws_publishes(base.replace("http://", "ws://"), token, queue, total))
+
+
 class Run:
     """Subscriber processes and a publisher process around one measured interval."""
 
@@ -366,6 +455,29 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
                       f"routed -> frame received p50 {d50:.1f} ms, p99 {d99:.1f} ms)")  # fmt: skip
             return rate, latencies, (spent, total, client_cpu)
 
+        if args.ws_only or not args.latency_only:
+            held = f"bench-ws-{uuid.uuid4().hex[:6]}"
+            api(service, "POST", "/api/queues", json={"name": held})
+            token, ws_url = service.admin_token, service.ws_url
+            asyncio.run(ws_publishes(ws_url, token, held, 1.0, WS_WINDOW))  # warm up
+            meter.start()
+            results["ws_window"], _ = asyncio.run(
+                ws_publishes(ws_url, token, held, args.single_seconds, WS_WINDOW)
+            )
+            results["cpu"]["ws window"] = (
+                meter.stop(), max(1, round(results["ws_window"] * args.single_seconds)), 0.0,
+            )  # fmt: skip
+            results["ws_one"], confirms = asyncio.run(
+                ws_publishes(ws_url, token, held, args.single_seconds, 1)
+            )
+            results["ws_one_p50"], results["ws_one_p99"] = percentiles(confirms)
+            total = int(RATE * args.latency_seconds)
+            _, seen, results["cpu"]["ws latency"] = wolfpack_run(
+                total, paced_ws_publisher, (total,)
+            )
+            results["ws_p50"], results["ws_p99"] = percentiles(seen)
+            if args.ws_only:
+                return results
         if args.latency_only:
             total = int(RATE * args.latency_seconds)
             _, seen, results["cpu"]["latency"] = wolfpack_run(total, paced_publisher, (total,))
@@ -538,12 +650,19 @@ def main() -> None:
     parser.add_argument(
         "--latency-only", action="store_true", help="only the latency run (no throughput runs)"
     )
+    parser.add_argument(
+        "--ws-only", action="store_true", help="only the JSON WebSocket publish runs (Xump)"
+    )
     parser.add_argument("--only", choices=("xump", "rabbitmq"), help="run one side only")
     args = parser.parse_args()
     args.http = max(args.http - args.http % (2 * BATCH), 2 * BATCH)
     args.messages = max(args.messages - args.messages % 1000, 1000)
     load_before = load()
-    xump = {key: float("nan") for key in ("http1", "http2", "single", "e2e", "p50", "p99")}
+    xump = {key: float("nan") for key in ("http1", "http2", "single", "e2e", "p50", "p99",
+                                          "ws_window", "ws_one", "ws_one_p50", "ws_one_p99",
+                                          "ws_p50", "ws_p99")}  # fmt: skip
+    if args.ws_only:
+        args.only = "xump"
     if args.only != "rabbitmq":
         with tempfile.TemporaryDirectory(prefix="xump-service-bench-") as directory:
             xump.update(bench_xump(args, Path(directory)))
@@ -561,6 +680,13 @@ def main() -> None:
         )
     print(f"  single publishes, {SINGLE_CONNECTIONS} connections      "
           f"{xump['single']:>10,.0f} msg/s")  # fmt: skip
+    print(f"  WebSocket publish, one a frame, {WS_WINDOW} in flight  "
+          f"{xump['ws_window']:>10,.0f} msg/s")  # fmt: skip
+    print(f"  WebSocket publish, one at a time (confirmed)  {xump['ws_one']:>10,.0f} msg/s")
+    print(f"    (send -> confirm p50 {xump['ws_one_p50']:.2f} ms, "
+          f"p99 {xump['ws_one_p99']:.2f} ms)")  # fmt: skip
+    print(f"  WebSocket publish latency at {RATE} msg/s, send -> delivery: p50 "
+          f"{xump['ws_p50']:.1f} ms, p99 {xump['ws_p99']:.1f} ms")  # fmt: skip
     header = f"  {'':44} {'Xump':>12} {'RabbitMQ':>12} {'ratio':>7}"
     print(header)
     rows = [
