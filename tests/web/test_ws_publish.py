@@ -4,6 +4,10 @@ answers, pipelining, the HTTP API's checks and error codes, rights, full queues.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -11,7 +15,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.web.conftest import unique
+from tests.web.conftest import ROOT, unique
 from tests.web.test_subscribe import Xump, bodies, issue_token, receive, send, subscribe, take
 
 
@@ -234,3 +238,19 @@ def test_a_full_inbox_refuses_publishes_with_inbox_full(redis_server, tmp_path):
     kinds = [a["type"] if a["type"] == "published" else a["error"] for a in found]
     assert kinds == ["published"] * 3 + ["inbox_full"] * 3, kinds
     assert found[-1]["retry_after"] == 1
+
+
+def test_the_documented_publisher_example_runs(service, xump, tmp_path):
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    text = (ROOT / "docs" / "websocket.md").read_text()
+    code = re.search(r"```python\n(# publisher\.py.*?)```", text, re.DOTALL).group(1)
+    (tmp_path / "publisher.py").write_text(code)
+    lines = "".join(f"line {n}\n" for n in range(250))
+    env = {**os.environ, "XUMP_WS": service.ws_url, "XUMP_TOKEN": service.admin_token,
+           "XUMP_QUEUE": queue}  # fmt: skip
+    ran = subprocess.run([sys.executable, str(tmp_path / "publisher.py")], input=lines,
+                         env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert ran.returncode == 0 and not ran.stderr, ran.stderr
+    assert xump.stats(queue)["published"] == 250
+    assert [m["body"] for m in xump.waiting(queue)][:3] == ["line 0", "line 1", "line 2"]
