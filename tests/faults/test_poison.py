@@ -3,8 +3,9 @@ messages flow to a real WebSocket subscriber (issue 12).
 
 The doors: the HTTP API's single and batch publish on the fast path (xumpweb/api/direct.py,
 Bearer token with a Content-Length) and the single publish through Django (a chunked
-request, which the fast path hands on). The JSON WebSocket has no publish frame (it only
-subscribes), so it is no door for these values; STOMP is not part of this suite. Behind the
+request, which the fast path hands on), and the JSON WebSocket's publish frames
+(/ws/publish/, one message and a batch; every tenth good message goes through it too,
+interleaved). STOMP is not part of this suite. Behind the
 doors, hostile commands are also written straight into the router's inbox (as a broken or
 hostile writer with Redis access could), to check that the router sets them aside and goes
 on.
@@ -80,6 +81,8 @@ def hostile_requests(queue: str) -> list[tuple[str, str, str, bytes]]:
         out.append((what, "fast single", one, raw))
         out.append((what, "fast batch", batch, b'{"messages": [{"body": "ok"}, ' + raw + b"]}"))
         out.append((what, "django single", one, raw))
+        out.append((what, "websocket single", queue, b'"message": ' + raw))
+        out.append((what, "websocket batch", queue, b'"messages": [{"body": "ok"}, ' + raw + b"]"))
     bad_queue = "/api/queues/" + quote("q\x00\x07", safe="") + "/publish"
     out.append(("control characters in the queue name", "fast single", bad_queue, b"{}"))
     return out
@@ -109,6 +112,28 @@ def raw_commands(queue: str) -> list[tuple[str, bytes]]:
             .replace(b'", "messages"', b'"], "messages"', 1),
         ),
     ]
+
+
+class WebSocketPublisher:
+    """A /ws/publish/ connection that sends one frame and waits for its answer."""
+
+    def __init__(self, service) -> None:
+        url = f"{service.ws_url}/ws/publish/?token={service.admin_token}"
+        self.socket = connect(url, open_timeout=10, max_size=None).__enter__()
+        assert json.loads(self.socket.recv(timeout=10))["type"] == "ready"
+
+    def publish(self, queue: str, fields: bytes) -> tuple[dict, str]:
+        """Send a publish frame with `fields` (raw JSON); its answer, and the answer's text."""
+        frame = b'{"type": "publish", "queue": "' + queue.encode() + b'", "id": 1, ' + fields + b"}"
+        try:
+            self.socket.send(frame.decode())
+        except UnicodeDecodeError:  # not text: only a binary frame carries it
+            self.socket.send(frame)
+        while True:
+            text = self.socket.recv(timeout=30)
+            answer = json.loads(text)
+            if answer["type"] != "heartbeat":
+                return answer, text
 
 
 class Subscriber(threading.Thread):
@@ -174,14 +199,23 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
         assert subscriber.ready.wait(15) and subscriber.problem is None
         sent_at: dict[str, float] = {}
         answers: list[tuple[str, str, httpx.Response]] = []
+        frames: list[tuple[str, str, dict, str]] = []
+        ws = WebSocketPublisher(service)
         started = time.monotonic()
         for n in range(GOOD):
             body = f"g{n}"
             sent_at[body] = time.monotonic()
-            answer = client.post(f"/api/queues/{queue}/publish", json={"body": body})
-            assert answer.status_code == 202, answer.text
+            if n % 10 == 5:  # a good one through the WebSocket, confirmed before the next
+                confirm, _ = ws.publish(queue, b'"message": ' + json.dumps({"body": body}).encode())
+                assert confirm["type"] == "published", confirm
+            else:
+                answer = client.post(f"/api/queues/{queue}/publish", json={"body": body})
+                assert answer.status_code == 202, answer.text
             if n % EVERY == EVERY - 1:
                 what, door, path, content = hostile[(n // EVERY) % len(hostile)]
+                if door.startswith("websocket"):
+                    frames.append((what, door, *ws.publish(path, content)))
+                    continue
                 headers = {"Content-Type": "application/json"}
                 sent = _chunked(content) if door == "django single" else content
                 answers.append((what, door, client.post(path, content=sent, headers=headers)))
@@ -193,6 +227,7 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
             time.sleep(0.05)
         subscriber.stop.set()
         subscriber.join(10)
+        ws.socket.close()
         assert subscriber.problem is None, subscriber.problem
         stats = client.get(f"/api/queues/{queue}/stats").json()
         refused = client.get("/api/refused", params={"count": 1000}).json()["refused"]
@@ -201,12 +236,18 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
     assert subscriber.order == [f"g{n}" for n in range(GOOD)]
     assert (stats["published"], stats["delivered"], stats["dead_lettered"]) == (GOOD, GOOD, 0)
     # every bad one refused at the door, with a JSON reason that does not echo it
-    assert len(answers) == GOOD // EVERY
+    assert len(answers) + len(frames) == GOOD // EVERY and frames
     for what, door, answer in answers:
         assert answer.status_code in (400, 404, 413), (what, door, answer.status_code)
         error = answer.json()
         assert error["error"] and error["detail"], (what, door)
         assert "\\ud" not in answer.text.lower() and "\\u0000" not in answer.text, (what, door)
+    for what, door, frame, text in frames:  # the WebSocket's error frames, the same codes
+        assert frame["type"] == "error", (what, door, frame)
+        assert frame["error"] in ("invalid_argument", "message_too_large", "bad_json",
+                                  "bad_frame"), (what, door, frame)  # fmt: skip
+        assert frame["detail"], (what, door)
+        assert "\\ud" not in text.lower() and "\\u0000" not in text, (what, door)
     # what came past the doors was set aside by the router, with its reason
     mids = {entry["command"].get("messages", [{}])[0].get("mid"): entry["error"]
             for entry in refused
