@@ -519,6 +519,12 @@ def test_a_token_is_bounded_by_its_owners_role(world) -> None:
     with connect(f"{world.service.ws_url}/ws/subscribe/orders-d-{U}/?token={world.broad}") as ws:
         frame, code = closing(ws)
     assert frame["error"] == "forbidden" and code == 4403
+    with connect(f"{world.service.ws_url}/ws/publish/?token={world.broad}") as ws:
+        assert receive(ws)["type"] == "ready"
+        for queue in (JOBS, ORDERS):
+            ws.send(json.dumps({"type": "publish", "queue": queue, "message": {"body": "x"}}))
+        assert [receive(ws).get("error", "published") for _ in range(2)] == [
+            "published", "forbidden"]  # fmt: skip
 
 
 def test_a_revoked_token_closes_its_open_websockets(world) -> None:
