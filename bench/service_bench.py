@@ -444,7 +444,7 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
             )
             spent = meter.stop()
             check_once(serials, total, "Xump wolfpack")
-            if publisher is paced_publisher:
+            if publisher in (paced_publisher, paced_ws_publisher):
                 (p50, p99), (d50, d99) = (
                     percentiles(run.routed),
                     percentiles(
