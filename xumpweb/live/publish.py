@@ -66,6 +66,7 @@ logger = logging.getLogger("xump.live")
 
 MAX_IN_FLIGHT = 10_000  # unanswered publish frames per connection before it stops reading
 MAX_ID = 200  # characters of a frame id
+GROUP_MAX = 1000  # publish frames in one inbox append at most
 FRAME_KEYS = frozenset({"type", "queue", "id", "message", "messages"})
 
 
@@ -149,7 +150,7 @@ class GroupCommit:
     async def _run(self) -> None:
         try:
             while self.pending:
-                batch, self.pending = self.pending, []
+                batch, self.pending = self.pending[:GROUP_MAX], self.pending[GROUP_MAX:]
                 try:
                     await self._append(batch)
                 except Exception as problem:  # every publish in it must hear of it
@@ -333,6 +334,8 @@ class PublishConsumer(LiveSocket):
         if len(self.answers) >= MAX_IN_FLIGHT:
             self.room.clear()
             await self.room.wait()
+            if self.closed:
+                return  # the connection went while the frame waited: nobody hears an answer
         slot = Slot()
         self.answers.append(slot)
         try:
@@ -391,14 +394,17 @@ class PublishConsumer(LiveSocket):
 
     async def _send_answers(self) -> None:
         answers = self.answers
-        while not self.closed:
-            await self.ready.wait()
-            self.ready.clear()
-            while answers and answers[0].text is not None:
-                if not await self.send_text(answers.popleft().text):  # type: ignore[arg-type]
-                    return
-            if len(answers) < MAX_IN_FLIGHT:
-                self.room.set()
+        try:
+            while not self.closed:
+                await self.ready.wait()
+                self.ready.clear()
+                while answers and answers[0].text is not None:
+                    if not await self.send_text(answers.popleft().text):  # type: ignore[arg-type]
+                        return
+                if len(answers) < MAX_IN_FLIGHT:
+                    self.room.set()
+        finally:
+            self.room.set()  # a frame waiting for room must not wait for ever: it goes on
 
     async def error(self, code: str, detail: str, **extra: Any) -> None:
         """Error frames keep their place among the answers (see the module doc)."""
