@@ -273,7 +273,9 @@ async def ws_publishes(ws_url: str, token: str, queue: str, seconds: float,
     from websockets.asyncio.client import connect as ws_connect
 
     latencies: list[float] = []
-    async with ws_connect(f"{ws_url}/ws/publish/?token={token}", max_size=None) as socket:
+    async with ws_connect(
+        f"{ws_url}/ws/publish/?token={token}", max_size=None, compression=None
+    ) as socket:
         assert orjson.loads(await socket.recv())["type"] == "ready"
         room = asyncio.Semaphore(window)
         sent: dict[int, float] = {}
@@ -313,7 +315,9 @@ async def paced_ws_publishes(ws_url: str, token: str, queue: str, total: int) ->
     from websockets.asyncio.client import connect as ws_connect
 
     answered: list[float] = []
-    async with ws_connect(f"{ws_url}/ws/publish/?token={token}", max_size=None) as socket:
+    async with ws_connect(
+        f"{ws_url}/ws/publish/?token={token}", max_size=None, compression=None
+    ) as socket:
         assert orjson.loads(await socket.recv())["type"] == "ready"
         sent: dict[int, float] = {}
 

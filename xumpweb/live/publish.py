@@ -138,6 +138,7 @@ class GroupCommit:
         self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
         self.pending: list[Pending] = []
         self.task: asyncio.Task | None = None
+        self.scheduling: set[asyncio.Task] = set()  # routing tasks being scheduled
         self.version: bytes | None = None  # the wiring version the sets below are from
         self.queues: frozenset[str] = frozenset()
         self.dropping: frozenset[str] = frozenset()
@@ -202,7 +203,13 @@ class GroupCommit:
                     item.mids = []
                 continue
             if self.worker_routing and answers[2]:
-                await sync_to_async(_schedule_router, thread_sensitive=False)(self.service)
+                # beside, not before the answers: the publishes are durable already, and
+                # Celery's first send of a process takes a few hundred milliseconds
+                scheduling = asyncio.create_task(
+                    sync_to_async(_schedule_router, thread_sensitive=False)(self.service)
+                )
+                self.scheduling.add(scheduling)
+                scheduling.add_done_callback(self.scheduling.discard)
             if pushed < 0:
                 self._refuse([item for item, _ in going], InboxFull(
                     f"the inbox of store {self.service.store!r} holds "
