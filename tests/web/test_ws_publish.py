@@ -278,3 +278,19 @@ def test_frames_arriving_while_an_append_is_on_its_way_go_in_one_append(service,
     assert [a["id"] for a in answers] == list(range(100))
     assert all(a["type"] == "published" for a in answers)
     assert appends == 2, appends  # the first frame's, then the 99 others' together
+
+
+def test_a_revoked_token_closes_its_publishing_connection(service, xump):
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    with service.client() as admin:
+        made = admin.post("/api/tokens", json={"name": unique("pub"),
+                                               "rights": {queue: ["publish"]}}).json()  # fmt: skip
+        with publisher(service, made["secret"]) as socket:
+            send(socket, {"type": "publish", "queue": queue, "message": {"body": "x"}})
+            assert answer(socket)["type"] == "published"
+            assert admin.delete(f"/api/tokens/{made['token']['id']}").status_code == 200
+            frame = answer(socket)
+            with pytest.raises(ConnectionClosed):
+                socket.recv(timeout=10)
+    assert frame["error"] == "unauthorized" and socket.close_code == 4401

@@ -413,6 +413,17 @@ class PublishConsumer(LiveSocket):
         finally:
             self.room.set()  # a frame waiting for room must not wait for ever: it goes on
 
+    async def fail(self, code: str, detail: str, close_code: int) -> None:
+        """Closing (a revoked token, a right taken away): the answers already known go out
+        first, the frames still on their way get none (as for a connection cut off)."""
+        answers = getattr(self, "answers", None)
+        while answers and answers[0].text is not None:
+            if not await self.send_text(answers.popleft().text):  # type: ignore[arg-type]
+                break
+        if answers:
+            answers.clear()
+        await super().fail(code, detail, close_code)
+
     async def error(self, code: str, detail: str, **extra: Any) -> None:
         """Error frames keep their place among the answers (see the module doc)."""
         if not self.authorized or not self.answers:
