@@ -316,6 +316,7 @@ class PublishConsumer(LiveSocket):
         return "no publish right on any queue"
 
     async def start(self) -> None:
+        self.max_body = settings.XUMP_MAX_BODY  # read once: a settings lookup costs 1 us
         self.answers: deque[Slot] = deque()
         self.ready = asyncio.Event()  # an answer at the head of `answers` may go out
         self.room = asyncio.Event()  # fewer than MAX_IN_FLIGHT answers are waiting
@@ -369,7 +370,7 @@ class PublishConsumer(LiveSocket):
         if ("message" in frame) == ("messages" in frame):
             raise InvalidArgument('give "message" (one) or "messages" (a batch), not both')
         if "message" in frame:
-            return queue, [message_from(frame["message"], settings.XUMP_MAX_BODY)]
+            return queue, [message_from(frame["message"], self.max_body)]
         return queue, messages_from({"messages": frame["messages"]})
 
     # -- answers out ---------------------------------------------------------------------------
