@@ -219,23 +219,45 @@ def test_a_queue_with_a_dead_letter_queue_takes_publishes_past_its_limit(service
         assert [answer(socket)["type"] for _ in range(3)] == ["published"] * 3
 
 
-def test_a_full_inbox_refuses_publishes_with_inbox_full(redis_server, tmp_path):
+@pytest.fixture(scope="module")
+def stoppable(redis_server, tmp_path_factory):
+    """Worker routing whose worker the tests stop and start; an inbox of 3 commands, and
+    a call timeout longer than redis-py's default socket timeout (5 s)."""
     from tests.web.conftest import start_service
 
-    running = start_service(redis_server.url, tmp_path, "worker", XUMP_INBOX_LIMIT="3")
-    try:
-        running.start_worker()
-        with running.client() as client:
-            assert client.post("/api/queues", json={"name": "full"}).status_code == 201
-        running.stop("worker")  # nothing drains the inbox now
-        with publisher(running) as socket:
-            found = []
-            for n in range(6):
-                send(socket, {"type": "publish", "queue": "full", "id": n,
-                              "message": {"body": "m"}})  # fmt: skip
-                found.append(answer(socket))
-    finally:
-        running.close()
+    running = start_service(redis_server.url, tmp_path_factory.mktemp("stoppable"), "worker",
+                            XUMP_INBOX_LIMIT="3", XUMP_CALL_TIMEOUT="40")  # fmt: skip
+    running.start_worker()
+    yield running
+    running.close()
+
+
+def test_a_router_answer_slower_than_five_seconds_still_confirms(stoppable):
+    """A publish to a queue that drops when full waits for the router's answer: with no
+    router for 6 s, the answer comes when one starts (it once failed at redis-py's 5 s
+    socket timeout with store_unavailable)."""
+    with stoppable.client() as client:
+        made = client.post("/api/queues", json={"name": "slow", "limit": 5})
+        assert made.status_code == 201, made.text
+    stoppable.stop("worker")
+    with publisher(stoppable) as socket:
+        send(socket, {"type": "publish", "queue": "slow", "id": 1, "message": {"body": "m"}})
+        with pytest.raises(TimeoutError):
+            socket.recv(timeout=6)  # no router: no answer yet
+        stoppable.start_worker()
+        assert answer(socket)["type"] == "published"
+
+
+def test_a_full_inbox_refuses_publishes_with_inbox_full(stoppable):
+    with stoppable.client() as client:
+        assert client.post("/api/queues", json={"name": "full"}).status_code == 201
+    stoppable.stop("worker")  # nothing drains the inbox now
+    with publisher(stoppable) as socket:
+        found = []
+        for n in range(6):
+            send(socket, {"type": "publish", "queue": "full", "id": n, "message": {"body": "m"}})
+            found.append(answer(socket))
+    stoppable.start_worker()
     kinds = [a["type"] if a["type"] == "published" else a["error"] for a in found]
     assert kinds == ["published"] * 3 + ["inbox_full"] * 3, kinds
     assert found[-1]["retry_after"] == 1

@@ -136,6 +136,11 @@ class GroupCommit:
         self.keys = running.keys
         self.worker_routing = running.routing == "worker"
         self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
+        # for the router's answers: its reads block up to the call timeout, longer than
+        # redis-py's default socket timeout (5 s), which stays for the appends
+        self.answers = aioredis.Redis.from_url(
+            settings.XUMP_REDIS_URL, socket_timeout=settings.XUMP_CALL_TIMEOUT + 10
+        )
         self.pending: list[Pending] = []
         self.task: asyncio.Task | None = None
         self.scheduling: set[asyncio.Task] = set()  # routing tasks being scheduled
@@ -386,7 +391,7 @@ class PublishConsumer(LiveSocket):
 
     async def _router_answers(self) -> None:
         timeout = settings.XUMP_CALL_TIMEOUT
-        client = group_commit().redis
+        client = group_commit().answers
         while True:
             item = await self.router_answers.get()
             try:
