@@ -267,7 +267,8 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
                  for start in range(251, GOOD, 500) for n in range(start, start + 10))  # fmt: skip
     report("poison suite", [
         f"{GOOD} good publishes in {published:.1f} s with {len(answers)} hostile "
-        f"requests and {GOOD // 500} hostile inbox commands; publish-to-delivery latency "
+        f"requests, {len(frames)} hostile WebSocket publish frames and {GOOD // 500} "
+        f"hostile inbox commands; publish-to-delivery latency "
         f"median {statistics.median(latencies) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
         f"max {worst * 1000:.1f} ms; right behind a hostile inbox command at most "
         f"{behind * 1000:.1f} ms"
