@@ -391,12 +391,40 @@ class Messaging(Routing):
                 return []
             return self._run(self._tick, float(now))
 
+    def next_due(self) -> float | None:
+        """When `tick` next has work: the soonest due time of a scheduled message or expiry
+        of an unprocessed one, over every queue; None when nothing waits for a time (then
+        `tick` does nothing). Cheap (each queue's heads), so a router can ask it often."""
+        with self._lock:
+            soonest: float | None = None
+            for qrt in list(self._timed):
+                if qrt.deleted:
+                    continue
+                due = qrt.state.next_due()
+                heap = self._expiry_heap(qrt)
+                if heap and (due is None or heap[0][0] < due):
+                    due = heap[0][0]
+                if due is None:
+                    continue  # nothing left: the next tick forgets the queue
+                if soonest is None or due < soonest:
+                    soonest = due
+            return soonest
+
     def scheduled(self, queue: str) -> list[Message]:
         """The messages of `queue` held out of routing until due, soonest due first: delayed
         arrivals (seq None) and redeliveries waiting out their delay (with their seq)."""
         with self._lock:
             state = self._queue(queue).state
             return [entry.message._replace(seq=entry.seq or None) for entry, _ in state.scheduled()]
+
+    def scheduled_due(self, queue: str) -> list[tuple[float, Message]]:
+        """`scheduled(queue)` with when each is due (seconds since the epoch)."""
+        with self._lock:
+            state = self._queue(queue).state
+            return [
+                (entry.due, entry.message._replace(seq=entry.seq or None))
+                for entry, _ in state.scheduled()
+            ]
 
     def cancel(self, queue: str, mid: str) -> list[Delivery]:
         """Withdraw the scheduled message `mid` from `queue` (counted as dropped); NotFound,

@@ -205,6 +205,7 @@ return removed
 )
 
 EXPIRE_BATCH = 10_000  # taken deliveries the owner looks at per expire
+TICK_EVERY = 0.05  # seconds between a router's looks for due messages (SPEC §8: within 100 ms)
 
 
 # An operation a client may call: it gets the owner's engine and the call's arguments, and
@@ -951,6 +952,18 @@ class RelayOwner:
         deliveries = engine.expire_tags(t.decode() for t in stale)
         return {"redelivered": len(deliveries)}, deliveries
 
+    def tick(self) -> int:
+        """Message lifetime's time-based transitions due now (SPEC §8: delayed messages
+        and redeliveries whose wait is over, expiries), in one atomic step with the
+        deliveries they cause; how many deliveries. Only looks (cheaply) when nothing is
+        due, so a router may call it often."""
+        with self.engine._lock:
+            due = self.engine.next_due()
+            if due is None or due > time.time():
+                return 0
+            deliveries = self._whole(self.engine.tick)
+        return len(deliveries)
+
     def resume(self) -> int:
         """Route what waits in every queue (after taking over a store), in one atomic step
         with the deliveries it causes; how many deliveries."""
@@ -1058,10 +1071,15 @@ class RelayOwner:
         """Apply commands until `stop` is set; StoreError if the lease is lost."""
         every = min(1.0, self.delivery_timeout / 2)
         next_expiry = time.monotonic() + every
+        next_tick = 0.0
         while not stop.is_set():
             if not self.run_once():
                 stop.wait(idle)
-            if time.monotonic() >= next_expiry:
+            now = time.monotonic()
+            if now >= next_tick:
+                self.tick()
+                next_tick = now + TICK_EVERY
+            if now >= next_expiry:
                 self.expire()
                 next_expiry = time.monotonic() + every
         with self.engine._lock:

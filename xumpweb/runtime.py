@@ -47,7 +47,14 @@ from django.conf import settings
 from engine import Engine, Message
 from engine.errors import NotFound, StoreError
 from engine.message import Delivery
-from engine.relay import RelayClient, RelayOwner, delivery_keys, relay_keys, store_failure
+from engine.relay import (
+    TICK_EVERY,
+    RelayClient,
+    RelayOwner,
+    delivery_keys,
+    relay_keys,
+    store_failure,
+)
 from engine.stores.redis import RedisStore
 from xumpweb import metrics, redis_health
 from xumpweb.analytics.journal import append_commands, journal_key
@@ -59,6 +66,9 @@ LINGER = 2.0  # seconds a router waits for more work before it lets the lease go
 SNAPSHOT_EVERY = 0.5  # seconds between stats snapshots for the console
 RECENT = 50  # deliveries remembered for the console's live feed
 IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks anyway
+# a router does not let the lease go while a message is due (or expires) this soon; beat's
+# tick schedules one again before a later one is due (SPEC §8: due within 100 ms)
+SCHEDULED_HORIZON = 10.0
 
 
 def keys(store: str) -> dict[str, str]:
@@ -437,7 +447,7 @@ class Router:
             raise StoreError("the router does not hold the lease; call acquire() first")
         applied = 0
         idle_since = renewed = time.monotonic()
-        next_expiry = next_snapshot = 0.0
+        next_expiry = next_snapshot = next_tick = 0.0
         expire_every = min(1.0, self.delivery_timeout / 2)
         renew_every = self.lease_ms / 1000 / 4
         doorbell = owner.store.client.pubsub(ignore_subscribe_messages=True)
@@ -454,18 +464,21 @@ class Router:
                     owner.expire()  # a commit, which renews the lease as well
                     next_expiry = now + expire_every
                     renewed = now
+                if now >= next_tick:
+                    owner.tick()  # due messages fire, expired ones leave (a commit if any)
+                    next_tick = now + TICK_EVERY
                 if now >= next_snapshot:
                     self._snapshot(owner)
                     next_snapshot = now + SNAPSHOT_EVERY
                 if done:
                     idle_since = renewed = now  # the step's commit renewed the lease
                     continue
-                if now - idle_since >= linger:
+                if now - idle_since >= linger and not _due_soon(owner.engine):
                     break
                 if now - renewed >= renew_every:
                     owner.renew_lease()
                     renewed = now
-                wake = min(next_expiry, next_snapshot, renewed + renew_every,
+                wake = min(next_expiry, next_snapshot, renewed + renew_every, next_tick,
                            idle_since + linger, now + IDLE_LOOK)  # fmt: skip
                 _wait_for_ring(doorbell, wake - now)
         except (StoreError, redis.RedisError) as problem:
@@ -497,8 +510,16 @@ class Router:
                 }
                 for info in engine.queues()
             ]
-        found = {"time": time.time(), "queues": queues, "recent": list(self._recent)}
+            next_due = engine.next_due()
+        found = {"time": time.time(), "queues": queues, "recent": list(self._recent),
+                 "next_due": next_due}  # fmt: skip
         owner.store.client.set(self.keys["snapshot"], json.dumps(found))
+
+
+def _due_soon(engine: Engine) -> bool:
+    """Whether a message is due (or expires) within SCHEDULED_HORIZON: a router stays."""
+    due = engine.next_due()
+    return due is not None and due <= time.time() + SCHEDULED_HORIZON
 
 
 def _oldest(engine: Engine, queue: str) -> float | None:

@@ -487,3 +487,15 @@ def test_an_expired_message_arriving_at_a_full_queue_is_not_taken_by_its_overflo
     assert eng.publish("q", Message(body=b"stale", ttl=0)) == []
     assert eng.stats("q")["expired"] == 1
     assert bodies(eng.publish("q", Message(body=b"fresh", ttl=60))) == [b"fresh"]
+
+
+def test_next_due_tells_when_tick_next_has_work(eng: Engine) -> None:
+    t0 = frozen(eng)
+    assert eng.next_due() is None
+    eng.queue_create("q", ttl=50)
+    eng.publish("q", Message(body=b"later", delay=10))
+    assert eng.next_due() == t0 + 10
+    assert eng.tick(t0 + 10) == []  # it enters "q" (nobody takes it) and may expire
+    assert eng.next_due() == t0 + 60
+    eng.tick(t0 + 60)
+    assert eng.stats("q")["expired"] == 1 and eng.next_due() is None

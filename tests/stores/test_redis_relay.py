@@ -495,3 +495,18 @@ def test_the_timeout_runs_only_for_deliveries_a_client_took(shared) -> None:
     assert redis.Redis.from_url(url).zcard(f"xump:{{{name}}}:taken") == 0
     client.close()
     owner.store.release_lease()
+
+
+def test_the_owner_fires_delayed_messages_when_due_and_never_delivers_expired_ones(
+    shared,
+) -> None:
+    url, name = shared
+    with serving_app_queue(url, name) as (engine, _):
+        client = RelayClient(url, name)
+        sent = time.time()
+        client.publish_many("q", [Message(body=b"later", delay=0.5),
+                                  Message(body=b"stale", delay=0.3, ttl=0.0)])  # fmt: skip
+        [delivery] = client.deliveries("app", wait=30)
+        assert delivery.message.body == b"later" and time.time() >= sent + 0.5
+        wait_until(lambda: engine.stats("q")["expired"] == 1, 30)
+        assert engine.next_due() is None and client.deliveries("app", wait=0.3) == []

@@ -339,6 +339,12 @@ def api_cases(w: World) -> list[Case]:
         Case("GET /api/consumers", "GET", same("/api/consumers"), ALL),
         Case("DELETE /api/consumers/{connection}", "DELETE",
              same("/api/consumers/0123456789abcdef"), ALL, ok=(404,)),
+        Case(f"GET {q}/scheduled", "GET", same(f"/api/queues/{ORDERS}/scheduled"), ALL),
+        # cancelling a mid that is not scheduled is a 404: the right was granted
+        Case(f"DELETE {q}/scheduled/{{mid}}", "DELETE",
+             lambda r: f"/api/queues/{own(r)}/scheduled/none", O | A, ok=(404,)),
+        Case(f"DELETE {q}/scheduled/{{mid}}", "DELETE",
+             same(f"/api/queues/{ORDERS}/scheduled/none"), A, ok=(404,)),
         # an unknown tag of a queue the caller may consume is a 404: the right was granted
         Case("POST /api/confirm", "POST", same("/api/confirm"), O | A,
              lambda r: {"tags": [f"{JOBS}:1:999"]}, ok=(404,)),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from typing import Any
 
 from django.conf import settings
@@ -23,12 +24,21 @@ from django.conf import settings
 from engine import Message
 from engine.errors import InvalidArgument, MessageTooLarge
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
-from engine.validation import check_envelope, check_headers
+from engine.validation import (
+    check_envelope,
+    check_headers,
+    check_optional_seconds,
+    check_priority,
+    check_seconds,
+)
 from xumpweb.api.jsonbody import read_json
 from xumpweb.runtime import Service
 
 MAX_BATCH = 10_000
-MESSAGE_KEYS = frozenset({"address", "headers", "body", "body_base64", "json", "return_address"})
+MESSAGE_KEYS = frozenset({
+    "address", "headers", "body", "body_base64", "json", "return_address",
+    "ttl", "delay", "not_before", "priority",  # message lifetime (SPEC §8)
+})  # fmt: skip
 BODY_KEYS = ("body", "body_base64", "json")
 # allow_nan=False: a `json` body must be JSON that any reader takes (no NaN, Infinity)
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
@@ -68,7 +78,39 @@ def message_from(data: Any, max_body: int, where: str = "") -> Message:
         raise MessageTooLarge(
             f"{where}message body is {len(body)} bytes; the limit is {max_body} bytes"
         )
+    if (
+        "ttl" in data
+        or "delay" in data
+        or "not_before" in data
+        or "priority" in data
+        or "priority" in headers
+    ):
+        try:
+            ttl, delay, headers = _lifetime(data, headers)
+        except InvalidArgument as error:
+            raise InvalidArgument(f"{where}{error}") from None
+        return Message(address, headers, body, return_address, ttl=ttl, delay=delay)
     return Message(address, headers, body, return_address)
+
+
+def _lifetime(data: dict[str, Any], headers: Any) -> tuple[float | None, float | None, Any]:
+    """A message's ttl, delay (`not_before`, absolute epoch seconds, becomes a delay from
+    now) and headers with `priority` (a field here, a header in the engine): SPEC §8."""
+    ttl = check_optional_seconds("ttl", data.get("ttl"))
+    delay = check_optional_seconds("delay", data.get("delay"))
+    not_before = data.get("not_before")
+    if not_before is not None:
+        if delay is not None:
+            raise InvalidArgument("give delay or not_before, not both")
+        wait = check_seconds("not_before", not_before, maximum=float("inf")) - time.time()
+        # a time past: at once; a time too far ahead is refused like such a delay
+        delay = check_seconds("delay (from not_before)", wait) if wait > 0 else None
+    priority = data.get("priority")
+    if priority is not None:
+        headers = check_headers({**headers, "priority": check_priority(priority)})
+    elif "priority" in headers:
+        check_priority(headers["priority"])
+    return ttl, delay, headers
 
 
 def _body(data: dict[str, Any], where: str) -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Query, Router
 
 from xumpweb.api.auth import allowed, need
 from xumpweb.api.common import call, record
@@ -42,9 +42,35 @@ def queue_create(request: HttpRequest, payload: QueueCreate):
 
 @router.get("/queues/{path:queue}/stats", response={200: dict, **ERRORS}, summary="Queue stats")
 def queue_stats(request: HttpRequest, queue: str):
-    """Counters: published, routed, delivered, confirmed, dropped, dead_lettered, depth."""
+    """Counters: published, routed, delivered, confirmed, dropped, dead_lettered, depth,
+    expired, delivery_limited, scheduled."""
     need(request, queue, "read")
     return call("stats", queue=queue)
+
+
+@router.get(
+    "/queues/{path:queue}/scheduled", response={200: dict, **ERRORS}, summary="Scheduled messages"
+)
+def scheduled(request: HttpRequest, queue: str, count: int = Query(1000, ge=1, le=10_000)):
+    """The messages the queue holds out of routing (SPEC §8), soonest due first, each with
+    its `due` time (epoch seconds): delayed messages (seq null) and redeliveries waiting
+    out their redelivery delay. `total` counts them all."""
+    need(request, queue, "read")
+    return call("scheduled", queue=queue, count=count)
+
+
+@router.delete(
+    "/queues/{path:queue}/scheduled/{mid}",
+    response={200: dict, **ERRORS},
+    summary="Cancel a scheduled message",
+)
+def scheduled_cancel(request: HttpRequest, queue: str, mid: str):
+    """Withdraw a scheduled message (counted as dropped); 404 when it is not scheduled
+    there (already due, or cancelled)."""
+    need(request, queue, "manage")
+    answer = call("cancel", queue=queue, mids=[mid])
+    record(request, "message.cancel", queue, {"mid": mid}, None)
+    return answer
 
 
 @router.get("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Read a queue")
@@ -56,7 +82,9 @@ def queue_get(request: HttpRequest, queue: str):
 
 @router.patch("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Change a queue")
 def queue_update(request: HttpRequest, queue: str, payload: QueueUpdate):
-    """Change limit, history, dead_letter, self_destruct or journal (the fields given)."""
+    """Change limit, history, dead_letter, self_destruct, journal or the lifetime options
+    (max_deliveries, redelivery_delay/_backoff/_delay_max, ttl; not priorities): the
+    fields given."""
     need(request, queue, "manage")
     changes = payload.dict(exclude_unset=True)
     if not changes:

@@ -13,13 +13,20 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
-from engine.validation import MAX_SEQ, MAX_WIRING
+from engine.validation import MAX_PRIORITIES, MAX_SECONDS, MAX_SEQ, MAX_WIRING
 
 HeaderValue = str | int | float | bool
 # the engine's ranges (engine/validation.py), here too so the schema documents them
 Count = Annotated[int, Field(ge=0, le=MAX_WIRING)]
 Credit = Annotated[int, Field(ge=-1, le=MAX_WIRING, description="-1: unlimited")]
 Seq = Annotated[int, Field(ge=1, le=MAX_SEQ)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+# message lifetime (SPEC §8, docs/lifetime.md): the engine checks the same ranges
+MaxDeliveries = Annotated[
+    int, Field(ge=1, le=MAX_WIRING, description="deliveries before dead-letter; null: no limit")
+]
+Backoff = Annotated[float, Field(ge=1, le=1000, allow_inf_nan=False)]
+Priorities = Annotated[int, Field(ge=1, le=MAX_PRIORITIES)]
 
 
 class Strict(Schema):
@@ -44,6 +51,14 @@ class QueueCreate(Strict):
     dead_letter: str | None = None
     self_destruct: bool = False
     journal: bool = Field(True, description="record its events for the archive (pipeline)")
+    max_deliveries: MaxDeliveries | None = None
+    redelivery_delay: Seconds | None = Field(
+        None, description="seconds a rejected/timed-out message waits; null: none"
+    )
+    redelivery_backoff: Backoff = Field(1.0, description="the wait's multiplier per delivery")
+    redelivery_delay_max: Seconds | None = Field(None, description="the wait's cap")
+    ttl: Seconds | None = Field(None, description="seconds before unprocessed messages expire")
+    priorities: Priorities = Field(1, description="priority levels; fixed at creation")
 
 
 class QueueUpdate(Strict):
@@ -52,6 +67,11 @@ class QueueUpdate(Strict):
     dead_letter: str | None = None
     self_destruct: bool | None = None
     journal: bool | None = None
+    max_deliveries: MaxDeliveries | None = None
+    redelivery_delay: Seconds | None = None
+    redelivery_backoff: Backoff | None = None
+    redelivery_delay_max: Seconds | None = None
+    ttl: Seconds | None = None
 
 
 # -- selectors ---------------------------------------------------------------------------
@@ -99,6 +119,14 @@ class PublishIn(Strict):
     body_base64: str | None = Field(None, description="binary body, base64")
     json_: Any = Field(None, alias="json", description="any JSON value, stored as JSON text")
     return_address: str | None = None
+    ttl: Seconds | None = Field(None, description="seconds until it expires unprocessed")
+    delay: Seconds | None = Field(None, description="seconds it is held before routing")
+    not_before: float | None = Field(
+        None, description="epoch seconds it is held until (instead of delay)"
+    )
+    priority: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="the priority header (higher first on a queue with priorities)"
+    )
 
 
 class PublishBatchIn(Strict):

@@ -70,6 +70,8 @@ def message_out(message: Message) -> dict[str, Any]:
         "return_address": _text(message.return_address),
         "timestamp": message.timestamp,
         "destination": message.destination,
+        "ttl": message.ttl,  # message lifetime (SPEC §8)
+        "delay": message.delay,
     }
 
 

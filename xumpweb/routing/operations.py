@@ -39,6 +39,13 @@ def queue_json(engine: Engine, info: QueueInfo) -> dict[str, Any]:
         "dead_letter": info.dead_letter,
         "self_destruct": info.self_destruct,
         "journal": info.journal,
+        "max_deliveries": info.max_deliveries,
+        "redelivery_delay": info.redelivery_delay,
+        "redelivery_backoff": info.redelivery_backoff,
+        "redelivery_delay_max": info.redelivery_delay_max,
+        "ttl": info.ttl,
+        "priorities": info.priorities,
+        "scheduled": info.scheduled,
         "stats": stats,
     }
 
@@ -356,6 +363,33 @@ def tick(engine: Engine, now: float | None = None) -> Answer:
     return {"delivered": len(deliveries)}, deliveries
 
 
+def scheduled(engine: Engine, queue: str, count: int = 1000) -> Answer:
+    """The messages `queue` holds out of routing, soonest due first, each with its `due`
+    time: delayed messages (seq null) and redeliveries waiting out their delay."""
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000:
+        raise InvalidArgument(f"count must be from 1 to 10000, not {count!r}")
+    found = engine.scheduled_due(queue)
+    return {
+        "total": len(found),
+        "messages": [{**message_out(m), "due": due} for due, m in found[:count]],
+    }, NONE
+
+
+def cancel(engine: Engine, queue: str, mids: list[str]) -> Answer:
+    """Withdraw scheduled messages of `queue` by mid, all or nothing: NotFound (nothing
+    cancelled) when one of them is not scheduled there."""
+    if not isinstance(mids, list) or not mids or not all(isinstance(m, str) for m in mids):
+        raise InvalidArgument("mids must be a non-empty list of message ids")
+    waiting = {m.mid for m in engine.scheduled(queue)}
+    missing = [mid for mid in mids if mid not in waiting]
+    if missing:
+        raise NotFound(f"message {missing[0]!r} is not scheduled in queue {queue!r}")
+    deliveries = []
+    for mid in dict.fromkeys(mids):
+        deliveries.extend(engine.cancel(queue, mid))
+    return {"cancelled": len(dict.fromkeys(mids))}, deliveries
+
+
 def trim(engine: Engine) -> Answer:
     """Hold every queue's history to its setting (history is trimmed as it grows; this
     catches up after a setting was lowered elsewhere)."""
@@ -498,7 +532,7 @@ CALLS = {
         "selectors", "selector_get", "selector_create", "selector_update", "selector_delete",
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
-        "dead_letter_send", "definitions_apply", "messages_operate",
+        "dead_letter_send", "definitions_apply", "messages_operate", "scheduled", "cancel",
     }
 }  # fmt: skip
 

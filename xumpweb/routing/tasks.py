@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 
 import redis
 from celery import shared_task
@@ -70,15 +71,19 @@ def route(store: str) -> int:
 
 @shared_task(ignore_result=True)
 def tick() -> None:
-    """Schedule a router when commands wait, or deliveries are outstanding (their timeout
-    must be watched), and none is routing."""
+    """Schedule a router when commands wait, deliveries are outstanding (their timeout
+    must be watched), or a scheduled message is due (or expires) soon (SPEC §8), and none
+    is routing."""
     service = runtime.service()
     keys = runtime.keys(service.store)
     pipe = service.redis.pipeline()
     waiting, leased, kicked = pipe.llen(keys["inbox"]).exists(keys["lease"]).exists(
         keys["kicked"]).execute()  # fmt: skip
-    outstanding = sum(q["outstanding"] for q in service.snapshot()["queues"])
-    if (waiting or outstanding) and not leased:
+    snapshot = service.snapshot()
+    outstanding = sum(q["outstanding"] for q in snapshot["queues"])
+    due = snapshot.get("next_due")
+    due_soon = due is not None and due <= time.time() + runtime.SCHEDULED_HORIZON
+    if (waiting or outstanding or due_soon) and not leased:
         if kicked:
             service.redis.delete(keys["kicked"])  # left by a router that died
         service.kick()

@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import F
 
 from engine.catalog import QueueSpec, SelectorSpec, StoreSpec
+from engine.core import LIFETIME_OPTIONS  # kept as Queue columns of the same names
 from xumpweb.wiring import models
 
 
@@ -46,6 +47,7 @@ class DjangoCatalog:
                 "dead_letter": spec.dead_letter,
                 "self_destruct": spec.self_destruct,
                 "journal": spec.journal,
+                **{option: getattr(spec, option) for option in LIFETIME_OPTIONS},
             },
         )
 
@@ -91,6 +93,7 @@ def queue_spec(row: models.Queue) -> QueueSpec:
         dead_letter=row.dead_letter or None,
         self_destruct=row.self_destruct,
         journal=row.journal,
+        **{option: getattr(row, option) for option in LIFETIME_OPTIONS},
     )
 
 

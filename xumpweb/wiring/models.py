@@ -42,6 +42,21 @@ class Queue(models.Model):
     journal = models.BooleanField(
         default=True, help_text="record its events in the journal the archive exports"
     )
+    # message lifetime (SPEC §8, docs/lifetime.md); the engine validates them
+    max_deliveries = models.PositiveIntegerField(
+        null=True, blank=True, help_text="empty: no limit; else dead-lettered past it"
+    )
+    redelivery_delay = models.FloatField(
+        null=True, blank=True, help_text="seconds a retried message waits; empty: none"
+    )
+    redelivery_backoff = models.FloatField(default=1.0, help_text="the wait's multiplier")
+    redelivery_delay_max = models.FloatField(
+        null=True, blank=True, help_text="the wait's cap in seconds; empty: none"
+    )
+    ttl = models.FloatField(null=True, blank=True, help_text="seconds; empty: never expire")
+    priorities = models.PositiveSmallIntegerField(
+        default=1, help_text="priority levels 1-10, fixed at creation"
+    )
     last_selector_id = models.PositiveIntegerField(default=0, editable=False)
     created = models.DateTimeField(auto_now_add=True)
     changed = models.DateTimeField(auto_now=True)
