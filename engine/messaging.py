@@ -375,9 +375,10 @@ class Messaging(Routing):
         """Make every time-based transition due at `now` (default: the wall clock): delayed
         messages and redeliveries whose wait is over enter their queues (and are routed),
         unprocessed messages past their ttl are dead-lettered (`x-reason: expired`) or
-        dropped. The engine has no clock of its own: the service calls this about once a
-        second; tests call it with explicit times. The engine's time never runs behind the
-        latest `now` given. Returns the Deliveries caused."""
+        dropped. The engine has no clock of its own: the service's router calls this when
+        `next_due()` has come (it looks every 50 ms); tests call it with explicit times.
+        The engine's time never runs behind the latest `now` given. Returns the Deliveries
+        caused."""
         if now is None:
             now = time.time()
         elif not isinstance(now, int | float) or isinstance(now, bool) or now != now:

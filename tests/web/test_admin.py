@@ -256,3 +256,35 @@ def test_wiring_numbers_out_of_range_are_form_errors_and_change_nothing(browser,
         assert errors(answer)
         with pytest.raises(NotFound):
             relay.call("queue_get", name=router)
+
+
+def test_the_queue_form_sets_the_lifetime_options_and_refuses_bad_ones(browser, relay):
+    name = unique()
+    answer = submit(browser, "/admin/wiring/queue/add/", {
+        "name": name, "history": "0", "max_deliveries": "3", "redelivery_delay": "0.5",
+        "redelivery_backoff": "2", "redelivery_delay_max": "4", "ttl": "60",
+        "priorities": "5", "_save": "Save"})  # fmt: skip
+    assert answer.status_code == 302, errors(answer)
+    queue = relay.call("queue_get", name=name)
+    assert (queue["max_deliveries"], queue["redelivery_delay"], queue["redelivery_backoff"],
+            queue["redelivery_delay_max"], queue["ttl"], queue["priorities"]) == (
+        3, 0.5, 2.0, 4.0, 60.0, 5)  # fmt: skip
+    path = f"/admin/wiring/queue/{row_id(browser, 'queue', name)}/change/"
+    kept = {
+        "history": "0",
+        "max_deliveries": "3",
+        "redelivery_delay": "0.5",
+        "redelivery_backoff": "2",
+        "redelivery_delay_max": "4",
+        "ttl": "",
+        "_save": "Save",
+    }
+    answer = submit(browser, path, kept)
+    assert answer.status_code == 302, errors(answer)
+    assert relay.call("queue_get", name=name)["ttl"] is None
+    for bad in ({"max_deliveries": "0"}, {"redelivery_delay": "5", "redelivery_delay_max": "1"},
+                {"ttl": "-1"}, {"redelivery_backoff": "0.5"}):  # fmt: skip
+        answer = submit(browser, path, {**kept, **bad})
+        assert answer.status_code == 200 and errors(answer), bad
+    queue = relay.call("queue_get", name=name)
+    assert (queue["max_deliveries"], queue["redelivery_delay_max"], queue["ttl"]) == (3, 4.0, None)

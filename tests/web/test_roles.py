@@ -196,6 +196,12 @@ def console_cases(w: World) -> list[Case]:
         Case("selector_delete", "POST", same(f"/queues/{ORDERS}/selectors/1/delete/"), A,
              lambda r: {}, send_when_allowed=False),
         Case("queue_history", "GET", same(f"/queues/{ORDERS}/history/"), ALL),
+        Case("queue_scheduled", "GET", same(f"/queues/{ORDERS}/scheduled/"), ALL),
+        # nothing scheduled there: the cancel is refused with a message (a redirect)
+        Case("scheduled_cancel", "POST", lambda r: f"/queues/{own(r)}/scheduled/cancel/",
+             O | A, lambda r: {"one": "none"}),
+        Case("scheduled_cancel", "POST", same(f"/queues/{ORDERS}/scheduled/cancel/"), A,
+             lambda r: {"one": "none"}),
         Case("queue_settings", "POST", lambda r: f"/queues/{own(r)}/settings/", O | A,
              lambda r: {"history": "7"}),
         Case("queue_settings", "POST", same(f"/queues/{ORDERS}/settings/"), A,

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from engine.validation import MAX_SEQ, MAX_WIRING
+from engine.validation import MAX_PRIORITIES, MAX_SECONDS, MAX_SEQ, MAX_WIRING
 from xumpweb.console.common import parse_header_lines
 from xumpweb.wiring.models import ApiToken
 
@@ -58,15 +58,44 @@ class QueueSettingsForm(Form):
     journal = forms.BooleanField(
         required=False, initial=True, help_text="record its events for the archive (Analytics)"
     )
+    # message lifetime (SPEC §8, docs/lifetime.md); the engine checks them together
+    max_deliveries = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_WIRING,
+        help_text="deliveries before a message is dead-lettered (delivery-limit); empty: no limit",
+    )  # fmt: skip
+    redelivery_delay = forms.FloatField(
+        required=False, min_value=0, max_value=MAX_SECONDS,
+        help_text="seconds a rejected or timed-out message waits; empty: none",
+    )  # fmt: skip
+    redelivery_backoff = forms.FloatField(
+        required=False, min_value=1, max_value=1000, initial=1.0,
+        help_text="the wait's multiplier per delivery (1: constant)",
+    )  # fmt: skip
+    redelivery_delay_max = forms.FloatField(
+        required=False, min_value=0, max_value=MAX_SECONDS,
+        help_text="the wait's cap in seconds; empty: none",
+    )  # fmt: skip
+    ttl = forms.FloatField(
+        required=False, min_value=0, max_value=MAX_SECONDS,
+        help_text="seconds before an unprocessed message expires; empty: never",
+    )  # fmt: skip
 
     def engine_settings(self) -> dict[str, Any]:
         data = dict(self.cleaned_data)
         data["dead_letter"] = data.get("dead_letter") or None
+        if data.get("redelivery_backoff") is None:
+            data["redelivery_backoff"] = 1.0
+        if "priorities" in data and data["priorities"] is None:
+            data["priorities"] = 1
         return data
 
 
 class QueueCreateForm(QueueSettingsForm):
     name = forms.CharField(max_length=200)
+    priorities = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_PRIORITIES, initial=1,
+        help_text="priority levels (header priority, highest first); fixed at creation",
+    )  # fmt: skip
     field_order = ["name", "limit", "history", "dead_letter", "self_destruct", "journal"]
 
 

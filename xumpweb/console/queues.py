@@ -1,5 +1,6 @@
 """The queue page: settings, selectors in routing order, the history browser, message
-detail, publishing a test message and purging."""
+detail, publishing a test message and purging; its Scheduled tab (delayed messages and
+redeliveries waiting out their delay, SPEC §8) with cancelling."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from xumpweb.console.common import (
     has_operation,
     shown,
     to_message,
+    when,
 )
 from xumpweb.console.forms import PublishForm, QueueSettingsForm
 from xumpweb.runtime import service
@@ -41,10 +43,14 @@ def fetch_queue(name: str) -> dict[str, Any]:
         raise Http404(str(error)) from None
 
 
+SETTINGS = (
+    "limit", "history", "dead_letter", "self_destruct", "journal", "max_deliveries",
+    "redelivery_delay", "redelivery_backoff", "redelivery_delay_max", "ttl",
+)  # fmt: skip
+
+
 def settings_initial(queue: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: queue.get(k) for k in ("limit", "history", "dead_letter", "self_destruct", "journal")
-    }
+    return {k: queue.get(k) for k in SETTINGS}
 
 
 @requires("read", queue="name")
@@ -279,6 +285,12 @@ def find_message(name: str, seq: int) -> tuple[dict[str, Any], str]:
     raise Http404(f"queue {name!r} holds no message {seq}")
 
 
+def expires(message: dict[str, Any]) -> str:
+    """When a message with a ttl expires unprocessed (UTC), else ""."""
+    ttl, timestamp = message.get("ttl"), message.get("timestamp")
+    return when(timestamp + ttl) if ttl is not None and timestamp is not None else ""
+
+
 @requires("read", queue="name")
 def message_detail(request: HttpRequest, name: str, seq: int) -> HttpResponse:
     try:
@@ -291,7 +303,11 @@ def message_detail(request: HttpRequest, name: str, seq: int) -> HttpResponse:
         view = "text"
     context = {
         "queue": {"name": name},
-        "message": shown(message),
+        "message": {
+            **shown(message),
+            "expires": expires(message),
+            "priority": (message.get("headers") or {}).get("priority"),
+        },
         "section": section,
         "bodies": bodies,
         "view": view,
@@ -319,6 +335,44 @@ def purge(request: HttpRequest, name: str) -> HttpResponse:
             messages.success(request, f"Purged {answer.get('purged', 0)} waiting messages.")
         return redirect("console:queue", name=name)
     return render(request, "console/confirm_purge.html", {"queue": queue})
+
+
+SCHEDULED_SHOWN = 1000
+
+
+@requires("read", queue="name")
+def scheduled(request: HttpRequest, name: str) -> HttpResponse:
+    """The Scheduled tab: what the queue holds out of routing, soonest due first."""
+    queue = fetch_queue(name)
+    error = ""
+    try:
+        found = call("scheduled", queue=name, count=SCHEDULED_SHOWN)
+    except CallFailed as failure:
+        error, found = str(failure), {"total": 0, "messages": []}
+    rows = [{**shown(m), "due_at": when(m["due"])} for m in found["messages"]]
+    context = {"queue": queue, "rows": rows, "total": found["total"], "error": error}
+    return render(request, "console/scheduled.html", context)
+
+
+@requires("manage-queue", queue="name")
+@require_POST
+def scheduled_cancel(request: HttpRequest, name: str) -> HttpResponse:
+    """Cancel the chosen scheduled messages (one button per row, or the chosen ones): all
+    or nothing, audited."""
+    one = request.POST.get("one")
+    mids = [one] if one else request.POST.getlist("mid")
+    if not mids:
+        messages.error(request, "Choose the scheduled messages to cancel.")
+        return redirect("console:queue_scheduled", name=name)
+    try:
+        answer = call("cancel", queue=name, mids=mids)
+    except CallFailed as error:
+        messages.error(request, f"Nothing cancelled: {error}")
+    else:
+        audit(request, "message.cancel", name, {"mids": mids}, answer)
+        count = answer["cancelled"]
+        messages.success(request, f"Cancelled {count} scheduled message{'s' * (count != 1)}.")
+    return redirect("console:queue_scheduled", name=name)
 
 
 @requires("manage-queue", queue="name")

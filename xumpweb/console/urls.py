@@ -75,6 +75,12 @@ urlpatterns = [
     ),
     path("queues/<queue:name>/selectors/<int:number>/", selectors.selector_edit, name="selector"),
     path("queues/<queue:name>/history/", queues.history, name="queue_history"),
+    path("queues/<queue:name>/scheduled/", queues.scheduled, name="queue_scheduled"),
+    path(
+        "queues/<queue:name>/scheduled/cancel/",
+        queues.scheduled_cancel,
+        name="scheduled_cancel",
+    ),
     path("queues/<queue:name>/settings/", queues.queue_settings, name="queue_settings"),
     path("queues/<queue:name>/publish/", queues.publish, name="queue_publish"),
     path("queues/<queue:name>/purge/", queues.purge, name="queue_purge"),

@@ -24,9 +24,10 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
+from engine.core import LIFETIME_OPTIONS
 from engine.errors import AlreadyExists, InvalidName, InvalidSelector, XumpError
 from engine.filters import compile_filter
-from engine.validation import MAX_WIRING
+from engine.validation import MAX_PRIORITIES, MAX_WIRING
 from xumpweb.runtime import service
 from xumpweb.wiring import admin_roles, audit
 from xumpweb.wiring.models import ApiToken, AuditEvent, Pattern, Queue, Selector, Store
@@ -171,9 +172,19 @@ _snapshot: contextvars.ContextVar[dict[str, dict]] = contextvars.ContextVar("sna
 
 
 class QueueForm(EngineForm):
+    RANGES = {**EngineForm.RANGES, "max_deliveries": (1, MAX_WIRING),
+              "priorities": (1, MAX_PRIORITIES)}  # fmt: skip
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("redelivery_backoff", "priorities"):  # empty: the default
+            if name in self.fields:
+                self.fields[name].required = False
+
     class Meta:
         model = Queue
-        fields = ("name", "limit", "history", "dead_letter", "self_destruct", "journal")
+        fields = ("name", "limit", "history", "dead_letter", "self_destruct", "journal",
+                  *LIFETIME_OPTIONS)  # fmt: skip
 
     def apply(self) -> Any:
         data = self.cleaned_data
@@ -183,10 +194,20 @@ class QueueForm(EngineForm):
             "dead_letter": data.get("dead_letter") or None,
             "self_destruct": bool(data.get("self_destruct")),
             "journal": bool(data.get("journal")),
+            # message lifetime (SPEC §8): the engine checks the values and their ranges
+            **{option: data.get(option) for option in LIFETIME_OPTIONS},
         }
+        if settings["redelivery_backoff"] is None:
+            settings["redelivery_backoff"] = 1.0
+        if settings["priorities"] is None:
+            settings["priorities"] = 1
         if self.instance.pk is None:
             return service().call("queue_create", name=data["name"], **settings)
-        changes = {key: value for key, value in settings.items() if key in self.changed_data}
+        changes = {
+            key: value
+            for key, value in settings.items()
+            if key in self.changed_data and key != "priorities"  # fixed at creation
+        }
         if not changes:
             return None
         return service().call("queue_update", name=self.instance.name, **changes)
@@ -245,8 +266,8 @@ class QueueAdmin(EngineAdmin):
     inlines = [SelectorInline]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        # a queue keeps its name and store; the engine has no rename
-        return ("name", "store", "created", "changed") if obj else ()
+        # a queue keeps its name, store and priority levels; the engine has no rename
+        return ("name", "store", "priorities", "created", "changed") if obj else ()
 
     def changelist_view(self, request, extra_context=None):
         # one look at the router's latest stats for the whole page (no router needed)
