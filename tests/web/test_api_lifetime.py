@@ -237,3 +237,39 @@ def runtime_linger() -> float:
     from xumpweb.runtime import LINGER
 
     return LINGER
+
+
+def test_beats_tick_starts_a_router_before_a_message_beyond_the_horizon_is_due(
+    worker_service,
+) -> None:
+    """A router lets the lease go while the next due time is beyond SCHEDULED_HORIZON; the
+    tick task (beat's, sent by hand here) schedules one again once it comes near."""
+    from celery import Celery
+
+    from xumpweb.runtime import LINGER, SCHEDULED_HORIZON, keys
+
+    store = worker_service.env["XUMP_STORE"]
+    destination = unique("d")
+    relay = RelayClient(worker_service.env["XUMP_REDIS_URL"], store)
+    app = Celery(broker=worker_service.env["XUMP_REDIS_URL"])
+    try:
+        with worker_service.client() as client:
+            queue = create(client)
+            deliver_to(client, queue, destination)
+            delay = SCHEDULED_HORIZON + LINGER + 3  # beyond the horizon once it lingered
+            answer = client.post(f"/api/queues/{queue}/publish",
+                                 json={"body": "much later", "delay": delay})  # fmt: skip
+            sent = time.time()
+            assert answer.status_code == 202, answer.text
+        lease = keys(store)["lease"]
+        assert wait_for(lambda: relay.client.exists(lease)), "no router took the publish"
+        assert wait_for(lambda: not relay.client.exists(lease)), "the router never let go"
+        assert time.time() < sent + delay - SCHEDULED_HORIZON  # it let go: beyond it
+        while time.time() < sent + delay - SCHEDULED_HORIZON + 0.5:
+            time.sleep(0.05)  # until the due time is within the horizon
+        app.send_task("xumpweb.routing.tasks.tick")
+        found = wait_for(lambda: relay.deliveries(destination, count=1, wait=0.2))
+    finally:
+        app.close()
+        relay.close()
+    assert [d.message.mid for d in found] == [answer.json()["mid"]]
