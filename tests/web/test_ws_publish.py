@@ -316,3 +316,25 @@ def test_a_revoked_token_closes_its_publishing_connection(service, xump):
             with pytest.raises(ConnectionClosed):
                 socket.recv(timeout=10)
     assert frame["error"] == "unauthorized" and socket.close_code == 4401
+
+
+def test_a_publish_frame_carries_ttl_delay_and_priority(service, xump):
+    """Message lifetime (SPEC §8) over the WebSocket publish: the HTTP API's fields, the
+    same checks (a bad one publishes nothing)."""
+    queue = unique()
+    with service.client() as client:
+        assert client.post("/api/queues", json={"name": queue, "priorities": 10}).status_code == 201
+        with publisher(service) as socket:
+            send(socket, {"type": "publish", "queue": queue, "id": "bad", "messages": [
+                {"body": "fine"}, {"body": "no", "ttl": -1}]})  # fmt: skip
+            refused = answer(socket)
+            assert refused["type"] == "error" and "messages[1]" in refused["detail"], refused
+            send(socket, {"type": "publish", "queue": queue, "id": "ok", "messages": [
+                {"body": "later", "delay": 3600, "ttl": 7200}, {"body": "urgent", "priority": 9},
+                {"body": "plain"}]})  # fmt: skip
+            [later, urgent, plain] = answer(socket)["mids"]
+        [waiting] = client.get(f"/api/queues/{queue}/scheduled").json()["messages"]
+        assert (waiting["mid"], waiting["delay"], waiting["ttl"]) == (later, 3600.0, 7200.0)
+        shown = client.get(f"/api/queues/{queue}/waiting").json()["messages"]
+    assert [m["mid"] for m in shown] == [urgent, plain]
+    assert shown[0]["headers"] == {"priority": 9}
