@@ -10,7 +10,7 @@ import time
 import pytest
 
 from engine.message import Message
-from tests.browser.conftest import log_in, make_queue, publish, shot_path, unique
+from tests.browser.conftest import axe_scan, log_in, make_queue, publish, shot_path, unique
 from tests.web.test_subscribe import send, subscribe, take
 
 PASSWORD = "lifetime-password-1"
@@ -106,6 +106,7 @@ def test_a_delayed_message_shows_in_the_scheduled_tab_and_is_cancelled_there(ope
     page.get_by_role("heading", name=f"Scheduled in {queue}").wait_for()
     rows = page.locator("#scheduled-table tbody tr")
     assert rows.count() == 2
+    assert axe_scan(page) == []
     first = rows.first.inner_text()
     assert later in first and "customer=7" in first and "delayed" in first
     due = relay.call("scheduled", queue=queue)["messages"][0]["due"]
