@@ -97,15 +97,17 @@ def test_a_poison_message_reaches_the_inspector_under_delivery_limit(operator_pa
 def test_a_delayed_message_shows_in_the_scheduled_tab_and_is_cancelled_there(operator_page, relay):
     page = operator_page
     queue = make_queue(relay, unique("life-s"))
-    [later, keep] = publish(relay, queue,
-                            Message(address="reminder", headers={"customer": 7},
-                                    body=b"call back", delay=3600),
-                            Message(address="other", body=b"stays", delay=7200))  # fmt: skip
+    [later, keep, *more] = publish(relay, queue,
+                                   Message(address="reminder", headers={"customer": 7},
+                                           body=b"call back", delay=3600),
+                                   Message(address="other", body=b"stays", delay=7200),
+                                   Message(body=b"x", delay=8000),
+                                   Message(body=b"y", delay=9000))  # fmt: skip
     page.goto(f"/queues/{queue}/")
-    page.get_by_role("link", name="Scheduled (2)").click()
+    page.get_by_role("link", name="Scheduled (4)").click()
     page.get_by_role("heading", name=f"Scheduled in {queue}").wait_for()
     rows = page.locator("#scheduled-table tbody tr")
-    assert rows.count() == 2
+    assert rows.count() == 4
     assert axe_scan(page) == []
     first = rows.first.inner_text()
     assert later in first and "customer=7" in first and "delayed" in first
@@ -114,9 +116,15 @@ def test_a_delayed_message_shows_in_the_scheduled_tab_and_is_cancelled_there(ope
 
     rows.first.get_by_role("button", name=f"Cancel message {later}").click()
     page.get_by_text("Cancelled 1 scheduled message.").wait_for()
+    assert [m["mid"] for m in relay.call("scheduled", queue=queue)["messages"]] == [keep, *more]
+    assert page.locator("#scheduled-table tbody tr").count() == 3
+    for mid in more:  # many at once
+        page.get_by_label(f"choose message {mid}").check()
+    page.get_by_role("button", name="Cancel the chosen messages").click()
+    page.get_by_text("Cancelled 2 scheduled messages.").wait_for()
     assert [m["mid"] for m in relay.call("scheduled", queue=queue)["messages"]] == [keep]
     assert page.locator("#scheduled-table tbody tr").count() == 1
-    assert relay.call("stats", queue=queue)["dropped"] == 1
+    assert relay.call("stats", queue=queue)["dropped"] == 3
     page.goto("/audit/")
     assert page.get_by_text("message.cancel").count() >= 1
     assert not page.errors
