@@ -137,3 +137,23 @@ def test_a_message_detail_shows_its_priority_and_ttl(page, relay):
     assert page.locator("#message-priority").inner_text() == "9"
     assert page.locator("#message-ttl").inner_text().startswith("600.0 s (expires ")
     assert not page.errors
+
+
+def test_a_queue_created_in_the_console_gets_its_priority_levels(page, relay):
+    queue = unique("life-p")
+    page.goto("/")
+    page.locator("#create-queue summary").click()
+    form = page.locator("#create-queue")
+    form.get_by_label("Name", exact=True).fill(queue)
+    form.get_by_label("Priorities", exact=True).fill("10")
+    form.get_by_label("Ttl", exact=True).fill("30")
+    form.get_by_role("button").last.click()
+    page.get_by_role("heading", name=f"Queue {queue}").wait_for()
+    shown = relay.call("queue_get", name=queue)
+    assert (shown["priorities"], shown["ttl"], shown["max_deliveries"]) == (10, 30.0, None)
+    page.goto("/")
+    page.locator("#create-queue summary").click()
+    levels = form.get_by_label("Priorities", exact=True)
+    levels.fill("11")  # the browser holds the form back: out of the engine's 1-10
+    assert levels.evaluate("field => field.validity.rangeOverflow")
+    assert not page.errors
