@@ -97,5 +97,7 @@ def _frame(raw: bytes | str) -> dict[str, Any]:
             "return_address": message["return_address"],
             "timestamp": message.get("timestamp"),
             "destination": message.get("destination"),
+            "ttl": message.get("ttl"),  # message lifetime (SPEC §8): absent when unset
+            "delay": message.get("delay"),
         },
     }
