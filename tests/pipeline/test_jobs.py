@@ -167,3 +167,27 @@ def test_replay_selection_runs_from_the_command_line(spark, archive, tmp_path, c
     assert replay.main([*argv, "--pattern", "audit.", "--filter", "n < 3"]) == 0
     assert "3 messages selected" in capsys.readouterr().out
     assert replay.main([*argv, "--pattern", "audit.", "--filter", "n <"]) == 2
+
+
+def test_traffic_counts_the_lifetime_reasons_expired_and_delivery_limit(spark, tmp_path):
+    """SPEC 8's dead-letter reasons reach the report like the others: 3 messages expired
+    by their ttl while nobody took them, 2 poison messages stopped at max_deliveries 2."""
+    eng = Engine(journal=True)
+    eng.queue_create("dlq", history=100)
+    eng.selector_create("dlq").when_always().do_delete().enable()
+    eng.queue_create("waiting", dead_letter="dlq")
+    eng.selector_create("waiting").when_always().do_deliver("nobody").set_credit(0).enable()
+    started = time.time()
+    for n in range(3):
+        eng.publish("waiting", Message(address=f"w.{n}", ttl=1))
+    eng.tick(started + 5)
+    eng.queue_create("work", dead_letter="dlq", max_deliveries=2)
+    eng.selector_create("work").when_always().do_deliver("app").enable()
+    deliveries = [d for n in range(2) for d in eng.publish("work", Message(address=f"p.{n}"))]
+    while deliveries:  # reject each until the delivery limit stops it
+        deliveries = [again for d in deliveries for again in eng.reject(d, requeue=True)]
+    export_engine(eng, tmp_path / "archive")
+    summary = traffic.run(str(tmp_path / "archive"), str(tmp_path / "out"))
+    reasons = {q["queue"]: q["dead_letter_reasons"] for q in summary["queues"]}
+    assert reasons["waiting"] == {"expired": 3}
+    assert reasons["work"] == {"delivery-limit": 2}
