@@ -76,3 +76,28 @@ def test_the_preview_counts_what_a_late_selector_takes(service, xump, console, w
     xump.call("selector_create", queue=queue, **settings)
     assert wait_for(lambda: xump.stats(sink)["depth"] == taken)
     assert xump.stats(queue)["history_size"] == 30
+
+
+def test_the_preview_lists_waiting_messages_in_priority_order(service, xump, console):
+    """On a queue with priority levels, the preview shows each message's level and lists
+    the waiting ones in the order the queue will route them (SPEC 8), as the queue then
+    delivers them."""
+    queue, sink = unique(), unique("sink")
+    xump.call("queue_create", name=queue, priorities=10)
+    xump.call("queue_create", name=sink)
+    xump.publish(queue, [{"body": f"p{p}", "headers": {"priority": p}} for p in (1, 9, 3, 12)])
+    assert wait_for(lambda: xump.stats(queue)["depth"] == 4)
+    form = {"when": "always", "operator": "", "pattern": "", "field": "address", "filter": "",
+            "action": "move", "target": sink, "credit": "-1", "start": "current"}  # fmt: skip
+    csrf = HIDDEN.search(console.get(f"/queues/{queue}/selectors/new/").text)[1]
+    answer = console.post(
+        f"/queues/{queue}/selectors/preview/", data={**form, "csrfmiddlewaretoken": csrf}
+    )
+    assert answer.status_code == 200, answer.text
+    assert "10 priority levels" in answer.text
+    rows = re.findall(r'<td class="num">(\d+)</td><td class="mono">', answer.text)
+    assert rows == ["9", "9", "3", "1"]  # 12 is clamped to the top level, then FIFO
+    xump.call("selector_create", queue=queue, when="always", action="move", target=sink,
+              enabled=True)  # fmt: skip
+    assert wait_for(lambda: xump.stats(sink)["depth"] == 4)
+    assert [m["body"] for m in xump.waiting(sink)] == ["p9", "p12", "p3", "p1"]

@@ -174,6 +174,17 @@ def taken_by(settings: dict[str, Any], others: list[dict[str, Any]], message: An
     return matcher(settings)(message)
 
 
+def priority_level(message: dict[str, Any], levels: int) -> int:
+    """The level a queue with `levels` priorities routes this message at (SPEC 8: the
+    `priority` header, missing = 0, out of range clamped)."""
+    value = (message.get("headers") or {}).get("priority", 0)
+    try:
+        level = int(value)
+    except (TypeError, ValueError):
+        level = 0
+    return max(0, min(levels - 1, level))
+
+
 @requires("read", queue="name")
 @require_POST
 def preview(request: HttpRequest, name: str) -> HttpResponse:
@@ -190,6 +201,7 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
         recent = call("browse", queue=name, start="latest", count=PREVIEW)
         waiting = call("peek", queue=name, count=PREVIEW)
         others = call("selectors", queue=name)
+        levels = call("queue_get", name=name).get("priorities") or 1
     except CallFailed as error:
         context["error"] = str(error)
         return render(request, "console/partials/preview.html", context)
@@ -210,7 +222,12 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
     waiting_seqs = {m["seq"] for m in waiting}
     for message in taken:
         message["waiting"] = message["seq"] in waiting_seqs
+        message["priority"] = priority_level(message, levels)
+    if levels > 1:  # waiting messages first, in the order the queue will route them
+        taken.sort(key=lambda m: (not m["waiting"], -m["priority"] if m["waiting"] else 0,
+                                  m["seq"] if m["waiting"] else -m["seq"]))  # fmt: skip
     context.update(
+        levels=levels,
         taken=taken,
         examined=len(candidates),
         when=settings["when"],
