@@ -65,13 +65,62 @@
   // it took) so people and tests can wait for it
   var container = document.getElementById("cy");
   var started = performance.now();
-  var layout = cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 12, rankSep: 90, edgeSep: 6,
-    fit: true, padding: 20 });
-  layout.one("layoutstop", function () {
-    container.dataset.layoutMs = Math.round(performance.now() - started);
-    container.dataset.ready = "yes";
-  });
-  layout.run();
+  layOut(cy, container.clientWidth / Math.max(1, container.clientHeight));
+  cy.fit(undefined, 20);
+  container.dataset.layoutMs = Math.round(performance.now() - started);
+  container.dataset.ready = "yes";
+
+  // The layout: each connected part of the wiring left to right with dagre, the parts
+  // packed in rows (biggest first) rather than stacked in one long column, and the queues
+  // that nothing connects in a grid below them, as wide as the parts (or, alone, about as
+  // wide as the screen's shape asks). Everything runs synchronously (no animation).
+  function layOut(cy, aspect) {
+    var GAP = 40;
+    var isolated = cy.nodes().filter(function (n) { return n.degree(false) === 0; });
+    var connected = cy.elements().not(isolated);
+    var parts = [];
+    if (connected.length) {
+      connected.layout({ name: "dagre", rankDir: "LR", nodeSep: 12, rankSep: 90, edgeSep: 6,
+        fit: false }).run();
+      parts = connected.components().sort(function (a, b) { return b.length - a.length; });
+    }
+    var boxes = parts.map(function (part) { return part.boundingBox({ includeLabels: true }); });
+    var area = 0, widest = 0;
+    boxes.forEach(function (b) { area += (b.w + GAP) * (b.h + GAP); widest = Math.max(widest, b.w); });
+    var width = Math.max(widest, Math.sqrt(area * aspect));
+    // shelves: left to right until the row is full, then the next row below
+    var x = 0, y = 0, rowHeight = 0, right = 0;
+    parts.forEach(function (part, i) {
+      var b = boxes[i];
+      if (x > 0 && x + b.w > width) {
+        x = 0;
+        y += rowHeight + GAP;
+        rowHeight = 0;
+      }
+      part.nodes().shift({ x: x - b.x1, y: y - b.y1 });
+      x += b.w + GAP;
+      right = Math.max(right, x - GAP);
+      rowHeight = Math.max(rowHeight, b.h);
+    });
+    if (!isolated.length) return;
+    var top = parts.length ? y + rowHeight + GAP * 2 : 0;
+    var cellW = 0, cellH = 0;
+    isolated.forEach(function (n) {
+      var b = n.boundingBox({ includeLabels: true });
+      cellW = Math.max(cellW, b.w + 16);
+      cellH = Math.max(cellH, b.h + 16);
+    });
+    var cols = parts.length
+      ? Math.max(1, Math.floor(Math.max(right, cellW) / cellW))
+      : Math.max(1, Math.ceil(Math.sqrt(isolated.length * aspect * cellH / cellW)));
+    cols = Math.min(cols, isolated.length);
+    var ordered = isolated.sort(function (a, b) {
+      return a.data("name") < b.data("name") ? -1 : a.data("name") > b.data("name") ? 1 : 0;
+    });
+    ordered.forEach(function (n, i) {
+      n.position({ x: (i % cols) * cellW + cellW / 2, y: top + Math.floor(i / cols) * cellH + cellH / 2 });
+    });
+  }
 
   cy.on("tap", "node", function (event) {
     var url = event.target.data("url");
