@@ -41,6 +41,7 @@
         { values: utcTicks, size: 36 },
         { label: yLabel, size: 60 },
       ],
+      legend: { show: false }, // the caption names the lines; a table here would confuse
       series: [{ value: legendTime, label: "time (UTC)" }].concat(series),
     };
   }
