@@ -15,6 +15,9 @@ time from request to the last byte of:
 * GET /?page=last             the last page, sorted by depth, descending;
 * GET /topology/              the topology page (every queue in the graph's JSON).
 
+Then what the queue page's charts cost in Redis (xumpweb/series.py): writing one sample of
+every queue, reading one queue's hour, and the memory an hour of every queue takes.
+
 Over loopback the time to the last byte is the server's time plus well under a
 millisecond. The issue's target: the dashboard renders in <= 300 ms at 1,000 queues. Also
 timed in this process: xumpweb/live/monitor.py's frame for all queues, and one watching
@@ -69,6 +72,30 @@ def timed(client: httpx.Client, path: str, rounds: int) -> list[float]:
     return found
 
 
+def series_figures(url: str, queues: list[dict]) -> None:
+    """What the charts' samples cost: one sample of every queue (the router's write every
+    10 s) and reading one queue's hour (the chart's fetch)."""
+    import redis
+
+    from xumpweb import series
+
+    prefix = "xump:{console-bench}:series:"
+    with redis.Redis.from_url(url) as client:
+        started = time.perf_counter()
+        for n in range(series.KEEP):
+            series.record(client, prefix, queues, time.time() - (series.KEEP - n) * series.EVERY)
+        write = (time.perf_counter() - started) * 1000 / series.KEEP
+        started = time.perf_counter()
+        found = series.read(client, prefix, queues[0]["name"])
+        read = (time.perf_counter() - started) * 1000
+        memory = client.info("memory")["used_memory"] / 2**20
+    print(
+        f"charts: a sample of {len(queues)} queues written in {write:.1f} ms (every "
+        f"{series.EVERY} s); an hour of one queue ({len(found['time'])} points) read in "
+        f"{read:.1f} ms; Redis holds {memory:.0f} MiB with an hour of every queue"
+    )
+
+
 def report(label: str, times: list[float]) -> float:
     ordered = sorted(times)
     p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
@@ -116,6 +143,7 @@ def main() -> None:
                 report(f"GET {deepest}", timed(client, deepest, options.rounds))
                 report("GET /topology/", timed(client, "/topology/", options.rounds))
                 snapshot = client.get("/dashboard/frame/").json()
+            series_figures(redis_server.url, snapshot["queues"])
         finally:
             if service is not None:
                 service.close()

@@ -521,7 +521,7 @@ class Router:
                      .set(self.keys["snapshot"], json.dumps(found))
                      .set(self.keys["series"], bucket, get=True).execute())  # fmt: skip
         if before is None or before.decode() != bucket:
-            series.record(owner.store.client, self.keys["series"], queues, found["time"])
+            series.record_later(owner.store.client, self.keys["series"], queues, found["time"])
 
 
 def _due_soon(engine: Engine) -> bool:
