@@ -40,7 +40,7 @@ def shown(page) -> list[str]:
     return page.locator("#queue-table tr[data-queue]").evaluate_all(ROWS)
 
 
-def wait_for_frame(frames: list[dict], check, within: float = 15.0) -> dict:
+def wait_for_frame(frames: list[dict], check, within: float = 30.0) -> dict:
     """The first monitor frame received (so far or within `within` s) for which check holds;
     every frame of a view carries only the queues of that view."""
     deadline = time.monotonic() + within
@@ -50,7 +50,9 @@ def wait_for_frame(frames: list[dict], check, within: float = 15.0) -> dict:
             if check(frame):
                 return frame
         seen = len(frames)
-        assert time.monotonic() < deadline, "no such monitor frame came"
+        last = [(f.get("_socket"), f.get("view"), [q["name"] for q in f.get("queues", [])][:3])
+                for f in frames[-3:]]  # fmt: skip
+        assert time.monotonic() < deadline, f"no such monitor frame came; the last: {last}"
         time.sleep(0.05)
 
 
