@@ -40,9 +40,10 @@ def shown(page) -> list[str]:
     return page.locator("#queue-table tr[data-queue]").evaluate_all(ROWS)
 
 
-def wait_for_frame(frames: list[dict], check, within: float = 30.0) -> dict:
+def wait_for_frame(page, frames: list[dict], check, within: float = 30.0) -> dict:
     """The first monitor frame received (so far or within `within` s) for which check holds;
-    every frame of a view carries only the queues of that view."""
+    every frame of a view carries only the queues of that view. Waits in page.wait_for_timeout:
+    Playwright's sync API hands events (received frames) over only inside its own calls."""
     deadline = time.monotonic() + within
     seen = 0
     while True:
@@ -53,7 +54,7 @@ def wait_for_frame(frames: list[dict], check, within: float = 30.0) -> dict:
         last = [(f.get("_socket"), f.get("view"), [q["name"] for q in f.get("queues", [])][:3])
                 for f in frames[-3:]]  # fmt: skip
         assert time.monotonic() < deadline, f"no such monitor frame came; the last: {last}"
-        time.sleep(0.05)
+        page.wait_for_timeout(50)
 
 
 def test_the_dashboard_pages_and_searches_on_the_server_with_frames_for_the_page_only(
@@ -76,15 +77,16 @@ def test_the_dashboard_pages_and_searches_on_the_server_with_frames_for_the_page
     page.on("websocket", watch_socket)
     page.goto(f"/?q={prefix}")
     assert shown(page) == names[:50]
-    # Chromium may hold a new WebSocket back for seconds after earlier tests' sockets to the
-    # same server (seen: 10 s after the topology tests); the rows are served at once
+    # the live feed is open (it told the server which queues the page shows)
     page.locator("#live-state.on").wait_for(timeout=60_000)
     assert "1\u201350 of 60 matching" in page.locator("[data-shown]").inner_text()
     # the page told the server what it shows; frames for that view carry exactly those rows
-    frame = wait_for_frame(frames, lambda f: f.get("view") is not None
+    frame = wait_for_frame(page, frames, lambda f: f.get("view") is not None
                            and [q["name"] for q in f["queues"]] == names[:50])  # fmt: skip
     # totals still count every queue (once the router's snapshot holds the 60)
-    wait_for_frame(frames, lambda f: f.get("view") == frame["view"] and f["totals"]["queues"] >= 60)
+    wait_for_frame(
+        page, frames, lambda f: f.get("view") == frame["view"] and f["totals"]["queues"] >= 60
+    )
     assert sent[-1] == {"type": "watch", "queues": names[:50], "view": frame["view"],
                         "_socket": frame["_socket"]}  # fmt: skip
 
@@ -93,7 +95,7 @@ def test_the_dashboard_pages_and_searches_on_the_server_with_frames_for_the_page
     page.locator("#live-state.on").wait_for(timeout=60_000)
     assert shown(page) == names[50:]
     assert page.get_by_text("page 2 of 2").is_visible()
-    frame = wait_for_frame(frames, lambda f: f.get("view") and f["queues"]
+    frame = wait_for_frame(page, frames, lambda f: f.get("view") and f["queues"]
                            and f["queues"][0]["name"] == names[50])  # fmt: skip
     assert [q["name"] for q in frame["queues"]] == names[50:]
     # live numbers on the page shown
@@ -112,7 +114,7 @@ def test_the_dashboard_pages_and_searches_on_the_server_with_frames_for_the_page
     )
     assert shown(page) == names[50:]
     assert page.locator("nav.pager").count() == 0
-    frame = wait_for_frame(frames, lambda f: f.get("view") and f["queues"]
+    frame = wait_for_frame(page, frames, lambda f: f.get("view") and f["queues"]
                            and f["queues"][0]["name"] == names[50])  # fmt: skip
     assert [q["name"] for q in frame["queues"]] == names[50:]
 
