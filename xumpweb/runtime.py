@@ -56,7 +56,7 @@ from engine.relay import (
     store_failure,
 )
 from engine.stores.redis import RedisStore
-from xumpweb import metrics, redis_health
+from xumpweb import metrics, redis_health, series
 from xumpweb.analytics.journal import append_commands, journal_key
 from xumpweb.routing import operations
 
@@ -82,6 +82,7 @@ def keys(store: str) -> dict[str, str]:
         "kicked": prefix + "kicked",  # a router task is scheduled or running
         "wiring": prefix + "wiring",  # wiring version: bumped on every wiring change
         "snapshot": prefix + "snapshot",  # JSON stats of every queue, from the router
+        "series": prefix + "series:",  # + queue: its samples of the last hour (series.py)
         "lease": prefix + "lease",
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
         "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
@@ -513,7 +514,14 @@ class Router:
             next_due = engine.next_due()
         found = {"time": time.time(), "queues": queues, "recent": list(self._recent),
                  "next_due": next_due}  # fmt: skip
-        owner.store.client.set(self.keys["snapshot"], json.dumps(found))
+        # and the queue page's charts: one sample per series.EVERY s, whichever router (or
+        # Celery task's router) first sees a new period
+        bucket = str(int(found["time"] // series.EVERY))
+        _, before = (owner.store.client.pipeline(transaction=False)
+                     .set(self.keys["snapshot"], json.dumps(found))
+                     .set(self.keys["series"], bucket, get=True).execute())  # fmt: skip
+        if before is None or before.decode() != bucket:
+            series.record_later(owner.store.client, self.keys["series"], queues, found["time"])
 
 
 def _due_soon(engine: Engine) -> bool:

@@ -6,12 +6,35 @@
 // each row's data-* attributes give the rates between two renders. Old news is shown as
 // such (see "is what the page shows still true?" below). Sparklines keep the last
 // two minutes per queue in memory, across re-renders.
+//
+// The table is one page of the queues (paged and searched on the server): whenever the
+// rows it shows change, the page tells /ws/monitor/ with a "watch" frame ({queues, view}),
+// and frames then carry those queues only, tagged with that view, plus totals over all.
 (function () {
   "use strict";
   var KEEP = 240;
   var series = new Map(); // queue name -> [times, published, delivered, confirmed]
   var counters = new Map(); // queue name -> {time, published, delivered, confirmed}
   window.xumpLive = false;
+  var socket = null; // htmx's socket wrapper while /ws/monitor/ is open
+  var view = 0, watched = null; // the last watch frame sent: its number and the names
+
+  function shownNames() {
+    return Array.prototype.map.call(
+      document.querySelectorAll("#queue-table tr[data-queue]"),
+      function (row) { return row.dataset.queue; });
+  }
+
+  // tell the server which queues this page shows (again after the socket reopened)
+  function watch(force) {
+    if (!socket || !document.getElementById("queue-table")) return;
+    var names = shownNames();
+    var key = names.join("\n");
+    if (!force && key === watched) return;
+    watched = key;
+    view += 1;
+    socket.send(JSON.stringify({ type: "watch", queues: names, view: view }));
+  }
 
   function seriesOf(name) {
     var s = series.get(name);
@@ -120,6 +143,7 @@
   // a /ws/monitor/ frame
   function applyFrame(frame) {
     var missing = false, published = 0;
+    var current = frame.view !== undefined && frame.view === view; // cut to the rows shown
     var seen = new Set();
     (frame.queues || []).forEach(function (q) {
       seen.add(q.name);
@@ -127,10 +151,7 @@
       published += rates.published || 0;
       record(q.name, frame.time, rates);
       var row = rowOf(q.name);
-      if (!row) {
-        missing = true;
-        return;
-      }
+      if (!row) return; // not on this page (or a frame from before the last watch)
       ["depth", "history_size", "outstanding"].forEach(function (key) {
         var cell = row.querySelector('[data-field="' + key + '"]');
         if (cell && q[key] !== undefined) cell.textContent = q[key];
@@ -146,18 +167,36 @@
       showRates(row, rates);
     });
     var table = document.getElementById("queue-table");
-    if (table && !table.dataset.filtered) {
+    if (table && current) { // a queue shown is gone: render the page again
       document.querySelectorAll("#queue-table tr[data-queue]").forEach(function (row) {
         if (!seen.has(row.dataset.queue)) missing = true;
       });
     }
-    setTotal("published", fmt(published));
+    var totals = frame.totals;
+    if (table && totals && !table.dataset.filtered) {
+      // totals over every queue; a queue more or fewer than the page knows: render again
+      setTotal("queues", totals.queues);
+      setTotal("depth", totals.depth);
+      setTotal("history_size", totals.history_size);
+      setTotal("outstanding", totals.outstanding);
+      setTotal("dead", totals.dead_letters);
+      var box = document.querySelector('[data-total-box="dead"]');
+      if (box) box.classList.toggle("alert", totals.dead_letters > 0);
+      setTotal("published", fmt(Math.max(totals.published || 0, published)));
+      if (totals.queues > (+table.dataset.queues || 0)) missing = true; // a new queue
+    } else {
+      setTotal("published", fmt(published)); // of the page shown
+      if (!totals) totalsFromRows();
+    }
     if (frame.inbox !== undefined) setTotal("inbox", frame.inbox);
     if (frame.recent) showRecent(frame.recent);
-    totalsFromRows();
     drawAll();
-    if (missing && table && !table.dataset.filtered) htmx.trigger(table, "refresh");
+    if (missing && table && Date.now() - lastRefreshAt > 2000) {
+      lastRefreshAt = Date.now();
+      htmx.trigger(table, "refresh");
+    }
   }
+  var lastRefreshAt = 0;
 
   function showRecent(recent) {
     var list = document.getElementById("recent");
@@ -212,6 +251,7 @@
     });
     if (!window.xumpLive) setTotal("published", fmt(published));
     drawAll();
+    watch(false);
   }
 
   // -- is what the page shows still true? ---------------------------------------------------
@@ -363,9 +403,13 @@
     return elt && elt.id === "queue-table";
   }
 
-  document.addEventListener("htmx:wsOpen", function () { setLive(true); });
-  document.addEventListener("htmx:wsClose", function () { setLive(false); });
-  document.addEventListener("htmx:wsError", function () { setLive(false); });
+  document.addEventListener("htmx:wsOpen", function (event) {
+    socket = event.detail.socketWrapper;
+    watch(true);
+    setLive(true);
+  });
+  document.addEventListener("htmx:wsClose", function () { socket = null; setLive(false); });
+  document.addEventListener("htmx:wsError", function () { socket = null; setLive(false); });
   document.addEventListener("htmx:wsBeforeMessage", function (event) {
     var frame;
     try {

@@ -65,13 +65,120 @@
   // it took) so people and tests can wait for it
   var container = document.getElementById("cy");
   var started = performance.now();
-  var layout = cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 12, rankSep: 90, edgeSep: 6,
-    fit: true, padding: 20 });
-  layout.one("layoutstop", function () {
-    container.dataset.layoutMs = Math.round(performance.now() - started);
-    container.dataset.ready = "yes";
-  });
-  layout.run();
+  layOut(cy, container.clientWidth / Math.max(1, container.clientHeight));
+  cy.fit(undefined, 20);
+  container.dataset.layoutMs = Math.round(performance.now() - started);
+  container.dataset.ready = "yes";
+
+  // The layout: each connected part of the wiring left to right with dagre, the queues
+  // nothing connects in one grid block about the shape of the screen, and the parts and the
+  // block packed in rows (tallest first, shelf by shelf) rather than stacked in one long
+  // column, the rows about as wide as the screen's shape asks. Synchronous (no animation).
+  // A rank dagre made taller than the part needs (a fan-out to 190 queues is one column of
+  // 190) is wrapped into side-by-side columns of at most `most` nodes, in dagre's order; the
+  // ranks after it move right to make room.
+  function wrapRanks(part) {
+    var nodes = part.nodes();
+    var most = Math.max(12, Math.ceil(Math.sqrt(nodes.length * 3)));
+    var ranks = {};
+    nodes.forEach(function (n) {
+      var key = Math.round(n.position("x"));
+      (ranks[key] = ranks[key] || []).push(n);
+    });
+    var keys = Object.keys(ranks).map(Number).sort(function (a, b) { return a - b; });
+    if (!keys.some(function (k) { return ranks[k].length > most; })) return;
+    var middle = part.boundingBox({ includeLabels: false });
+    middle = (middle.y1 + middle.y2) / 2;
+    var shift = 0, height = 0, kept = [];
+    keys.forEach(function (key) {
+      var rank = ranks[key];
+      if (rank.length <= most) {
+        rank.forEach(function (n) { n.position("x", n.position("x") + shift); });
+        kept.push(rank);
+        return;
+      }
+      rank.sort(function (a, b) { return a.position("y") - b.position("y"); });
+      var columnW = 0, rowH = 0;
+      rank.forEach(function (n) {
+        var b = n.boundingBox({ includeLabels: true });
+        columnW = Math.max(columnW, b.w);
+        rowH = Math.max(rowH, b.h);
+      });
+      columnW += 30;
+      rowH += 12;
+      var columns = Math.ceil(rank.length / most);
+      var perColumn = Math.ceil(rank.length / columns);
+      var top = middle - (perColumn * rowH) / 2;
+      rank.forEach(function (n, i) {
+        n.position({ x: key + shift + Math.floor(i / perColumn) * columnW,
+                     y: top + (i % perColumn) * rowH + rowH / 2 });
+      });
+      shift += (columns - 1) * columnW;
+      height = Math.max(height, perColumn * rowH);
+    });
+    // the ranks left as they were spread over the new height, not the old one
+    kept.forEach(function (rank) {
+      var ys = rank.map(function (n) { return n.position("y"); });
+      if (Math.max.apply(null, ys) - Math.min.apply(null, ys) <= height) return;
+      rank.sort(function (a, b) { return a.position("y") - b.position("y"); });
+      rank.forEach(function (n, i) {
+        n.position("y", middle - height / 2 + (i + 0.5) * (height / rank.length));
+      });
+    });
+  }
+
+  function layOut(cy, aspect) {
+    var GAP = 40;
+    var isolated = cy.nodes().filter(function (n) { return n.degree(false) === 0; });
+    var connected = cy.elements().not(isolated);
+    var items = []; // {w, h, place(x, y)}: what is packed
+    if (connected.length) {
+      connected.layout({ name: "dagre", rankDir: "LR", nodeSep: 12, rankSep: 90, edgeSep: 6,
+        fit: false }).run();
+      connected.components().forEach(function (part) {
+        wrapRanks(part);
+        var b = part.boundingBox({ includeLabels: true });
+        items.push({ w: b.w, h: b.h, place: function (x, y) {
+          part.nodes().shift({ x: x - b.x1, y: y - b.y1 });
+        } });
+      });
+    }
+    if (isolated.length) {
+      var cellW = 0, cellH = 0;
+      isolated.forEach(function (n) {
+        var b = n.boundingBox({ includeLabels: true });
+        cellW = Math.max(cellW, b.w + 16);
+        cellH = Math.max(cellH, b.h + 16);
+      });
+      var cols = Math.min(isolated.length,
+        Math.max(1, Math.ceil(Math.sqrt(isolated.length * aspect * cellH / cellW))));
+      var ordered = isolated.sort(function (a, b) {
+        return a.data("name") < b.data("name") ? -1 : a.data("name") > b.data("name") ? 1 : 0;
+      });
+      items.push({ w: cols * cellW, h: Math.ceil(isolated.length / cols) * cellH,
+        place: function (x, y) {
+          ordered.forEach(function (n, i) {
+            n.position({ x: x + (i % cols) * cellW + cellW / 2,
+                         y: y + Math.floor(i / cols) * cellH + cellH / 2 });
+          });
+        } });
+    }
+    var area = 0, widest = 0;
+    items.forEach(function (it) { area += (it.w + GAP) * (it.h + GAP); widest = Math.max(widest, it.w); });
+    var width = Math.max(widest, Math.sqrt(area * aspect));
+    items.sort(function (a, b) { return b.h - a.h; });
+    var x = 0, y = 0, rowHeight = 0;
+    items.forEach(function (it) {
+      if (x > 0 && x + it.w > width) {
+        x = 0;
+        y += rowHeight + GAP;
+        rowHeight = 0;
+      }
+      it.place(x, y);
+      x += it.w + GAP;
+      rowHeight = Math.max(rowHeight, it.h);
+    });
+  }
 
   cy.on("tap", "node", function (event) {
     var url = event.target.data("url");

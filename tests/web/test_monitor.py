@@ -138,6 +138,37 @@ def content(frame: dict) -> list:
     return [frame["queues"], frame["recent"], frame["inbox"], frame["status"]]
 
 
+def test_a_watch_frame_cuts_frames_to_the_queues_a_page_shows(service, xump):
+    """The dashboard shows one page of queues: after it says which, frames carry those
+    queues only (tagged with its view number) and totals over every queue."""
+    shown, hidden = unique(), unique()
+    xump.call("queue_create", name=shown)
+    xump.call("queue_create", name=hidden)
+    with monitor(service) as socket:
+        frame_where(socket, lambda f: queue_in(f, hidden) is not None)  # all, until told
+        send(socket, {"type": "watch", "queues": [shown], "view": 7})
+        frame = frame_where(socket, lambda f: f.get("view") == 7)
+        assert [q["name"] for q in frame["queues"]] == [shown]
+        assert frame["totals"]["queues"] >= 2
+        xump.publish(hidden, ["a", "b", "c"])
+        frame = frame_where(socket, lambda f: f["totals"]["depth"] >= 3)
+        assert [q["name"] for q in frame["queues"]] == [shown]
+        send(socket, {"type": "watch", "queues": "everything"})  # refused, nothing changes
+        refused = frame_where_or_error(socket)
+        assert refused["type"] == "error" and refused["error"] == "invalid_argument"
+        frame = frame_where(socket, lambda f: True)
+        assert [q["name"] for q in frame["queues"]] == [shown] and frame["view"] == 7
+
+
+def frame_where_or_error(socket: ClientConnection, within: float = 15.0) -> dict:
+    """The next error frame (monitor frames and heartbeats before it skipped)."""
+    deadline = time.monotonic() + within
+    while True:
+        frame = receive(socket, timeout=max(0.1, deadline - time.monotonic()))
+        if frame["type"] == "error":
+            return frame
+
+
 def test_only_tokens_that_read_every_queue_may_watch(service):
     for rights in ({"*": ["publish"]}, {"orders": ["manage"]}, {"orders*": ["read"]}):
         with monitor(service, issue_token(service, rights)) as socket:

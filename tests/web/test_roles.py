@@ -202,6 +202,7 @@ def console_cases(w: World) -> list[Case]:
              O | A, lambda r: {"one": "none"}),
         Case("scheduled_cancel", "POST", same(f"/queues/{ORDERS}/scheduled/cancel/"), A,
              lambda r: {"one": "none"}),
+        Case("queue_series", "GET", same(f"/queues/{ORDERS}/series/"), ALL),
         Case("queue_settings", "POST", lambda r: f"/queues/{own(r)}/settings/", O | A,
              lambda r: {"history": "7"}),
         Case("queue_settings", "POST", same(f"/queues/{ORDERS}/settings/"), A,

@@ -1,5 +1,10 @@
 """The dashboard: every queue with its depth, history, outstanding deliveries and rates.
 
+Paged and searched on the server: the page renders PER_PAGE rows of the filtered, sorted
+list (1,000 queues render in well under 300 ms, bench/console_bench.py), and tells the live
+feed which queues it shows (a "watch" frame, xumpweb/live/monitor.py), so frames carry the
+visible page only.
+
 The page renders from the router's snapshot (service().snapshot()). In the browser,
 static/js/console.js opens /ws/monitor/ (htmx's WebSocket extension) and updates the
 numbers and sparklines from its frames; while that socket is not open, htmx polls the rows
@@ -28,6 +33,8 @@ SORTS = {
     "dead": lambda q: q["dead_lettered"],
     "published": lambda q: q["published"],
 }
+PER_PAGE = 50  # rows a page shows unless ?per= asks for another of PER_PAGE_CHOICES
+PER_PAGE_CHOICES = (25, 50, 100, 200)
 
 
 def dead_letter_queues() -> set[str]:
@@ -39,9 +46,15 @@ def dead_letter_queues() -> set[str]:
 
 
 def queue_rows(
-    query: str = "", sort: str = "name", descending: bool = False, reader: Any = None
+    query: str = "",
+    sort: str = "name",
+    descending: bool = False,
+    reader: Any = None,
+    page: int = 1,
+    per_page: int = PER_PAGE,
 ) -> dict[str, Any]:
-    """The dashboard's rows: the queues `reader` (an access.Principal) may read."""
+    """The dashboard's rows: one page of the queues `reader` (an access.Principal) may read,
+    totals over every queue the search matches."""
     by_name, snap = snapshot_by_name()
     if reader is not None:
         by_name = {name: q for name, q in by_name.items() if access.may(reader, "read", name)}
@@ -88,12 +101,31 @@ def queue_rows(
         "inbox": snap.get("inbox", 0),
         "snapshot_age": age(snap.get("time")),
     }
+    pages = max(1, -(-len(rows) // per_page))
+    page = min(max(1, page), pages)
+    start = (page - 1) * per_page
     return {
-        "rows": rows,
+        "rows": rows[start : start + per_page],
         "totals": totals,
+        "paging": {
+            "page": page,
+            "pages": pages,
+            "per": per_page,
+            "first": start + 1 if rows else 0,
+            "last": min(start + per_page, len(rows)),
+            "previous": page - 1 if page > 1 else None,
+            "next": page + 1 if page < pages else None,
+        },
         "snapshot_time": snap.get("time") or 0,
         "recent": list(reversed(snap.get("recent") or []))[:15],
     }
+
+
+def _whole(text: str | None, default: int) -> int:
+    """A page number from the query string; anything not a small whole number is `default`."""
+    if text is None or not text.isdigit() or len(text) > 6:
+        return default
+    return int(text)
 
 
 def _listing(request: HttpRequest) -> dict[str, Any]:
@@ -102,8 +134,13 @@ def _listing(request: HttpRequest) -> dict[str, Any]:
     if sort not in SORTS:
         sort = "name"
     descending = request.GET.get("dir") == "desc"
-    context = queue_rows(query, sort, descending, access.for_request(request))
+    page = _whole(request.GET.get("page"), 1)
+    per_page = _whole(request.GET.get("per"), PER_PAGE)
+    if per_page not in PER_PAGE_CHOICES:
+        per_page = PER_PAGE
+    context = queue_rows(query, sort, descending, access.for_request(request), page, per_page)
     context.update(q=query, sort=sort, dir="desc" if descending else "asc")
+    context["per_choices"] = PER_PAGE_CHOICES
     context["sorts"] = [(key, key.replace("_", " ")) for key in SORTS]
     return context
 

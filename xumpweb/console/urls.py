@@ -15,6 +15,7 @@ from django.urls import path, register_converter
 from xumpweb.console import (
     accounts,
     assets,
+    charts,
     dashboard,
     deadletters,
     definitions,
@@ -87,6 +88,7 @@ urlpatterns = [
     path("queues/<queue:name>/operate/", operations.queue_operate, name="queue_operate"),
     path("queues/<queue:name>/delete/", queues.queue_delete, name="queue_delete"),
     path("queues/<queue:name>/messages/<int:seq>/", queues.message_detail, name="message"),
+    path("queues/<queue:name>/series/", charts.queue_series, name="queue_series"),
     path("queues/<queue:name>/", queues.queue_page, name="queue"),
     path("check/filter/", selectors.validate_filter, name="check_filter"),
     path("check/pattern/", selectors.validate_pattern, name="check_pattern"),

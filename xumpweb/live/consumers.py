@@ -630,6 +630,7 @@ class MonitorConsumer(LiveSocket):
     """/ws/monitor/: the console's live feed (xumpweb/live/monitor.py makes the frames)."""
 
     kind = "monitor"
+    frames = {"watch": "watch_frame"}
 
     def allows(self, principal: access.Principal) -> bool:
         return access.may(principal, "read-all")
@@ -645,6 +646,21 @@ class MonitorConsumer(LiveSocket):
         while not self.closed:
             text = await self.feed.get()
             await self.send_text(text)
+
+    async def watch_frame(self, frame: dict[str, Any]) -> None:
+        """Frames carry only these queues from now on (the dashboard's visible page)."""
+        names = frame.get("queues")
+        if (
+            not isinstance(names, list)
+            or len(names) > monitor.MAX_WATCH
+            or not all(isinstance(name, str) for name in names)
+        ):
+            raise FrameError(
+                "invalid_argument", f"queues must be a list of at most {monitor.MAX_WATCH} names"
+            )
+        view = _whole(frame, "view", 0, 2**31, None)
+        self.feed.watch(names, view)
+        monitor.hub().again(self.feed)
 
     async def stop(self) -> None:
         if self.authorized:

@@ -13,10 +13,16 @@ When the snapshot cannot be read (Redis away) the hub does not fall silent: it p
 frame whose status says Redis is down, why, and since when, and no queues (the page keeps
 the numbers it has and marks them stale).
 
+A connection may say which queues it shows ({"type": "watch", "queues": [names], "view": n},
+the dashboard's visible page): its frames then carry those queues only, with "view": n, and
+"totals" over every queue still (count, depth, history, outstanding, dead letters, the sum
+of publish rates). Without a watch frame a connection gets every queue (the topology page).
+
 Frame: {"type": "monitor", "time": push time, "snapshot_time": the router's time or null,
 "status": {"redis": {"ok", "detail"?, "since"?}, "routing": {"ok", "detail"?}},
 "queues": [{name, depth, history_size, outstanding, dead_letter, limit, counters: {...},
-rates: {published, delivered, confirmed}}], "recent": [...], "inbox": n}; while Redis is
+rates: {published, delivered, confirmed}}], "totals": {...}, "recent": [...], "inbox": n,
+"view"?: n}; while Redis is
 down: {"type": "monitor", "time", "snapshot_time": the last one read, "status"} only.
 """
 
@@ -40,6 +46,8 @@ ROUTER_LATE = 3.0  # a snapshot this old (the router writes one every 0.5 s): ro
 RATES = ("published", "delivered", "confirmed")
 COUNTERS = ("published", "routed", "delivered", "confirmed", "rejected", "dead_lettered",
             "dropped", "expired")  # fmt: skip
+
+MAX_WATCH = 1000  # queues one watch frame may name
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -94,6 +102,17 @@ def frame(snapshot: dict[str, Any], rates: dict[str, dict[str, float]], now: flo
             "counters": {key: stats.get(key, 0) for key in COUNTERS},
             "rates": rates.get(queue["name"], dict.fromkeys(RATES, 0.0)),
         })  # fmt: skip
+    dead = {q["dead_letter"] for q in queues if q["dead_letter"]}
+    totals = {
+        "queues": len(queues),
+        "depth": sum(q["depth"] for q in queues),
+        "history_size": sum(q["history_size"] for q in queues),
+        "outstanding": sum(q["outstanding"] for q in queues),
+        "dead_letters": sum(
+            q["depth"] for q in queues if q["name"] in dead or q["name"].startswith("$")
+        ),
+        "published": round(sum(q["rates"].get("published", 0.0) for q in queues), 1),
+    }
     taken = snapshot.get("time")
     if taken is None or now - taken < ROUTER_LATE:
         routing: dict[str, Any] = {"ok": True}
@@ -106,6 +125,7 @@ def frame(snapshot: dict[str, Any], rates: dict[str, dict[str, float]], now: flo
         "snapshot_time": taken,
         "status": {"redis": {"ok": True}, "routing": routing},
         "queues": queues,
+        "totals": totals,
         "recent": snapshot.get("recent", []),
         "inbox": snapshot.get("inbox", 0),
     }
@@ -124,40 +144,71 @@ def down_frame(detail: str, since: float, snapshot_time: float | None, now: floa
     }
 
 
+class Feed:
+    """One connection's frames: the newest unsent one only, cut to the queues it watches."""
+
+    def __init__(self) -> None:
+        self.pending: asyncio.Queue = asyncio.Queue(maxsize=1)
+        self.names: frozenset[str] | None = None  # None: every queue
+        self.view: int | None = None
+
+    def put(self, offered: tuple[dict[str, Any], str]) -> None:
+        if self.pending.full():
+            self.pending.get_nowait()
+        self.pending.put_nowait(offered)
+
+    def watch(self, names: list[str], view: int | None) -> None:
+        self.names, self.view = frozenset(names), view
+
+    async def get(self) -> str:
+        """The next frame's text for this connection (waits for one)."""
+        made, text = await self.pending.get()
+        if self.names is None or "queues" not in made:
+            return text
+        names = self.names
+        cut = dict(made, queues=[q for q in made["queues"] if q["name"] in names])
+        if self.view is not None:
+            cut["view"] = self.view
+        return _encode(cut)
+
+
 class MonitorHub:
     """Reads the snapshot while anybody watches and hands frames to every watcher."""
 
     def __init__(self, read: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         self.read = read
         self.loop = asyncio.get_running_loop()
-        self.watchers: set[asyncio.Queue] = set()
-        self.latest: str | None = None
+        self.watchers: set[Feed] = set()
+        self.latest: tuple[dict[str, Any], str] | None = None
         self.task: asyncio.Task | None = None
         self.meter = RateMeter()
 
-    def join(self) -> asyncio.Queue:
+    def join(self) -> Feed:
         """A feed of frames for one connection (it holds the newest unsent frame only)."""
-        feed: asyncio.Queue = asyncio.Queue(maxsize=1)
+        feed = Feed()
         if self.latest is not None:
-            feed.put_nowait(self.latest)
+            feed.put(self.latest)
         self.watchers.add(feed)
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._run())
         return feed
 
-    def leave(self, feed: asyncio.Queue) -> None:
+    def again(self, feed: Feed) -> None:
+        """Offer `feed` the newest frame again (it now watches other queues)."""
+        if self.latest is not None:
+            feed.put(self.latest)
+
+    def leave(self, feed: Feed) -> None:
         self.watchers.discard(feed)
         if not self.watchers and self.task is not None:
             self.task.cancel()
             self.task = None
             self.latest = None
 
-    def _offer(self, text: str) -> None:
-        self.latest = text
+    def _offer(self, made: dict[str, Any]) -> None:
+        self.latest = (made, _encode(made))
         for feed in self.watchers:
-            if feed.full():
-                feed.get_nowait()
-            feed.put_nowait(text)
+            feed.put(self.latest)
 
     async def _run(self) -> None:
         last_content: str | None = None
@@ -183,7 +234,7 @@ class MonitorHub:
                                    made["status"]])  # fmt: skip
             if content != last_content or started - last_push >= QUIET_EVERY:
                 last_content, last_push = content, started
-                self._offer(_encode(made))
+                self._offer(made)
             await asyncio.sleep(max(0.0, EVERY - (time.monotonic() - started)))
 
 
