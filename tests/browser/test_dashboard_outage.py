@@ -13,8 +13,7 @@ import signal
 import pytest
 
 from tests.browser.conftest import log_in, shot_path
-from tests.conftest import RedisServer
-from tests.web.conftest import start_service
+from tests.web.conftest import service_with_own_redis
 
 SINCE = re.compile(r"since \d\d:\d\d:\d\d UTC")
 
@@ -22,14 +21,7 @@ SINCE = re.compile(r"since \d\d:\d\d:\d\d UTC")
 @pytest.fixture
 def lonely(tmp_path):
     """A service with a redis-server of its own, both of which the test may stop."""
-    (tmp_path / "redis").mkdir()
-    (tmp_path / "service").mkdir()
-    redis_server = RedisServer(tmp_path / "redis")
-    redis_server.start()
-    running = start_service(redis_server.url, tmp_path / "service", "inline")
-    yield running, redis_server
-    running.close()
-    redis_server.stop()
+    yield from service_with_own_redis(tmp_path)
 
 
 def test_the_dashboard_shows_redis_down_then_back_then_the_server_gone(browser, lonely, request):

@@ -13,26 +13,9 @@ import time
 
 from engine.message import Message
 from tests.browser.conftest import make_queue, publish, unique
+from tests.browser.test_queue_page import history_queue, seqs_shown
 
 WIDTH = 1400  # the page fixture's viewport
-
-
-def seqs_shown(page) -> list[int]:
-    return [int(t) for t in page.locator("#history tbody td.num a").all_inner_texts()]
-
-
-def history_queue(relay, count: int) -> str:
-    """A queue whose `count` messages (header n = 1..count, priority n % 10) all went to
-    history (an enabled COPY takes each)."""
-    queue = make_queue(relay, history=1000)
-    sink = make_queue(relay)
-    relay.call("selector_create", queue=queue, when="always", action="copy", target=sink,
-               enabled=True)  # fmt: skip
-    publish(relay, queue, *[
-        Message(address=f"order.{n}", headers={"n": n, "priority": n % 10}, body=b"body %d" % n)
-        for n in range(1, count + 1)
-    ])  # fmt: skip
-    return queue
 
 
 def history_shows(page, first_seq: int) -> None:

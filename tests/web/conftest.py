@@ -14,13 +14,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -146,6 +147,19 @@ def worker_service(redis_server, tmp_path_factory):
     running.start_worker()
     yield running
     running.close()
+
+
+def service_with_own_redis(directory: Path) -> Iterator[tuple[Service, RedisServer]]:
+    """The service on a redis-server of its own, both of which a test may stop or kill
+    (a generator for fixtures: `yield from service_with_own_redis(tmp_path)`)."""
+    (directory / "redis").mkdir()
+    (directory / "service").mkdir()
+    redis_server = RedisServer(directory / "redis")
+    redis_server.start()
+    running = start_service(redis_server.url, directory / "service", "inline")
+    yield running, redis_server
+    running.close()
+    redis_server.stop()
 
 
 def unique(prefix: str = "q") -> str:

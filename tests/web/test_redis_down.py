@@ -10,21 +10,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import RedisServer
-from tests.web.conftest import start_service, unique
+from tests.web.conftest import service_with_own_redis, unique
 
 
 @pytest.fixture
 def lonely(tmp_path):
     """A service with a redis-server of its own, which the test may kill."""
-    (tmp_path / "redis").mkdir()
-    (tmp_path / "service").mkdir()
-    redis_server = RedisServer(tmp_path / "redis")
-    redis_server.start()
-    running = start_service(redis_server.url, tmp_path / "service", "inline")
-    yield running, redis_server
-    running.close()
-    redis_server.stop()
+    yield from service_with_own_redis(tmp_path)
 
 
 def test_the_api_answers_503_while_redis_is_down_and_recovers(lonely) -> None:
