@@ -42,7 +42,7 @@ class Wiring:
     updated_selectors: tuple[tuple[str, int], ...] = ()
 
 
-class _Building:
+class Building:
     """What a helper made so far, to take down if a later step fails."""
 
     def __init__(self, eng: Engine) -> None:
@@ -80,10 +80,10 @@ def wolfpack(eng: Engine, service: str, worker: str, credit: int = 1) -> Wiring:
     check_name("worker", worker)
     check_count("credit", credit, minimum=-1, maximum=MAX_WIRING)
     private = check_name("worker queue", f"{service}:{worker}")
-    building = _Building(eng)
+    building = Building(eng)
     try:
-        _ensure_queue(building, service)
-        _ensure_queue(building, private)
+        ensure_queue(building, service)
+        ensure_queue(building, private)
         deliveries: list[Delivery] = []
         deliver = _ensure_selector(building, private, "always", None, "deliver", worker, deliveries)
         move = _ensure_selector(
@@ -99,10 +99,10 @@ def _fan_in(eng: Engine, router: str, name: str, match: tuple[str, str, str]) ->
     check_name("router queue", router)
     check_pattern(match[0], match[1])
     private = check_name("private queue", f"{router}:{name}")
-    building = _Building(eng)
+    building = Building(eng)
     try:
-        _ensure_queue(building, router)
-        _ensure_queue(building, private)
+        ensure_queue(building, router)
+        ensure_queue(building, private)
         deliveries: list[Delivery] = []
         deliver = _ensure_selector(building, private, "always", None, "deliver", name, deliveries)
         copy = _ensure_selector(building, router, "match", match, "copy", private, deliveries)
@@ -116,7 +116,7 @@ def _wiring(
     private: str,
     selectors: tuple[tuple[str, int], ...],
     deliveries: list[Delivery],
-    building: _Building,
+    building: Building,
 ) -> Wiring:
     return Wiring(
         private,
@@ -128,7 +128,7 @@ def _wiring(
     )
 
 
-def _ensure_queue(building: _Building, name: str) -> None:
+def ensure_queue(building: Building, name: str) -> None:
     try:
         building.eng.queue_fetch(name)
     except NotFound:
@@ -137,7 +137,7 @@ def _ensure_queue(building: _Building, name: str) -> None:
 
 
 def _ensure_selector(
-    building: _Building,
+    building: Building,
     queue: str,
     when: str,
     match: tuple[str, str, str] | None,

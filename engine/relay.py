@@ -185,6 +185,32 @@ return kept
 """
 )
 
+# KEYS: outbox, taken set, the destination's revoked set. ARGV: items read from the outbox.
+# Takes those of the given items still in the outbox (a consumer chose them, e.g. by a
+# filter of its own), as TAKE does: each removed, its tag noted taken, revoked ones dropped.
+# An item another consumer took meanwhile is no longer there and is left out.
+TAKE_THESE = (
+    _TAG_OF
+    + r"""
+local now = redis.call('TIME')
+local at = now[1] .. '.' .. string.format('%06d', now[2])
+local revoked = redis.call('EXISTS', KEYS[3]) == 1
+local kept = {}
+for _, item in ipairs(ARGV) do
+    if redis.call('LREM', KEYS[1], 1, item) == 1 then
+        local tag = tag_of(item)
+        if not (revoked and tag and redis.call('SREM', KEYS[3], tag) == 1) then
+            if tag then
+                redis.call('ZADD', KEYS[2], at, tag)
+            end
+            kept[#kept + 1] = item
+        end
+    end
+end
+return kept
+"""
+)
+
 # KEYS: outbox, the destination's revoked set. Removes the revoked items; how many.
 PURGE = (
     _TAG_OF

@@ -94,6 +94,7 @@ from xumpweb import metrics, runtime  # noqa: E402
 from xumpweb.api.direct import DirectPublish  # noqa: E402
 from xumpweb.live.routing import websocket_urlpatterns  # noqa: E402
 from xumpweb.live.security import origin_validator  # noqa: E402
+from xumpweb.stompgate.routing import stomp_urlpatterns  # noqa: E402
 
 runtime.service()  # with XUMP_ROUTING=inline, this starts the router thread now
 metrics.serve_separately()  # with XUMP_METRICS_ADDRESS (xumpweb/metrics.py)
@@ -108,6 +109,8 @@ application = ProtocolTypeRouter(
             else django_application
         ),
         # browsers only from ALLOWED_HOSTS; programs (no Origin) authenticate by token
-        "websocket": origin_validator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": origin_validator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns + stomp_urlpatterns))
+        ),
     }
 )

@@ -79,8 +79,23 @@ WS_DURATION = Histogram(
     ["kind"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
+STOMP_CONNECTIONS = Counter("xump_stomp_connections", "STOMP connections opened", ["transport"])
+STOMP_ACTIONS = Counter(
+    "xump_stomp_actions",
+    "what STOMP clients' frames asked for (Publish, Subscribe, Settle, ...)",
+    ["transport", "action"],
+)
+STOMP_DURATION = Histogram(
+    "xump_stomp_action_duration_seconds",
+    "time to carry out a STOMP action (a publish: until handed to the group commit)",
+    ["transport"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
 SUBSCRIBERS = Gauge(
-    "xump_destination_subscribers", "WebSocket subscribers connected", ["destination"], **_live
+    "xump_destination_subscribers",
+    "subscribers connected (WebSocket and STOMP subscriptions)",
+    ["destination"],
+    **_live,
 )
 CREDIT = Gauge(
     "xump_destination_credit",
@@ -188,6 +203,23 @@ def websocket_frame(kind: str, frame_type: str, seconds: float) -> None:
     if found is None:
         found = _frame_children[kind, frame_type] = (
             WS_FRAMES.labels(kind, frame_type), WS_DURATION.labels(kind)
+        )  # fmt: skip
+    found[0].inc()
+    found[1].observe(seconds)
+
+
+def stomp_connected(transport: str) -> None:
+    STOMP_CONNECTIONS.labels(transport).inc()
+
+
+_stomp_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def stomp_action(transport: str, action: str, seconds: float) -> None:
+    found = _stomp_children.get((transport, action))
+    if found is None:
+        found = _stomp_children[transport, action] = (
+            STOMP_ACTIONS.labels(transport, action), STOMP_DURATION.labels(transport)
         )  # fmt: skip
     found[0].inc()
     found[1].observe(seconds)

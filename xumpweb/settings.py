@@ -26,6 +26,14 @@ XUMP_JOURNAL_LIMIT   delivery-journal events kept in Redis until archived (defau
 XUMP_INBOX_LIMIT     commands the store's inbox may hold before publishes are refused with
                      503 inbox_full and Retry-After (default 1,000,000; a publish-batch is
                      one command; confirms and rejects are never refused)
+XUMP_STOMP_PORT      the TCP port of the STOMP server process (`manage.py stomp_server`,
+                     the Procfile's `stomp`; default 61613)
+XUMP_STOMP_HOST      the address it listens on (default 127.0.0.1; 0.0.0.0 for every one)
+XUMP_STOMP_PREFETCH  credit of a STOMP subscription that sends no prefetch-count (default 1000)
+XUMP_STOMP_HEARTBEAT_MS  the heart-beat interval the STOMP server offers and asks, ms
+                     (default 10000; 0 for none)
+XUMP_STOMP_TOPIC_ROUTER  the queue STOMP /topic/ destinations publish to and subscribe on
+                     (default "parrot", the parrot pattern's router)
 XUMP_SPARK_MASTER    the Spark master URL the pipeline jobs use (default local[*])
 XUMP_METRICS_ADDRESS  host:port where the web process serves /metrics open to anyone who
                      reaches it (default unset: /metrics on the web server, for a token
@@ -124,6 +132,11 @@ XUMP_ARCHIVE_DIR = BASE_DIR / os.environ.get("XUMP_ARCHIVE_DIR", "var/archive")
 XUMP_ARCHIVE_INTERVAL = _number("XUMP_ARCHIVE_INTERVAL", 300.0)
 XUMP_JOURNAL_LIMIT = int(_number("XUMP_JOURNAL_LIMIT", 2_000_000))
 XUMP_INBOX_LIMIT = int(_number("XUMP_INBOX_LIMIT", 1_000_000))
+XUMP_STOMP_PORT = int(_number("XUMP_STOMP_PORT", 61613))
+XUMP_STOMP_HOST = os.environ.get("XUMP_STOMP_HOST", "127.0.0.1")
+XUMP_STOMP_PREFETCH = int(_number("XUMP_STOMP_PREFETCH", 1000))
+XUMP_STOMP_HEARTBEAT_MS = int(_number("XUMP_STOMP_HEARTBEAT_MS", 10_000))
+XUMP_STOMP_TOPIC_ROUTER = os.environ.get("XUMP_STOMP_TOPIC_ROUTER", "parrot")
 XUMP_SPARK_MASTER = os.environ.get("XUMP_SPARK_MASTER", "local[*]")
 XUMP_METRICS_ADDRESS = os.environ.get("XUMP_METRICS_ADDRESS", "").strip()
 if XUMP_METRICS_ADDRESS and not XUMP_METRICS_ADDRESS.rpartition(":")[2].isdigit():
@@ -169,6 +182,7 @@ INSTALLED_APPS = [
     "xumpweb.live",
     "xumpweb.console",
     "xumpweb.analytics",
+    "xumpweb.stompgate",
 ]
 
 MIDDLEWARE = [

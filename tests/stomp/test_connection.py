@@ -314,3 +314,9 @@ def test_websocket_messages_hold_whole_frames() -> None:
     ]
     actions = conn.receive_message(b"SEND\ndestination:/queue/q\n\nno nul")
     assert server_frames(actions)[0].headers["message"] == "frame not terminated by NUL"
+
+
+def test_a_send_to_a_topic_publishes_to_the_topic_router_with_that_address():
+    connection = connected()
+    actions = connection.receive_data(frame("SEND", b"hi", destination="/topic/stock.ibm"))
+    assert actions == [Publish(None, {}, b"hi", address="stock.ibm")]

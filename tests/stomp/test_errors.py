@@ -27,7 +27,16 @@ CASES = [
         "a SUBSCRIBE frame must not have a body",
     ),
     ("send without destination", frame("SEND", b"x", receipt="r"), "missing destination header"),
-    ("send to a topic", frame("SEND", destination="/topic/a", receipt="r"), "bad destination"),
+    (
+        "send to an exchange",
+        frame("SEND", destination="/exchange/a", receipt="r"),
+        "bad destination",
+    ),
+    (
+        "send to an empty topic",
+        frame("SEND", destination="/topic/", receipt="r"),
+        "bad destination",
+    ),
     (
         "send to a bad queue name",
         frame("SEND", destination="/queue/a b", receipt="r"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,6 +57,27 @@ class Service:
         )  # fmt: skip
         self.processes[name] = process
         return process
+
+    def start_stomp(self, name: str = "stomp") -> int:
+        """The STOMP TCP server (`manage.py stomp_server`) on a free port; the port, once
+        it accepts connections."""
+        port = free_port()
+        log = open(Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log", "ab")  # noqa: SIM115
+        process = subprocess.Popen(
+            [PYTHON, "manage.py", "stomp_server", "--port", str(port)],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.processes[name] = process
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                return port
+            except OSError:
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"the STOMP server did not start; see {name}.log")
+            time.sleep(0.1)
 
     def stop(self, name: str, kill: bool = False) -> None:
         process = self.processes.pop(name, None)
@@ -138,6 +160,12 @@ def service(redis_server, tmp_path_factory):
     running = start_service(redis_server.url, tmp_path_factory.mktemp("service"), "inline")
     yield running
     running.close()
+
+
+@pytest.fixture(scope="session")
+def stomp_port(service):
+    """The STOMP TCP server of `service` (one per session); its port."""
+    return service.start_stomp()
 
 
 @pytest.fixture(scope="module")

@@ -1,24 +1,15 @@
 """WebSocket consumers: /ws/subscribe/<destination>/ and /ws/monitor/ (docs/websocket.md).
 
-Theory of operation (subscribe). The router appends a DELIVER selector's deliveries to its
-destination's **outbox**, a Redis list (engine/relay.py). Each connection runs one pump task
-that, while the client's window is open, takes up to `credit` items off that list with the
-relay's TAKE script (one round trip that also notes each tag in the store's taken set: the
-delivery timeout starts now, not while the delivery waited), notes them as unsettled and
-sends them: a frame per delivery, or frames of up to `batch` deliveries. When the outbox is
-empty it waits (up to POP_WAIT) with a BLMOVE of the list onto itself, which takes nothing.
-Connections on the same destination compete for the same list, so they share its work by
-credit. Nothing crosses the Channels layer: it would cost a Redis round trip per message.
-Every connection refreshes its destination's presence key each PRESENCE_EVERY seconds: the
-router gives the work of a wolfpack worker away too long to the other workers.
-
-Acks are gathered for a few milliseconds and go to the router as ONE relay confirm command
-per batch (an RPUSH to the store's inbox, the JSON engine.relay.RelayClient.confirm writes),
-in the same round trip as the router's doorbell, the kick (as runtime's relay client sends
-every command, without a thread hop) and the removal of the tags from the taken set.
-When the connection ends, every delivery it took and did not see settled, sent or not yet
-sent, is rejected with requeue, in the order it was delivered: each goes back to the head
-of its queue and out again (redelivered=true) to whoever subscribes to the destination.
+Theory of operation (subscribe). Each connection holds its destination's outbox through an
+`OutboxReader` (xumpweb/live/outbox.py, shared with the STOMP subscriptions: taking with
+the relay's TAKE script, gathered acks, rejects, presence, giving back on close) and runs
+one pump task that, while the client's window is open, takes up to `credit` items, notes
+them as unsettled and sends them: a frame per delivery, or frames of up to `batch`
+deliveries. Connections on the same destination compete for the same list, so they share
+its work by credit. Nothing crosses the Channels layer: it would cost a Redis round trip
+per message. When the connection ends, every delivery it took and did not see settled,
+sent or not yet sent, is rejected with requeue, in the order it was delivered: each goes
+back to the head of its queue and out again (redelivered=true) to whoever subscribes.
 
 Rules this file keeps:
 * no credit, no sends: each delivery sent uses one credit; `credit` frames add to the
@@ -39,18 +30,17 @@ from typing import Any
 import orjson
 import redis
 import redis.asyncio as aioredis
-from asgiref.sync import sync_to_async
 from channels.consumer import AsyncConsumer, get_handler_name
 from channels.exceptions import StopConsumer
 from django.conf import settings
 from uvicorn.protocols.utils import ClientDisconnected
 
 from engine.errors import InvalidName
-from engine.relay import PRESENCE_EVERY, PRESENCE_TTL_MS, TAKE
 from engine.validation import check_name
 from xumpweb import access, metrics
 from xumpweb.live import monitor, registry
 from xumpweb.live.frames import Undeliverable, delivery_frame, encode
+from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader
 from xumpweb.live.security import (
     find_token,
     query_number,
@@ -64,14 +54,9 @@ from xumpweb.runtime import service
 
 logger = logging.getLogger("xump.live")
 
-POP_WAIT = 1.0  # seconds a pop waits for the outbox; also the longest a close waits for it
-MAX_POP = 1000  # deliveries taken off the outbox at once
 MAX_CREDIT = 100_000  # the widest window a client may open
 MAX_BATCH = 1000  # the most deliveries in one "deliveries" frame
 MAX_TAGS = 10_000  # tags in one ack frame
-ACK_DELAY = 0.005  # seconds acks are gathered before they go to the router as one command
-ACK_BATCH = 1000  # ...or as soon as this many are waiting
-RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis is away
 AUTH_WAIT = 10.0  # seconds a connection may stay open without authenticating
 HEARTBEAT = 15.0  # seconds of silence after which the server sends a heartbeat
 CLOSE_BAD_TARGET, CLOSE_UNAUTHORIZED, CLOSE_FORBIDDEN = 4400, 4401, 4403
@@ -343,31 +328,14 @@ class SubscribeConsumer(LiveSocket):
         return f"no consume right on {self.destination!r}"
 
     async def start(self) -> None:
-        found = service()
-        self.outbox = found.keys["outbox"] + self.destination
-        self.inbox = found.keys["inbox"]
-        self.kicked = found.keys["kicked"]
-        self.doorbell = found.keys["doorbell"]
-        self.taken = found.keys["taken"]
-        self.revoked = found.keys["revoked"] + self.destination
-        self.present = found.keys["present"] + self.destination
-        self.store = found.store
-        self.worker_routing = found.routing == "worker"
         self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
-        self.take_script = self.redis.register_script(TAKE)
+        self.reader = OutboxReader(service(), self.redis, self.destination, self._store_problem)
         self.credit = 0
         self.batch = 0  # 0: a frame per delivery; n: "deliveries" frames of up to n
-        self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
-        self.acks: list[str] = []
-        self.ack_task: asyncio.Task | None = None
-        self.unsent: list[dict[str, Any]] = []  # commands Redis did not take: sent again
-        self.resend_task: asyncio.Task | None = None
         self.window_open = asyncio.Event()
-        self.popping = False
         self.stopping = False
         self.connection_id = registry.new_id()
         self.since = time.time()
-        self.acked = 0  # acks this connection settled, for the consumers page's acks/s
         client = self.scope.get("client") or ("", 0)
         self.remote = f"{client[0]}:{client[1]}" if client and client[0] else ""
         self.pump = asyncio.create_task(self._pump())
@@ -375,27 +343,19 @@ class SubscribeConsumer(LiveSocket):
         metrics.subscriber_joined(self)  # sampled for /metrics until it stops
         await self.send_text(encode({"type": "subscribed", "destination": self.destination}))
 
+    @property
+    def unsettled(self) -> dict[str, None]:
+        return self.reader.unsettled
+
+    async def _store_problem(self, detail: str) -> None:
+        await self.error("store_unavailable", detail)
+
     async def _presence(self) -> None:
         """Tell the router this destination has a subscriber, for as long as it has, and
         the consumers registry who it is (registry.py); close when an operator asks."""
-        counted, at = 0, time.monotonic()
-        while not self.stopping:
-            now = time.monotonic()
-            rate = (self.acked - counted) / (now - at) if now > at else 0.0
-            counted, at = self.acked, now
-            try:
-                await self.redis.set(self.present, b"1", px=PRESENCE_TTL_MS)
-                asked_to_close = await registry.refresh(self.redis, self.store, self.info(rate))
-            except redis.RedisError as problem:
-                logger.warning("cannot note the presence of %r: %s", self.destination, problem)
-            else:
-                if asked_to_close:
-                    logger.info("subscriber %s of %r closed by an operator",
-                                self.connection_id, self.destination)  # fmt: skip
-                    detail = "an operator closed this connection; its deliveries go back"
-                    await self.fail("closed_by_operator", detail, CLOSE_BY_OPERATOR)
-                    return
-            await asyncio.sleep(min(PRESENCE_EVERY, registry.REFRESH_EVERY))
+        if await self.reader.presence(self.info):
+            detail = "an operator closed this connection; its deliveries go back"
+            await self.fail("closed_by_operator", detail, CLOSE_BY_OPERATOR)
 
     def info(self, acks_per_second: float = 0.0) -> registry.Info:
         """What the consumers page shows of this connection."""
@@ -407,29 +367,27 @@ class SubscribeConsumer(LiveSocket):
             "remote": self.remote,
             "since": self.since,
             "credit": max(0, self.credit),
-            "in_flight": len(self.unsettled),
-            "acked": self.acked,
+            "in_flight": len(self.reader.unsettled),
+            "acked": self.reader.acked,
             "acks_per_second": round(acks_per_second, 2),
             **registry.where(),  # type: ignore[typeddict-item]
         }
 
     # -- deliveries out ------------------------------------------------------------------------
     async def _pump(self) -> None:
+        reader = self.reader
         while not self.stopping:
             if self.credit <= 0:
                 self.window_open.clear()
                 await self.window_open.wait()
                 continue
-            self.popping = True
             try:
-                popped = await self._take(min(self.credit, MAX_POP))
+                popped = await reader.take(min(self.credit, MAX_POP))
             except redis.RedisError as problem:
-                logger.warning("cannot read outbox %r: %s", self.outbox, problem)
+                logger.warning("cannot read outbox %r: %s", reader.outbox, problem)
                 popped = None
                 await self.error("store_unavailable", f"cannot read deliveries: {problem}")
                 await asyncio.sleep(POP_WAIT)
-            finally:
-                self.popping = False
             if not popped:
                 continue
             frames = []
@@ -440,7 +398,7 @@ class SubscribeConsumer(LiveSocket):
                     await self._set_aside(problem)
                     continue
                 frames.append(frame)
-                self.unsettled[frame["tag"]] = None
+                reader.unsettled[frame["tag"]] = None
             self.credit -= len(frames)
             if self.stopping or not await self._send_deliveries(frames):
                 return
@@ -451,20 +409,7 @@ class SubscribeConsumer(LiveSocket):
         logger.warning("delivery for %r set aside: %s", self.destination, problem.reason)
         if problem.tag is None:
             return  # nothing to settle by: not an item the router wrote
-        await self._flush_acks()  # the router sees settlements in the client's order
-        await self._send_commands(
-            [{"op": "reject", "tag": problem.tag, "requeue": False, "detail": problem.reason}]
-        )
-
-    async def _take(self, count: int) -> list[bytes]:
-        """Up to `count` outbox items, taken (see the module doc); waits up to POP_WAIT
-        for the first when there are none."""
-        keys = [self.outbox, self.taken, self.revoked]
-        found = await self.take_script(keys=keys, args=[count])
-        if not found:
-            await self.redis.blmove(self.outbox, self.outbox, POP_WAIT, "LEFT", "LEFT")
-            found = await self.take_script(keys=keys, args=[count])
-        return found  # type: ignore[no-any-return]
+        await self.reader.reject([problem.tag], requeue=False, detail=problem.reason)
 
     async def _send_deliveries(self, frames: list[dict[str, Any]]) -> bool:
         batch = self.batch
@@ -495,19 +440,7 @@ class SubscribeConsumer(LiveSocket):
             self.window_open.set()
 
     async def ack_frame(self, frame: dict[str, Any]) -> None:
-        tags = self._tags(frame)
-        unknown = []
-        for tag in tags:
-            if tag in self.unsettled:
-                del self.unsettled[tag]
-                self.acks.append(tag)
-                self.acked += 1
-            else:
-                unknown.append(tag)
-        if len(self.acks) >= ACK_BATCH:
-            await self._flush_acks()
-        elif self.acks and self.ack_task is None:
-            self.ack_task = asyncio.create_task(self._flush_acks_soon())
+        unknown = await self.reader.ack(self._tags(frame))
         if unknown:
             raise FrameError(
                 "unknown_tag",
@@ -535,94 +468,25 @@ class SubscribeConsumer(LiveSocket):
             raise FrameError("invalid_argument", 'a reject needs "tag" (a string)')
         if not isinstance(requeue, bool):
             raise FrameError("invalid_argument", "requeue must be true or false")
-        if tag not in self.unsettled:
+        if tag not in self.reader.unsettled:
             raise FrameError(
                 "unknown_tag", "the tag was not delivered on this connection or is settled",
                 tags=[tag],
             )  # fmt: skip
-        del self.unsettled[tag]
-        await self._flush_acks()  # the router sees settlements in the client's order
-        await self._send_commands([{"op": "reject", "tag": tag, "requeue": requeue}])
-
-    # -- commands to the router ------------------------------------------------------------------
-    async def _flush_acks_soon(self) -> None:
-        await asyncio.sleep(ACK_DELAY)
-        self.ack_task = None
-        await self._flush_acks()
-
-    async def _flush_acks(self) -> None:
-        tags, self.acks = self.acks, []
-        if tags:
-            await self._send_commands([{"op": "confirm", "tags": tags}])
-
-    async def _send_commands(self, commands: list[dict[str, Any]]) -> None:
-        """Append commands to the store's inbox (as engine.relay.RelayClient does) and make
-        sure a router will read them soon (as runtime's relay client does). Commands
-        Redis does not take (it is away) are kept and sent again, first, once it answers:
-        an ack lost with Redis would have the message delivered again at its timeout."""
-        commands, self.unsent = self.unsent + commands, []
-        if not commands:
-            return
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(self.inbox, *[encode(command) for command in commands])
-        pipe.publish(self.doorbell, b"")
-        if self.worker_routing:
-            pipe.set(self.kicked, "1", nx=True, ex=30)
-        # settled: their delivery timeout stops (the settlement is in the inbox already)
-        settled = [tag for c in commands for tag in c.get("tags", [c.get("tag")]) if tag]
-        if settled:
-            pipe.zrem(self.taken, *settled)
-        try:
-            answers = await pipe.execute()
-        except redis.RedisError as problem:
-            self.unsent = commands + self.unsent
-            if self.resend_task is None or self.resend_task.done():
-                logger.warning("cannot send %d command(s) to the router: %s; sending them "
-                               "again until Redis answers", len(commands), problem)  # fmt: skip
-                await self.error("store_unavailable", f"cannot reach the router: {problem}")
-                if not self.stopping:
-                    self.resend_task = asyncio.create_task(self._resend())
-            return
-        if self.worker_routing and answers[2]:
-            from xumpweb.routing.tasks import route
-
-            await sync_to_async(route.delay, thread_sensitive=False)(self.store)
-
-    async def _resend(self) -> None:
-        """Send the commands Redis did not take, every RESEND_EVERY seconds until it does."""
-        while self.unsent and not self.stopping:
-            await asyncio.sleep(RESEND_EVERY)
-            await self._send_commands([])
+        await self.reader.reject([tag], requeue=requeue)
 
     async def stop(self) -> None:
         if not self.authorized:
             return
         self.stopping = True
         self.window_open.set()
-        if not self.popping:
+        if not self.reader.taking:
             self.pump.cancel()
         await asyncio.wait({self.pump}, timeout=POP_WAIT + 5)
         if self.pump.done() and not self.pump.cancelled() and self.pump.exception():
             logger.error("subscriber pump for %r failed", self.destination,
                          exc_info=self.pump.exception())  # fmt: skip
-        if self.ack_task is not None:
-            self.ack_task.cancel()
-            self.ack_task = None
-        await self._flush_acks()
-        if self.unsettled:
-            await self._send_commands(
-                [{"op": "reject", "tag": tag, "requeue": True} for tag in self.unsettled]
-            )
-            self.unsettled.clear()
-        if self.unsent:  # Redis is still away and the connection is gone
-            logger.warning(
-                "%d command(s) for the router not sent (Redis away); their deliveries come "
-                "back at the delivery timeout", len(self.unsent),
-            )  # fmt: skip
-        try:
-            await registry.forget(self.redis, self.store, self.connection_id)
-        except redis.RedisError:
-            pass  # its registration expires by itself
+        await self.reader.close(self.connection_id)
         await self.redis.aclose()
 
 

@@ -103,28 +103,88 @@ class Slot:
 
 
 class Pending:
-    """One publish frame on its way to the inbox."""
+    """One publish on its way to the inbox: what GroupCommit needs of it. A transport
+    subclasses it to hear the outcome (`done`, `fail`; `await_router` for a publish the
+    router answers, see RouterAnswers); `finished` once it has one."""
 
-    __slots__ = ("applied", "connection", "frame_id", "messages", "mids", "queue", "reply",
-                 "slot")  # fmt: skip
+    __slots__ = ("applied", "finished", "messages", "mids", "queue", "reply")
 
-    def __init__(self, connection: PublishConsumer, frame_id: Any, queue: str,
-                 messages: list, slot: Slot) -> None:  # fmt: skip
-        self.connection = connection
-        self.frame_id = frame_id
+    def __init__(self, queue: str, messages: list) -> None:
         self.queue = queue
         self.messages = messages
-        self.slot = slot
         self.mids: list[str] = []
         self.applied = False
         self.reply: str | None = None
+        self.finished = False
+
+    def done(self) -> None:
+        raise NotImplementedError
+
+    def fail(self, error: XumpError) -> None:
+        raise NotImplementedError
+
+    def await_router(self) -> None:
+        raise NotImplementedError
+
+
+class FramePending(Pending):
+    """A /ws/publish/ frame: its answer goes to its slot among the connection's answers."""
+
+    __slots__ = ("connection", "frame_id", "slot")
+
+    def __init__(self, connection: PublishConsumer, frame_id: Any, queue: str,
+                 messages: list, slot: Slot) -> None:  # fmt: skip
+        super().__init__(queue, messages)
+        self.connection = connection
+        self.frame_id = frame_id
+        self.slot = slot
 
     def answer(self, text: str) -> None:
+        self.finished = True
         self.slot.text = text
         self.connection.answered()
 
+    def done(self) -> None:
+        self.answer(encode({"type": "published", "id": self.frame_id, "mids": self.mids}))
+
     def fail(self, error: XumpError) -> None:
         self.answer(error_frame(self.frame_id, error))
+
+    def await_router(self) -> None:
+        self.connection.router_answers.wait(self)
+
+
+class RouterAnswers:
+    """A connection's publishes the router answers (a queue that drops when full): each
+    waited for in order, after those before it; `done` or `fail` told."""
+
+    def __init__(self) -> None:
+        self.waiting: asyncio.Queue[Pending] = asyncio.Queue()
+        self.task: asyncio.Task | None = None
+
+    def wait(self, item: Pending) -> None:
+        self.waiting.put_nowait(item)
+        if self.task is None:
+            self.task = asyncio.create_task(self._run())
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def _run(self) -> None:
+        timeout = settings.XUMP_CALL_TIMEOUT
+        client = group_commit().answers
+        while True:
+            item = await self.waiting.get()
+            try:
+                found = await client.blpop([item.reply], timeout=timeout)  # type: ignore[list-item]
+                call_outcome("publish", timeout, found[1] if found else None)
+            except XumpError as error:
+                item.fail(error)
+            except redis.RedisError as error:
+                item.fail(store_failure(error, "reading the router's answer"))
+            else:
+                item.done()
 
 
 class GroupCommit:
@@ -163,7 +223,7 @@ class GroupCommit:
                     logger.exception("publishing %d frame(s) failed", len(batch))
                     failure = XumpError(f"internal error: {type(problem).__name__}")
                     for item in batch:
-                        if item.slot.text is None:
+                        if not item.finished:
                             item.fail(failure)
         finally:
             self.task = None
@@ -223,10 +283,9 @@ class GroupCommit:
                 return
             for item, _ in going:
                 if item.applied:
-                    item.connection.await_router(item)
+                    item.await_router()
                 else:
-                    item.answer(encode({"type": "published", "id": item.frame_id,
-                                        "mids": item.mids}))  # fmt: skip
+                    item.done()
             return
         self._refuse(batch, engine_errors.StoreError("the wiring kept changing; publish again"))
 
@@ -235,7 +294,7 @@ class GroupCommit:
         read; the others are answered (not_found) here."""
         going = []
         for item in batch:
-            if item.slot.text is not None:
+            if item.finished:
                 continue
             if item.queue not in self.queues:
                 item.fail(NotFound(f"queue {item.queue!r} does not exist"))
@@ -258,7 +317,7 @@ class GroupCommit:
 
     def _refuse(self, items: list[Pending], error: XumpError) -> None:
         for item in items:
-            if item.slot.text is None:
+            if not item.finished:
                 item.fail(error)
 
 
@@ -326,14 +385,13 @@ class PublishConsumer(LiveSocket):
         self.ready = asyncio.Event()  # an answer at the head of `answers` may go out
         self.room = asyncio.Event()  # fewer than MAX_IN_FLIGHT answers are waiting
         self.room.set()
-        self.router_answers: asyncio.Queue[Pending] = asyncio.Queue()
-        self.router_task: asyncio.Task | None = None
+        self.router_answers = RouterAnswers()
         self.tasks.append(asyncio.create_task(self._send_answers()))
         await self.send_text(encode({"type": "ready"}))
 
     async def stop(self) -> None:
-        if self.authorized and self.router_task is not None:
-            self.router_task.cancel()
+        if self.authorized:
+            self.router_answers.close()
 
     # -- frames in -----------------------------------------------------------------------------
     async def publish_frame(self, frame: dict[str, Any]) -> None:
@@ -357,7 +415,7 @@ class PublishConsumer(LiveSocket):
             slot.text = error_frame(frame_id, error)
             self.answered()
             return
-        group_commit().submit(Pending(self, frame_id, queue, messages, slot))
+        group_commit().submit(FramePending(self, frame_id, queue, messages, slot))
 
     def _read(self, frame: dict[str, Any]) -> tuple[str, list]:
         if not FRAME_KEYS.issuperset(frame):
@@ -381,29 +439,6 @@ class PublishConsumer(LiveSocket):
     # -- answers out ---------------------------------------------------------------------------
     def answered(self) -> None:
         self.ready.set()
-
-    def await_router(self, item: Pending) -> None:
-        """A publish the router answers (a queue that drops when full): wait for its answer,
-        in order, after those before it."""
-        self.router_answers.put_nowait(item)
-        if self.router_task is None:
-            self.router_task = asyncio.create_task(self._router_answers())
-
-    async def _router_answers(self) -> None:
-        timeout = settings.XUMP_CALL_TIMEOUT
-        client = group_commit().answers
-        while True:
-            item = await self.router_answers.get()
-            try:
-                found = await client.blpop([item.reply], timeout=timeout)
-                call_outcome("publish", timeout, found[1] if found else None)
-            except XumpError as error:
-                item.fail(error)
-            except redis.RedisError as error:
-                item.fail(store_failure(error, "reading the router's answer"))
-            else:
-                item.answer(encode({"type": "published", "id": item.frame_id,
-                                    "mids": item.mids}))  # fmt: skip
 
     async def _send_answers(self) -> None:
         answers = self.answers

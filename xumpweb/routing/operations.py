@@ -455,6 +455,51 @@ def pattern_remove(engine: Engine, queue: str, selectors: list[list[Any]]) -> An
     return {"removed": queue}, deliveries
 
 
+# -- STOMP /topic/ subscriptions (xumpweb/stompgate/topics.py) ---------------------------
+def stomp_topic_open(
+    engine: Engine, queue: str, router: str, pattern: str, filter: str | None = None
+) -> Answer:
+    """A /topic/<pattern> subscription's private wiring, all or nothing: `queue`
+    (self-destructing) delivering to the destination of the same name, fed by a COPY of
+    what the router queue `router` receives whose address matches `pattern` (and
+    `filter`, when given), from now on."""
+    building = patterns.Building(engine)
+    try:
+        patterns.ensure_queue(building, router)
+        engine.queue_create(queue, self_destruct=True)
+        building.queues.append(queue)
+        deliver = engine.selector_create(queue).when_always().do_deliver(queue)
+        building.selectors.append((queue, deliver.id))
+        deliveries = deliver.enable()
+        copy = engine.selector_create(router)
+        building.selectors.append((router, copy.id))
+        copy.when_match("topic", pattern, "address")
+        if filter is not None:
+            copy.when_filter(filter)
+        deliveries += copy.do_copy(queue).enable()
+    except BaseException:
+        building.undo()
+        raise
+    return {"queue": queue, "selectors": [list(pair) for pair in building.selectors]}, deliveries
+
+
+def stomp_topic_close(engine: Engine, queue: str, router: str) -> Answer:
+    """Take down what stomp_topic_open made: the router's COPY into `queue`, then the
+    queue (what it still holds goes with it, as a subscription's private queue should)."""
+    deliveries: list[Delivery] = []
+    try:
+        for selector in engine.selectors(router):
+            if selector.spec.action == "copy" and selector.spec.target == queue:
+                deliveries.extend(engine.selector_delete(router, selector.id))
+    except NotFound:
+        pass
+    try:
+        deliveries.extend(engine.queue_delete(queue))
+    except NotFound:
+        pass
+    return {"removed": queue}, deliveries
+
+
 # -- definitions ---------------------------------------------------------------------------
 def definitions_apply(
     engine: Engine,
@@ -533,6 +578,7 @@ CALLS = {
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
         "dead_letter_send", "definitions_apply", "messages_operate", "scheduled", "cancel",
+        "stomp_topic_open", "stomp_topic_close",
     }
 }  # fmt: skip
 
@@ -540,5 +586,5 @@ CALLS = {
 WIRING_CALLS = {
     "queue_create", "queue_update", "queue_delete", "selector_create", "selector_update",
     "selector_delete", "pattern_build", "pattern_remove", "pattern_unbuild",
-    "definitions_apply",
+    "definitions_apply", "stomp_topic_open", "stomp_topic_close",
 }  # fmt: skip

@@ -34,16 +34,19 @@ class Authenticate:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """Publish a message to `queue`. `delay` in seconds, `expires` absolute (epoch seconds),
-    both from the milliseconds STOMP clients send (ActiveMQ's convention); 0 = none."""
+    """Publish a message to `queue`, or, when `queue` is None (a SEND to /topic/<address>),
+    to the transport's topic router with that `address`. `delay` in seconds, `expires`
+    absolute (epoch seconds), both from the milliseconds STOMP clients send (ActiveMQ's
+    convention); 0 = none."""
 
-    queue: str
+    queue: str | None
     headers: Mapping[str, HeaderValue]
     body: bytes
     return_address: str | None = None
     expires: float | None = None
     delay: float | None = None
     receipt: str | None = None
+    address: str = ""
 
 
 @dataclass(frozen=True, slots=True)

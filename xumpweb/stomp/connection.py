@@ -48,6 +48,7 @@ from typing import Any
 from engine.errors import XumpError
 from engine.message import Delivery, HeaderValue
 from engine.validation import (
+    check_envelope,
     check_header_name,
     check_name,
     check_priority,
@@ -426,7 +427,7 @@ class StompConnection:
 
     def _on_send(self, frame: Frame, receipt: str | None) -> list[Action]:
         headers = frame.headers
-        queue = _queue_of(_required(frame, "destination"), "SEND")
+        queue, address = _send_target(_required(frame, "destination"))
         message_headers: dict[str, HeaderValue] = {}
         for name, value in headers.items():
             if name in _SEND_OWN:
@@ -460,6 +461,7 @@ class StompConnection:
             expires=expires / 1000 if expires else None,
             delay=delay / 1000 if delay else None,
             receipt=receipt,
+            address=address,
         )
         return self._maybe_in_transaction(frame, receipt, [publish])
 
@@ -650,6 +652,27 @@ def _queue_of(destination: str, what: str, *, header: str = "destination") -> st
             f"{what}: {header} must be /queue/<name>, not {destination!r}"[:300],
         )
     return _checked("queue", destination[len("/queue/") :])
+
+
+def _send_target(destination: str) -> tuple[str | None, str]:
+    """A SEND destination → (queue, "") for /queue/<name>, (None, address) for
+    /topic/<address> (published to the topic router with that address)."""
+    if destination.startswith("/topic/"):
+        address = destination[len("/topic/") :]
+        try:
+            check_envelope(address, None)
+        except XumpError as error:
+            raise ProtocolError("bad destination", str(error)) from None
+        if not address:
+            raise ProtocolError("bad destination", "SEND: /topic/ needs an address after it")
+        return None, address
+    if not destination.startswith("/queue/"):
+        shown = repr(destination)[:200]
+        raise ProtocolError(
+            "bad destination",
+            f"SEND: destination must be /queue/<name> or /topic/<address>, not {shown}",
+        )
+    return _queue_of(destination, "SEND"), ""
 
 
 _SUBSCRIBE_PREFIXES = (("/queue/", "queue", "destination"), ("/topic/", "topic", "topic pattern"))

@@ -1,0 +1,253 @@
+"""One consumer's side of a destination's outbox: taking, settling, giving back.
+
+Theory of operation. The router appends a DELIVER selector's deliveries to its
+destination's **outbox**, a Redis list (engine/relay.py). A consumer (a /ws/subscribe/
+connection, a STOMP subscription) owns one `OutboxReader`: it takes up to `count` items off
+that list with the relay's TAKE script (one round trip that also notes each tag in the
+store's taken set: the delivery timeout starts now, not while the delivery waited) and
+notes them as unsettled. When the outbox is empty it waits (up to POP_WAIT) with a BLMOVE
+of the list onto itself, which takes nothing. Consumers of the same destination compete
+for the same list, so they share its work by credit.
+
+A consumer with a filter of its own (a STOMP `selector` on a /queue/ subscription, as
+ActiveMQ's queue selectors) reads the head of the outbox (up to SCAN items), keeps the
+items its filter wants and takes exactly those with TAKE_THESE: the others stay, in order,
+for the destination's other consumers. When none of the head is wanted it looks again
+after SCAN_WAIT.
+
+Acks are gathered for a few milliseconds and go to the router as ONE relay confirm command
+per batch (an RPUSH to the store's inbox, the JSON engine.relay.RelayClient.confirm writes),
+in the same round trip as the router's doorbell, the kick (as runtime's relay client sends
+every command, without a thread hop) and the removal of the tags from the taken set.
+Commands Redis does not take (it is away) are kept and sent again, first, once it answers.
+`close()` rejects with requeue every delivery taken and not seen settled, in the order it
+was delivered: each goes back to the head of its queue and out again (redelivered=true) to
+whoever consumes the destination.
+
+`presence()` tells the router the destination has a consumer (PRESENCE_TTL_MS) and the
+consumers registry who it is (registry.py), for as long as the reader is open.
+
+Rules this file keeps:
+* a take in flight is never cancelled (its items would leave the list unseen, and come
+  back only at their delivery timeout): `close()` waits for it, at most POP_WAIT;
+* settlements reach the router in the consumer's order (a reject flushes the acks first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+
+from engine.relay import PRESENCE_EVERY, PRESENCE_TTL_MS, TAKE, TAKE_THESE
+from xumpweb.live import registry
+from xumpweb.live.frames import encode
+from xumpweb.runtime import Service
+
+logger = logging.getLogger("xump.live")
+
+POP_WAIT = 1.0  # seconds a pop waits for the outbox; also the longest a close waits for it
+MAX_POP = 1000  # deliveries taken off the outbox at once
+SCAN = 1000  # items of the outbox head a filtering consumer looks at
+SCAN_WAIT = 0.1  # seconds before a filtering consumer that wanted none looks again
+ACK_DELAY = 0.005  # seconds acks are gathered before they go to the router as one command
+ACK_BATCH = 1000  # ...or as soon as this many are waiting
+RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis is away
+
+Problem = Callable[[str], Awaitable[None]]  # told when Redis refuses (the detail)
+
+
+class OutboxReader:
+    """A consumer's hold on one destination's outbox (see the module doc)."""
+
+    def __init__(
+        self,
+        found: Service,
+        client: aioredis.Redis,
+        destination: str,
+        on_problem: Problem,
+        wanted: Callable[[bytes], bool] | None = None,
+    ) -> None:
+        self.destination = destination
+        keys = found.keys
+        self.outbox = keys["outbox"] + destination
+        self.inbox = keys["inbox"]
+        self.kicked = keys["kicked"]
+        self.doorbell = keys["doorbell"]
+        self.taken = keys["taken"]
+        self.revoked = keys["revoked"] + destination
+        self.present = keys["present"] + destination
+        self.store = found.store
+        self.worker_routing = found.routing == "worker"
+        self.redis = client
+        self.take_script = client.register_script(TAKE)
+        self.take_these = client.register_script(TAKE_THESE)
+        self.on_problem = on_problem
+        self.wanted = wanted
+        self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
+        self.acks: list[str] = []
+        self.acked = 0  # deliveries settled by an ack, for the consumers page's acks/s
+        self.ack_task: asyncio.Task | None = None
+        self.unsent: list[dict[str, Any]] = []  # commands Redis did not take: sent again
+        self.resend_task: asyncio.Task | None = None
+        self.taking = False
+        self.closed = False
+
+    # -- taking ------------------------------------------------------------------------------
+    async def take(self, count: int) -> list[bytes]:
+        """Up to `count` outbox items, taken (see the module doc); waits up to POP_WAIT
+        for the first when there are none. The caller notes each tag it sends as
+        unsettled (`unsettled[tag] = None`) and settles the rest at once."""
+        self.taking = True
+        try:
+            if self.wanted is not None:
+                return await self._take_wanted(min(count, MAX_POP))
+            keys = [self.outbox, self.taken, self.revoked]
+            count = min(count, MAX_POP)
+            found = await self.take_script(keys=keys, args=[count])
+            if not found:
+                await self.redis.blmove(self.outbox, self.outbox, POP_WAIT, "LEFT", "LEFT")
+                found = await self.take_script(keys=keys, args=[count])
+            return found  # type: ignore[no-any-return]
+        finally:
+            self.taking = False
+
+    async def _take_wanted(self, count: int) -> list[bytes]:
+        head = await self.redis.lrange(self.outbox, 0, SCAN - 1)
+        chosen = [item for item in head if self.wanted(item)][:count]  # type: ignore[misc]
+        if not chosen:
+            if not head:
+                await self.redis.blmove(self.outbox, self.outbox, POP_WAIT, "LEFT", "LEFT")
+            else:
+                await asyncio.sleep(SCAN_WAIT)
+            return []
+        keys = [self.outbox, self.taken, self.revoked]
+        return await self.take_these(keys=keys, args=chosen)  # type: ignore[no-any-return]
+
+    # -- settling ----------------------------------------------------------------------------
+    async def ack(self, tags: list[str]) -> list[str]:
+        """Confirm `tags` (gathered, see the module doc); the ones not unsettled here."""
+        unknown = []
+        for tag in tags:
+            if tag in self.unsettled:
+                del self.unsettled[tag]
+                self.acks.append(tag)
+                self.acked += 1
+            else:
+                unknown.append(tag)
+        if len(self.acks) >= ACK_BATCH:
+            await self.flush_acks()
+        elif self.acks and self.ack_task is None:
+            self.ack_task = asyncio.create_task(self._flush_acks_soon())
+        return unknown
+
+    async def reject(self, tags: list[str], requeue: bool = True, detail: str = "") -> None:
+        """Reject `tags` (requeue per the queue's rules, or to the dead letters)."""
+        for tag in tags:
+            self.unsettled.pop(tag, None)
+        await self.flush_acks()  # the router sees settlements in the consumer's order
+        extra = {"detail": detail} if detail else {}
+        await self.send_commands(
+            [{"op": "reject", "tag": tag, "requeue": requeue, **extra} for tag in tags]
+        )
+
+    async def _flush_acks_soon(self) -> None:
+        await asyncio.sleep(ACK_DELAY)
+        self.ack_task = None
+        await self.flush_acks()
+
+    async def flush_acks(self) -> None:
+        tags, self.acks = self.acks, []
+        if tags:
+            await self.send_commands([{"op": "confirm", "tags": tags}])
+
+    async def send_commands(self, commands: list[dict[str, Any]]) -> None:
+        """Append commands to the store's inbox (as engine.relay.RelayClient does) and make
+        sure a router will read them soon (as runtime's relay client does). Commands
+        Redis does not take (it is away) are kept and sent again, first, once it answers:
+        an ack lost with Redis would have the message delivered again at its timeout."""
+        commands, self.unsent = self.unsent + commands, []
+        if not commands:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpush(self.inbox, *[encode(command) for command in commands])
+        pipe.publish(self.doorbell, b"")
+        if self.worker_routing:
+            pipe.set(self.kicked, "1", nx=True, ex=30)
+        # settled: their delivery timeout stops (the settlement is in the inbox already)
+        settled = [tag for c in commands for tag in c.get("tags", [c.get("tag")]) if tag]
+        if settled:
+            pipe.zrem(self.taken, *settled)
+        try:
+            answers = await pipe.execute()
+        except redis.RedisError as problem:
+            self.unsent = commands + self.unsent
+            if self.resend_task is None or self.resend_task.done():
+                logger.warning("cannot send %d command(s) to the router: %s; sending them "
+                               "again until Redis answers", len(commands), problem)  # fmt: skip
+                await self.on_problem(f"cannot reach the router: {problem}")
+                if not self.closed:
+                    self.resend_task = asyncio.create_task(self._resend())
+            return
+        if self.worker_routing and answers[2]:
+            from xumpweb.routing.tasks import route
+
+            await sync_to_async(route.delay, thread_sensitive=False)(self.store)
+
+    async def _resend(self) -> None:
+        """Send the commands Redis did not take, every RESEND_EVERY seconds until it does."""
+        while self.unsent and not self.closed:
+            await asyncio.sleep(RESEND_EVERY)
+            await self.send_commands([])
+
+    # -- presence ----------------------------------------------------------------------------
+    async def presence(self, info: Callable[[float], registry.Info]) -> bool:
+        """Keep the destination's presence key and the registry entry `info(acks/s)` fresh
+        until closed; True when an operator asked the consumer to close (it must)."""
+        counted, at = 0, asyncio.get_running_loop().time()
+        while not self.closed:
+            now = asyncio.get_running_loop().time()
+            rate = (self.acked - counted) / (now - at) if now > at else 0.0
+            counted, at = self.acked, now
+            entry = info(rate)
+            try:
+                await self.redis.set(self.present, b"1", px=PRESENCE_TTL_MS)
+                if await registry.refresh(self.redis, self.store, entry):
+                    logger.info("consumer %s of %r closed by an operator", entry["id"],
+                                self.destination)  # fmt: skip
+                    return True
+            except redis.RedisError as problem:
+                logger.warning("cannot note the presence of %r: %s", self.destination, problem)
+            await asyncio.sleep(min(PRESENCE_EVERY, registry.REFRESH_EVERY))
+        return False
+
+    # -- the end -----------------------------------------------------------------------------
+    async def close(self, connection_id: str | None = None) -> None:
+        """Settle what this reader holds: acks out, unsettled tags back (requeue, in
+        delivery order), its registry entry (`connection_id`) forgotten. Call it once the
+        pump has stopped taking (see the module doc)."""
+        self.closed = True
+        if self.ack_task is not None:
+            self.ack_task.cancel()
+            self.ack_task = None
+        await self.flush_acks()
+        if self.unsettled:
+            await self.send_commands(
+                [{"op": "reject", "tag": tag, "requeue": True} for tag in self.unsettled]
+            )
+            self.unsettled.clear()
+        if self.unsent:  # Redis is still away and the consumer is gone
+            logger.warning(
+                "%d command(s) for the router not sent (Redis away); their deliveries come "
+                "back at the delivery timeout", len(self.unsent),
+            )  # fmt: skip
+        if connection_id is not None:
+            try:
+                await registry.forget(self.redis, self.store, connection_id)
+            except redis.RedisError:
+                pass  # its registration expires by itself

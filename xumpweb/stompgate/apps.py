@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class StompgateConfig(AppConfig):
+    name = "xumpweb.stompgate"
+    verbose_name = "STOMP gateway"

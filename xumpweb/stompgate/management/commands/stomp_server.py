@@ -1,0 +1,41 @@
+"""`python manage.py stomp_server`: STOMP 1.2 over TCP on XUMP_STOMP_HOST:XUMP_STOMP_PORT."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Serve STOMP 1.2 over TCP (XUMP_STOMP_HOST, XUMP_STOMP_PORT; default 127.0.0.1:61613)"
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--port", type=int, default=None, help="default: XUMP_STOMP_PORT")
+        parser.add_argument("--host", default=None, help="default: XUMP_STOMP_HOST")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from xumpweb.stompgate import tcp
+
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        host = options["host"] or settings.XUMP_STOMP_HOST
+        port = options["port"] if options["port"] is not None else settings.XUMP_STOMP_PORT
+        try:
+            asyncio.run(tcp.serve(host, port))
+        except OSError as problem:
+            if problem.errno == errno.EADDRINUSE:
+                sys.stderr.write(
+                    f"xump stomp: port {port} on {host} is already taken (another STOMP "
+                    f"server, e.g. RabbitMQ's plugin?); set XUMP_STOMP_PORT to a free port\n"
+                )
+                sys.exit(2)
+            raise
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,580 @@
+"""One STOMP client's session: the protocol core's actions carried out against Xump.
+
+Theory of operation. A transport (websocket.py, tcp.py) owns one `StompSession` per
+connection and does only I/O: it hands over what it reads (`receive_data` for a stream,
+`receive_message` for one WebSocket message) and gives a `Transport` to write bytes to and
+to close. The session feeds the protocol core (xumpweb/stomp/connection.py, no I/O) and
+carries out the actions it returns, the same way for both transports:
+
+* **Authenticate**: the `passcode` is an API token; on WebSocket a console session
+  stands in when the passcode is empty. CONNECTED, or ERROR and close.
+* **Publish** (SEND): the publish right on the queue (`access.may`), the message built as
+  the HTTP API builds one (size limit, lifetime fields), then handed to the process's
+  group commit (live/publish.py), which appends many publishes in one round trip. Its
+  RECEIPT goes out once the message is durable in the inbox (a 202's promise).
+* **Subscribe**: the consume right; a `selector` compiled here first, so a bad one is
+  refused with its column. /queue/<d> reads destination d's outbox (live/outbox.py's
+  OutboxReader, competing with every other consumer of d; a selector picks the items it
+  wants and leaves the others); /topic/<pattern> first builds a private queue
+  (topics.py). One pump task per subscription takes at most `credit` (prefetch) items,
+  hands each to the core for its MESSAGE frame and writes them in one write.
+* **Settle** (ACK/NACK): confirms or rejects (requeue) through the OutboxReader; each
+  settled delivery opens the subscription's window by one.
+* **Unsubscribe** and the end of the connection give back every delivery not settled
+  (requeue, redelivered to the others) and take a topic's private queue down.
+
+Answers (RECEIPT, ERROR of a failed action) go out in the order of the frames that asked
+for them: each action that answers takes a slot in a FIFO and a writer task sends the
+slots whose answer is known from the head (a `Barrier`, DISCONNECT's receipt, waits for
+everything before it). MESSAGE frames do not wait behind them. A `Close` is a slot too:
+what was answered before it goes out first.
+
+Heart-beats as negotiated: a newline when nothing was written for the agreed interval; a
+client silent for twice its interval is gone (its deliveries go back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from engine.errors import InvalidSelector, XumpError
+from engine.filters import compile_filter
+from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
+from engine.message import Message
+from engine.relay import delivery_from_json
+from engine.validation import check_optional_seconds
+from xumpweb import access, metrics
+from xumpweb.live import registry
+from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader
+from xumpweb.live.publish import Forbidden, Pending, RouterAnswers, group_commit
+from xumpweb.live.security import find_token, unwatch, user_principal, watch
+from xumpweb.runtime import service
+from xumpweb.stomp.connection import (
+    Action,
+    Authenticate,
+    Barrier,
+    Close,
+    Publish,
+    Send,
+    Settle,
+    StompConfig,
+    StompConnection,
+    Subscribe,
+    Unsubscribe,
+)
+from xumpweb.stompgate import topics
+
+logger = logging.getLogger("xump.stomp")
+
+HEARTBEAT = b"\n"
+SERVER_NAME = "Xump/1.0"
+
+
+class Transport(Protocol):
+    """What a session needs of its connection."""
+
+    async def write(self, data: bytes) -> bool:
+        """Write bytes (whole frames); False when the connection is gone."""
+
+    async def close(self) -> None:
+        """Close the connection (after what was written)."""
+
+
+class _Slot:
+    """One answer's place among the session's answers (see the module doc)."""
+
+    __slots__ = ("actions", "barrier", "ready")
+
+    def __init__(self, actions: list[Action] | None = None, barrier: str | None = None) -> None:
+        self.actions = actions or []
+        self.barrier = barrier  # a receipt to ask the core for once the slot is reached
+        self.ready = actions is not None or barrier is not None
+
+
+class _StompPending(Pending):
+    """A SEND on its way to the inbox: its slot is answered when it is durable."""
+
+    __slots__ = ("receipt", "session", "slot")
+
+    def __init__(self, session: StompSession, queue: str, message: Message,
+                 receipt: str | None, slot: _Slot) -> None:  # fmt: skip
+        super().__init__(queue, [message])
+        self.session = session
+        self.receipt = receipt
+        self.slot = slot
+
+    def done(self) -> None:
+        self.finished = True
+        self.slot.barrier = self.receipt
+        self.session.answered(self.slot)
+
+    def fail(self, error: XumpError) -> None:
+        self.finished = True
+        self.session.answered(self.slot, self.session.connection.fail(
+            _error_message(error), str(error), self.receipt))  # fmt: skip
+
+    def await_router(self) -> None:
+        self.session.router_answers.wait(self)
+
+
+def _error_message(error: XumpError) -> str:
+    from xumpweb.live.publish import error_code
+
+    return error_code(error).replace("_", " ")
+
+
+class _Subscription:
+    """A live subscription: its outbox reader, window and pump."""
+
+    def __init__(self, session: StompSession, action: Subscribe, destination: str,
+                 reader: OutboxReader) -> None:  # fmt: skip
+        self.session = session
+        self.id = action.subscription
+        self.kind = action.kind
+        self.ack = action.ack
+        self.destination = destination  # the outbox it reads
+        self.topic_queue = destination if action.kind == "topic" else None
+        self.reader = reader
+        self.credit = action.credit or session.default_prefetch
+        self.window_open = asyncio.Event()
+        self.window_open.set()
+        self.stopping = False
+        self.registry_id = registry.new_id()
+        self.since = time.time()
+        self.pump = asyncio.create_task(self._pump())
+        self.presence = asyncio.create_task(self._presence())
+
+    @property
+    def unsettled(self) -> dict[str, None]:
+        return self.reader.unsettled
+
+    def opened(self, settled: int) -> None:
+        self.credit += settled
+        if self.credit > 0:
+            self.window_open.set()
+
+    async def _pump(self) -> None:
+        reader, session = self.reader, self.session
+        while not self.stopping:
+            if self.credit <= 0:
+                self.window_open.clear()
+                await self.window_open.wait()
+                continue
+            try:
+                popped = await reader.take(min(self.credit, MAX_POP))
+            except redis.RedisError as problem:
+                logger.warning("cannot read outbox %r: %s", reader.outbox, problem)
+                await asyncio.sleep(POP_WAIT)
+                continue
+            if not popped:
+                continue
+            data: list[bytes] = []
+            auto: list[str] = []
+            for raw in popped:
+                try:
+                    delivery = delivery_from_json(raw)
+                    actions = session.connection.deliver(self.id, delivery)
+                except Exception as problem:  # an item no frame can carry: dead letters
+                    await self._set_aside(raw, problem)
+                    continue
+                reader.unsettled[delivery.tag] = None
+                for action in actions:
+                    if type(action) is Send:
+                        data.append(action.data)
+                    elif type(action) is Settle and action.accept:
+                        auto.extend(action.tags)
+                    # a Settle that rejects: the subscription is gone; close() gives it back
+            if self.ack != "auto":
+                self.credit -= len(data)
+            if data and not await session.write(b"".join(data)):
+                return
+            if auto:
+                await reader.ack(auto)
+
+    async def _set_aside(self, raw: bytes, problem: Exception) -> None:
+        reason = f"the delivery cannot be sent as a STOMP frame: {type(problem).__name__}"
+        logger.warning("delivery for %r set aside: %s", self.destination, problem)
+        try:
+            tag = delivery_from_json(raw).tag
+        except Exception:
+            return  # nothing to settle by: not an item the router wrote
+        await self.reader.reject([tag], requeue=False, detail=reason)
+
+    async def _presence(self) -> None:
+        if await self.reader.presence(self.info):
+            await self.session.closed_by_operator()
+
+    def info(self, acks_per_second: float = 0.0) -> registry.Info:
+        return {
+            "id": self.registry_id,
+            "transport": self.session.kind,
+            "destination": self.destination,
+            "who": self.session.who,
+            "remote": self.session.remote,
+            "since": self.since,
+            "credit": max(0, self.credit),
+            "in_flight": len(self.reader.unsettled),
+            "acked": self.reader.acked,
+            "acks_per_second": round(acks_per_second, 2),
+            **registry.where(),  # type: ignore[typeddict-item]
+        }
+
+    async def stop(self) -> None:
+        """Stop taking, give back what is unsettled, take a topic's queue down."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.window_open.set()
+        if not self.reader.taking:
+            self.pump.cancel()
+        await asyncio.wait({self.pump}, timeout=POP_WAIT + 5)
+        if self.pump.done() and not self.pump.cancelled() and self.pump.exception():
+            logger.error("STOMP pump for %r failed", self.destination,
+                         exc_info=self.pump.exception())  # fmt: skip
+        await self.reader.close(self.registry_id)
+        if asyncio.current_task() is not self.presence:
+            self.presence.cancel()
+        if self.topic_queue is not None:
+            try:
+                await topics.close_topic(self.session.service, self.topic_queue)
+            except XumpError as problem:  # the sweep takes it down later
+                logger.warning("cannot remove topic queue %r: %s", self.topic_queue, problem)
+
+
+class StompSession:
+    """One client connection's STOMP session (see the module doc). `kind` names the
+    transport ("stomp-tcp", "stomp-websocket"); `user`: the console session's user, if
+    any (WebSocket)."""
+
+    def __init__(self, transport: Transport, kind: str, remote: str = "",
+                 user: Any = None) -> None:  # fmt: skip
+        self.transport = transport
+        self.kind = kind
+        self.remote = remote
+        self.session_user = user
+        self.connection = StompConnection(
+            StompConfig(
+                server=SERVER_NAME,
+                heartbeat=(settings.XUMP_STOMP_HEARTBEAT_MS, settings.XUMP_STOMP_HEARTBEAT_MS),
+                max_frame_size=max(settings.XUMP_MAX_BODY + 64 * 1024, 1024 * 1024),
+            )
+        )
+        self.service = service()
+        self.default_prefetch = settings.XUMP_STOMP_PREFETCH
+        self.max_body = settings.XUMP_MAX_BODY
+        self.id = registry.new_id()
+        self.who = ""
+        self.principal: access.Principal | None = None
+        self.secret: str | None = None
+        self.user: Any = None
+        self.rights: dict[tuple[str, str], bool] = {}
+        self.subscriptions: dict[str, _Subscription] = {}
+        self.topic_serial = 0
+        self.slots: deque[_Slot] = deque()
+        self.wake = asyncio.Event()
+        self.router_answers = RouterAnswers()
+        self.redis: aioredis.Redis | None = None
+        self.closed = False
+        self.finished = False
+        self.last_read = self.last_written = time.monotonic()
+        self.tasks: list[asyncio.Task] = [asyncio.create_task(self._write_answers())]
+        self.lock = asyncio.Lock()  # one batch of input at a time
+
+    # -- input from the transport ------------------------------------------------------------
+    async def receive_data(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        async with self.lock:
+            await self._run(self.connection.receive_data(data))
+
+    async def receive_message(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        async with self.lock:
+            await self._run(self.connection.receive_message(data))
+
+    async def _run(self, actions: list[Action]) -> None:
+        for action in actions:
+            kind = type(action)
+            started = time.perf_counter()
+            try:
+                if kind is Send:
+                    self._answer([action])
+                elif kind is Publish:
+                    self._publish(action)  # type: ignore[arg-type]
+                elif kind is Settle:
+                    await self._settle(action)  # type: ignore[arg-type]
+                elif kind is Subscribe:
+                    await self._subscribe(action)  # type: ignore[arg-type]
+                elif kind is Unsubscribe:
+                    await self._unsubscribe(action)  # type: ignore[arg-type]
+                elif kind is Barrier:
+                    self._add_slot(_Slot(barrier=action.receipt))  # type: ignore[attr-defined]
+                elif kind is Close:
+                    self._answer([action])
+                elif kind is Authenticate:
+                    await self._authenticate(action)  # type: ignore[arg-type]
+            finally:
+                metrics.stomp_action(self.kind, kind.__name__, time.perf_counter() - started)
+
+    # -- answers, in order ------------------------------------------------------------------
+    def _answer(self, actions: list[Action]) -> None:
+        self._add_slot(_Slot(actions))
+
+    def _add_slot(self, slot: _Slot) -> None:
+        self.slots.append(slot)
+        if slot.ready:
+            self.wake.set()
+
+    def answered(self, slot: _Slot, actions: list[Action] | None = None) -> None:
+        if actions is not None:
+            slot.actions = actions
+        slot.ready = True
+        self.wake.set()
+
+    async def _write_answers(self) -> None:
+        slots, connection = self.slots, self.connection
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            out: list[bytes] = []
+            close = False
+            while slots and slots[0].ready and not close:
+                slot = slots.popleft()
+                actions = slot.actions
+                if slot.barrier is not None:
+                    actions = actions + connection.receipt_done(slot.barrier)
+                for action in actions:
+                    if type(action) is Send:
+                        out.append(action.data)
+                    elif type(action) is Close:
+                        close = True
+                        break
+            if out and not await self.write(b"".join(out)):
+                return
+            if close:
+                await self._close()
+                return
+
+    async def write(self, data: bytes) -> bool:
+        if self.closed:
+            return False
+        self.last_written = time.monotonic()
+        if await self.transport.write(data):
+            return True
+        self.closed = True
+        return False
+
+    # -- authentication -------------------------------------------------------------------------
+    async def _authenticate(self, action: Authenticate) -> None:
+        principal = None
+        if action.passcode:
+            token = await find_token(action.passcode)
+            if token is None:
+                return self._answer(self.connection.refuse("unknown or revoked token"))
+            principal = access.for_token(token)
+            self.secret = action.passcode
+            self.who = f"token:{token.name}"
+        elif self.session_user is not None:
+            principal = await user_principal(self.session_user)
+            self.user = self.session_user
+            self.who = self.session_user.get_username()
+        else:
+            return self._answer(self.connection.refuse(
+                "give an API token as the passcode header (login may be anything)"))  # fmt: skip
+        self.principal = principal
+        watch(self)
+        actions = self.connection.accept(principal, session=self.id)
+        self.tasks.append(asyncio.create_task(self._heartbeats()))
+        await self._run(actions)
+
+    async def recheck(self) -> None:
+        """A token or a role changed somewhere (security.watch): close unless this
+        session's token or user still holds every right it uses."""
+        if self.closed or self.principal is None:
+            return
+        if self.secret is not None:
+            token = await find_token(self.secret)
+            if token is None:
+                return await self._fail("access revoked", "the token was revoked")
+            principal = access.for_token(token)
+        else:
+            principal = await user_principal(self.user, fresh=True)
+        self.principal = principal
+        self.rights.clear()
+        for sub in list(self.subscriptions.values()):
+            queue = sub.destination if sub.kind == "queue" else topics.router()
+            if not self._may("consume", queue):
+                return await self._fail("access revoked", f"no consume right on {queue!r} now")
+
+    def _may(self, right: str, queue: str) -> bool:
+        allowed = self.rights.get((right, queue))
+        if allowed is None:
+            allowed = self.rights[right, queue] = access.may(self.principal, right, queue)  # type: ignore[arg-type]
+        return allowed
+
+    async def _fail(self, message: str, detail: str) -> None:
+        async with self.lock:
+            self._answer(self.connection.fail(message, detail))
+
+    async def closed_by_operator(self) -> None:
+        await self._fail("closed by an operator", "an operator closed this connection; its "
+                         "deliveries go back to the other consumers")  # fmt: skip
+
+    # -- SEND ----------------------------------------------------------------------------------
+    def _publish(self, action: Publish) -> None:
+        slot = _Slot()
+        self._add_slot(slot)
+        queue = action.queue if action.queue is not None else topics.router()
+        try:
+            if not self._may("publish", queue):
+                raise Forbidden(f"this caller may not publish on queue {queue!r}")
+            message = self._message(action)
+        except XumpError as error:
+            self.answered(slot, self.connection.fail(
+                _error_message(error), str(error), action.receipt))  # fmt: skip
+            return
+        group_commit().submit(_StompPending(self, queue, message, action.receipt, slot))
+
+    def _message(self, action: Publish) -> Message:
+        from engine.errors import MessageTooLarge
+
+        if len(action.body) > self.max_body:
+            raise MessageTooLarge(
+                f"message body is {len(action.body)} bytes; the limit is {self.max_body} bytes"
+            )
+        ttl = None
+        if action.expires:
+            # absolute, as the client's clock has it; one already past expires at once
+            ttl = max(action.expires - time.time(), 0.001)
+            check_optional_seconds("ttl", ttl)
+        headers = action.headers or EMPTY_HEADERS
+        if action.delay is None and ttl is None:
+            return Message(action.address, headers, action.body, action.return_address)
+        return Message(action.address, headers, action.body, action.return_address,
+                       ttl=ttl, delay=action.delay)  # fmt: skip
+
+    # -- SUBSCRIBE / UNSUBSCRIBE / ACK / NACK --------------------------------------------------
+    async def _subscribe(self, action: Subscribe) -> None:
+        queue = action.destination if action.kind == "queue" else topics.router()
+        if not self._may("consume", queue):
+            what = "destination" if action.kind == "queue" else "topic router queue"
+            return self._answer(self.connection.refuse_subscription(
+                action.subscription, f"this caller may not consume from {what} {queue!r}",
+                receipt=action.receipt))  # fmt: skip
+        wanted = None
+        if action.selector is not None:
+            try:
+                selects = compile_filter(action.selector)
+            except InvalidSelector as error:
+                return self._answer(self.connection.refuse_subscription(
+                    action.subscription, str(error), column=error.column or 1,
+                    receipt=action.receipt))  # fmt: skip
+            if action.kind == "queue":
+                wanted = _wanted(selects)
+        destination = action.destination
+        if action.kind == "topic":
+            self.topic_serial += 1
+            destination = topics.queue_name(self.id, self.topic_serial)
+            try:
+                await topics.open_topic(self.service, destination, action.destination,
+                                        action.selector)  # fmt: skip
+            except XumpError as error:
+                column = getattr(error, "column", None)
+                refused = self.connection.refuse_subscription(
+                    action.subscription, str(error), column=column, receipt=action.receipt
+                )
+                return self._answer(refused)
+        if self.redis is None:
+            self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
+        reader = OutboxReader(self.service, self.redis, destination, self._store_problem, wanted)
+        sub = _Subscription(self, action, destination, reader)
+        self.subscriptions[action.subscription] = sub
+        metrics.subscriber_joined(sub)
+        if action.receipt is not None:
+            self._add_slot(_Slot(barrier=action.receipt))
+
+    async def _store_problem(self, detail: str) -> None:
+        logger.warning("STOMP session %s: %s", self.id, detail)
+
+    async def _unsubscribe(self, action: Unsubscribe) -> None:
+        sub = self.subscriptions.pop(action.subscription, None)
+        if sub is not None:
+            await sub.stop()
+        if action.receipt is not None:
+            self._add_slot(_Slot(barrier=action.receipt))
+
+    async def _settle(self, action: Settle) -> None:
+        sub = self.subscriptions.get(action.subscription)
+        if sub is not None:
+            tags = list(action.tags)
+            if action.accept:
+                await sub.reader.ack(tags)
+            else:
+                await sub.reader.reject(tags, requeue=True)
+            if sub.ack != "auto":
+                sub.opened(len(tags))
+            if action.receipt is not None:
+                await sub.reader.flush_acks()
+        if action.receipt is not None:
+            self._add_slot(_Slot(barrier=action.receipt))
+
+    # -- heart-beats and the end ------------------------------------------------------------
+    async def _heartbeats(self) -> None:
+        send_ms, receive_ms = self.connection.heartbeat
+        if not send_ms and not receive_ms:
+            return
+        every = min(x for x in (send_ms, receive_ms) if x) / 1000 / 2
+        while not self.closed:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            if receive_ms and now - self.last_read > 2 * receive_ms / 1000:
+                logger.info("STOMP session %s: no heart-beat from the client", self.id)
+                await self._close()
+                return
+            if send_ms and now - self.last_written >= send_ms / 1000:
+                await self.write(HEARTBEAT)
+
+    async def _close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.transport.close()
+        await self.finish()
+
+    async def finish(self) -> None:
+        """The connection ended (the transport calls this): give back what is unsettled,
+        take the topic queues down, stop the tasks. Once."""
+        self.closed = True
+        if self.finished:
+            return
+        self.finished = True
+        unwatch(self)
+        self.router_answers.close()
+        current = asyncio.current_task()
+        for task in self.tasks:
+            if task is not current:
+                task.cancel()
+        subs, self.subscriptions = list(self.subscriptions.values()), {}
+        await asyncio.gather(*(sub.stop() for sub in subs), return_exceptions=True)
+        if self.redis is not None:
+            await self.redis.aclose()
+
+
+def _wanted(selects: Callable[[Message], bool]) -> Callable[[bytes], bool]:
+    """An outbox item filter from a compiled selector (an unreadable item is wanted: the
+    pump then sets it aside with its reason)."""
+
+    def wanted(raw: bytes) -> bool:
+        try:
+            return selects(delivery_from_json(raw).message)
+        except Exception:
+            return True
+
+    return wanted

@@ -1,0 +1,81 @@
+"""/topic/<pattern> subscriptions: a private queue per subscription, and its removal.
+
+A STOMP subscription to /topic/<pattern> gets a private, self-destructing queue
+`stomp:<connection>:<n>` delivering to the destination of the same name, fed by a COPY
+selector on the topic router (XUMP_STOMP_TOPIC_ROUTER, default "parrot", the parrot
+pattern's router) that matches the message's address against the pattern and, with a
+`selector` header, filters by it (routing/operations.py stomp_topic_open). A SEND to
+/topic/<address> publishes to that router with that address. Unsubscribing, or the
+connection ending, takes the queue down (stomp_topic_close).
+
+A STOMP process that dies cannot take its queues down: `sweep()` (a beat task, every
+SWEEP_EVERY seconds) removes the `stomp:` queues whose destination has had no consumer
+present (relay presence keys) at two sweeps in a row.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from xumpweb.runtime import Service
+
+logger = logging.getLogger("xump.stomp")
+
+PREFIX = "stomp:"
+SWEEP_EVERY = 30.0
+
+
+def queue_name(connection: str, serial: int) -> str:
+    return f"{PREFIX}{connection}:{serial}"
+
+
+def router() -> str:
+    return settings.XUMP_STOMP_TOPIC_ROUTER
+
+
+async def open_topic(found: Service, queue: str, pattern: str, expression: str | None) -> None:
+    """Build the subscription's wiring (XumpError when the router refuses it)."""
+    await sync_to_async(found.call, thread_sensitive=False)(
+        "stomp_topic_open", queue=queue, router=router(), pattern=pattern, filter=expression
+    )
+
+
+async def close_topic(found: Service, queue: str) -> None:
+    await sync_to_async(found.call, thread_sensitive=False)(
+        "stomp_topic_close", queue=queue, router=router()
+    )
+
+
+def sweep(found: Service) -> list[str]:
+    """Remove the private topic queues nobody has consumed at two sweeps in a row (their
+    STOMP process died); the names removed."""
+    candidates_key = found.keys["inbox"][: -len("inbox")] + "stomp-orphans"
+    names = sorted(n for n in found.queue_names() if n.startswith(PREFIX))
+    if not names:
+        found.redis.delete(candidates_key)
+        return []
+    pipe = found.redis.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(found.keys["present"] + name)
+    present = pipe.execute()
+    absent = {name for name, here in zip(names, present, strict=True) if not here}
+    before = {member.decode() for member in found.redis.smembers(candidates_key)}
+    removed = []
+    for name in sorted(absent & before):
+        try:
+            found.call("stomp_topic_close", queue=name, router=router())
+        except Exception as problem:  # the next sweep tries again
+            logger.warning("cannot remove orphaned topic queue %r: %s", name, problem)
+            continue
+        removed.append(name)
+    pipe = found.redis.pipeline(transaction=True)
+    pipe.delete(candidates_key)
+    if absent - set(removed):
+        pipe.sadd(candidates_key, *(absent - set(removed)))
+    pipe.execute()
+    if removed:
+        logger.info("removed %d orphaned STOMP topic queue(s)", len(removed))
+    return removed
