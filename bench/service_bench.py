@@ -385,8 +385,10 @@ class Run:
         while self.counter.value < total:
             if time.monotonic() > deadline:
                 raise SystemExit(f"only {self.counter.value} of {total} delivered in 10 minutes")
-            if not self.publisher.is_alive() and self.publisher.exitcode:
+            if self.publisher.exitcode:
                 raise SystemExit(f"the publisher failed ({self.publisher.exitcode})")
+            if any(subscriber.exitcode for subscriber in self.subscribers):
+                raise SystemExit("a subscriber failed")
             time.sleep(0.002)
         if settled is not None:
             settled()
