@@ -86,8 +86,9 @@ STOMP_ACTIONS = Counter(
     ["transport", "action"],
 )
 STOMP_DURATION = Histogram(
-    "xump_stomp_action_duration_seconds",
-    "time to carry out a STOMP action (a publish: until handed to the group commit)",
+    "xump_stomp_input_duration_seconds",
+    "time to carry out what one read of a STOMP client's input asked for (a publish: until "
+    "handed to the group commit)",
     ["transport"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
@@ -212,17 +213,18 @@ def stomp_connected(transport: str) -> None:
     STOMP_CONNECTIONS.labels(transport).inc()
 
 
-_stomp_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+_stomp_children: dict[tuple[str, str], Any] = {}
 
 
-def stomp_action(transport: str, action: str, seconds: float) -> None:
-    found = _stomp_children.get((transport, action))
-    if found is None:
-        found = _stomp_children[transport, action] = (
-            STOMP_ACTIONS.labels(transport, action), STOMP_DURATION.labels(transport)
-        )  # fmt: skip
-    found[0].inc()
-    found[1].observe(seconds)
+def stomp_actions(transport: str, counts: dict[str, int], seconds: float) -> None:
+    """The actions one batch of a STOMP client's input asked for (by kind), and the time
+    carrying them out took."""
+    for action, count in counts.items():
+        found = _stomp_children.get((transport, action))
+        if found is None:
+            found = _stomp_children[transport, action] = STOMP_ACTIONS.labels(transport, action)
+        found.inc(count)
+    STOMP_DURATION.labels(transport).observe(seconds)
 
 
 _subscribers: weakref.WeakSet = weakref.WeakSet()

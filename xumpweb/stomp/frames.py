@@ -298,6 +298,54 @@ class FrameParser:
     def _parse_head(
         self, head: bytes, body_offset: int
     ) -> tuple[str, dict[str, str], int, int | None]:
+        found = self._plain_head(head)
+        if found is not None:
+            command, headers = found
+        else:
+            command, headers = self._checked_head(head)
+        length: int | None = None
+        text = headers.get("content-length")
+        if text is not None:
+            receipt = headers.get("receipt")
+            if not (text.isascii() and text.isdigit()) or len(text) > 19:
+                raise ProtocolError(
+                    "bad content-length",
+                    f"content-length must be a non-negative decimal integer, not {_shown(text)}",
+                    receipt,
+                )
+            length = int(text)
+            if body_offset + length + 1 > self.max_frame_size:
+                raise ProtocolError(
+                    "frame too large",
+                    f"the {command} frame's content-length of {length} bytes is over the "
+                    f"limit of {self.max_frame_size} bytes per frame",
+                    receipt,
+                )
+        return command, headers, body_offset, length
+
+    def _plain_head(self, head: bytes) -> tuple[str, dict[str, str]] | None:
+        """The common case, fast: a short head with no CR, no escapes, valid UTF-8, a known
+        command and well-formed headers. None when any of that does not hold: the head is
+        then read line by line (`_checked_head`), which says what is wrong."""
+        if len(head) > self.max_header_length or b"\r" in head or b"\\" in head:
+            return None
+        try:
+            lines = head.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            return None
+        command = lines[0]
+        if command not in self.commands or len(lines) - 1 > self.max_headers:
+            return None
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not name or not colon:
+                return None
+            if name not in headers:  # the first of repeated headers counts
+                headers[name] = value
+        return command, headers
+
+    def _checked_head(self, head: bytes) -> tuple[str, dict[str, str]]:
         lines = head.split(b"\n")
         command_line = lines[0].removesuffix(b"\r")
         try:
@@ -331,28 +379,10 @@ class FrameParser:
                 "header too long",
                 f"the command line is longer than {self.max_header_length} bytes",
             )
-        receipt = headers.get("receipt")
         if problem is not None:
-            problem.receipt = receipt
+            problem.receipt = headers.get("receipt")
             raise problem
-        length: int | None = None
-        text = headers.get("content-length")
-        if text is not None:
-            if not (text.isascii() and text.isdigit()) or len(text) > 19:
-                raise ProtocolError(
-                    "bad content-length",
-                    f"content-length must be a non-negative decimal integer, not {_shown(text)}",
-                    receipt,
-                )
-            length = int(text)
-            if body_offset + length + 1 > self.max_frame_size:
-                raise ProtocolError(
-                    "frame too large",
-                    f"the {command} frame's content-length of {length} bytes is over the "
-                    f"limit of {self.max_frame_size} bytes per frame",
-                    receipt,
-                )
-        return command, headers, body_offset, length
+        return command, headers
 
     def _parse_header(self, command: str, line: bytes, raw: bool, headers: dict[str, str]) -> None:
         if len(line) > self.max_header_length:

@@ -301,28 +301,32 @@ class StompSession:
             await self._run(self.connection.receive_message(data))
 
     async def _run(self, actions: list[Action]) -> None:
+        if not actions:
+            return
+        started = time.perf_counter()
+        counts: dict[str, int] = {}
         for action in actions:
             kind = type(action)
-            started = time.perf_counter()
-            try:
-                if kind is Send:
-                    self._answer([action])
-                elif kind is Publish:
-                    self._publish(action)  # type: ignore[arg-type]
-                elif kind is Settle:
-                    await self._settle(action)  # type: ignore[arg-type]
-                elif kind is Subscribe:
-                    await self._subscribe(action)  # type: ignore[arg-type]
-                elif kind is Unsubscribe:
-                    await self._unsubscribe(action)  # type: ignore[arg-type]
-                elif kind is Barrier:
-                    self._add_slot(_Slot(barrier=action.receipt))  # type: ignore[attr-defined]
-                elif kind is Close:
-                    self._answer([action])
-                elif kind is Authenticate:
-                    await self._authenticate(action)  # type: ignore[arg-type]
-            finally:
-                metrics.stomp_action(self.kind, kind.__name__, time.perf_counter() - started)
+            name = kind.__name__
+            counts[name] = counts.get(name, 0) + 1
+            if kind is Send:
+                self._answer([action])
+            elif kind is Publish:
+                self._publish(action)  # type: ignore[arg-type]
+            elif kind is Settle:
+                await self._settle(action)  # type: ignore[arg-type]
+            elif kind is Subscribe:
+                await self._subscribe(action)  # type: ignore[arg-type]
+            elif kind is Unsubscribe:
+                await self._unsubscribe(action)  # type: ignore[arg-type]
+            elif kind is Barrier:
+                self._add_slot(_Slot(barrier=action.receipt))  # type: ignore[attr-defined]
+            elif kind is Close:
+                self._answer([action])
+            elif kind is Authenticate:
+                await self._authenticate(action)  # type: ignore[arg-type]
+        # counted per batch of input, not per action: a labelled inc costs ~1 us
+        metrics.stomp_actions(self.kind, counts, time.perf_counter() - started)
 
     # -- answers, in order ------------------------------------------------------------------
     def _answer(self, actions: list[Action]) -> None:
