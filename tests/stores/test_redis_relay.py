@@ -18,7 +18,7 @@ import redis
 
 from engine import Delivery, Engine, Message
 from engine.errors import InvalidArgument, NotFound, QueueFull, StoreError
-from engine.relay import RelayClient, RelayOwner
+from engine.relay import TAKE_THESE, RelayClient, RelayOwner, delivery_keys, relay_keys
 from tests.conftest import RedisServer
 from tests.engine.conftest import drop_redis_keys
 
@@ -510,3 +510,26 @@ def test_the_owner_fires_delayed_messages_when_due_and_never_delivers_expired_on
         assert delivery.message.body == b"later" and time.time() >= sent + 0.5
         wait_until(lambda: engine.stats("q")["expired"] == 1, 30)
         assert engine.next_due() is None and client.deliveries("app", wait=0.3) == []
+
+
+def test_take_these_takes_only_the_chosen_items_and_notes_them_taken(shared) -> None:
+    """A consumer with a filter of its own (a STOMP queue selector) takes exactly the items
+    it chose: the others stay in the outbox, in order; what another consumer took first is
+    not taken twice; a revoked one is dropped."""
+    url, name = shared
+    client = redis.Redis.from_url(url)
+    keys = delivery_keys(name)
+    outbox = relay_keys(name)[1] + "d"
+    items = [json.dumps({"tag": f"q:1:{n}", "n": n}).encode() for n in range(5)]
+    client.rpush(outbox, *items)
+    client.sadd(keys["revoked"] + "d", "q:1:3")
+    take_these = client.register_script(TAKE_THESE)
+    taken = take_these(keys=[outbox, keys["taken"], keys["revoked"] + "d"],
+                       args=[items[1], items[3], items[4]])  # fmt: skip
+    assert taken == [items[1], items[4]]
+    assert client.lrange(outbox, 0, -1) == [items[0], items[2]]
+    assert {m.decode() for m in client.zrange(keys["taken"], 0, -1)} == {"q:1:1", "q:1:4"}
+    assert not client.sismember(keys["revoked"] + "d", "q:1:3")
+    # taken by someone else meanwhile: not there, not taken
+    assert take_these(keys=[outbox, keys["taken"], keys["revoked"] + "d"], args=[items[1]]) == []
+    client.delete(outbox, keys["taken"])
