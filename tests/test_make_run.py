@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+import stomp
 from honcho.environ import parse_procfile
 from prometheus_client.parser import text_string_to_metric_families
 from redis.backoff import NoBackoff
@@ -112,9 +113,9 @@ def test_it_refuses_to_start_a_server_for_a_remote_url(tmp_path):
     assert "can only be started here" in missing.stderr
 
 
-def test_the_procfile_names_web_worker_and_beat():
+def test_the_procfile_names_web_worker_beat_and_stomp():
     processes = parse_procfile((ROOT / "Procfile").read_text()).processes
-    assert set(processes) == {"web", "worker", "beat"}
+    assert set(processes) == {"web", "worker", "beat", "stomp"}
     for name, command in processes.items():  # each restarted if it dies (keep_running.sh)
         assert command.startswith("scripts/keep_running.sh "), name
         processes[name] = command.removeprefix("scripts/keep_running.sh ")
@@ -122,13 +123,23 @@ def test_the_procfile_names_web_worker_and_beat():
     assert "--port " in processes["web"]
     assert processes["worker"].startswith("celery -A xumpweb worker --pool threads")
     assert processes["beat"].startswith("celery -A xumpweb beat --schedule var/")
+    assert processes["stomp"] == "python manage.py stomp_server"  # on XUMP_STOMP_PORT
 
 
 # -- `make run` under Redis restarts ----------------------------------------------------------
+class _Receipts(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def on_receipt(self, frame) -> None:
+        self.ids.add(frame.headers["receipt-id"])
+
+
 def _make_run_environment(tmp_path: Path, redis_url: str, port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XUMP_", "DJANGO_"))}
     env.update(
         ADDRESS=f"127.0.0.1:{port}",
+        XUMP_STOMP_PORT=str(free_port()),
         VENV=str(Path(sys.executable).parent.parent),
         XUMP_REDIS_URL=redis_url,
         XUMP_STORE=f"t{uuid.uuid4().hex[:10]}",
@@ -347,6 +358,16 @@ def test_make_run_rides_out_three_redis_restarts_under_traffic(tmp_path, redis_i
         assert "keep_running:" not in text  # nothing had to be restarted
         assert running.poll() is None
 
+        # the STOMP process rode the outages out too: a SEND is received and its receipt
+        # comes once durable
+        stomp_client = stomp.Connection12([("127.0.0.1", int(env["XUMP_STOMP_PORT"]))])
+        receipts = _Receipts()
+        stomp_client.set_listener("receipts", receipts)
+        stomp_client.connect("make-run", token, wait=True)
+        stomp_client.send("/queue/orders", "over STOMP", headers={"receipt": "after-outage"})
+        _wait_until(lambda: "after-outage" in receipts.ids, 20, "the STOMP receipt")
+        stomp_client.disconnect()
+
         # a process that dies anyway is started again; the others go on
         worker = _worker_pid(running.pid)
         os.kill(worker, signal.SIGKILL)
@@ -376,6 +397,8 @@ def test_make_run_rides_out_three_redis_restarts_under_traffic(tmp_path, redis_i
             and s.labels["status"] == "202"
         )
         assert applied >= len(accepted) and published >= len(accepted)
+        # ...and the STOMP process's (run.sh's PROMETHEUS_MULTIPROC_DIR reaches it too)
+        assert any(s.name == "xump_stomp_actions_total" and s.value >= 1 for s in samples)
     finally:
         if traffic is not None:
             traffic.stop()
