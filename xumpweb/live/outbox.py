@@ -89,6 +89,7 @@ class OutboxReader:
         self.take_these = client.register_script(TAKE_THESE)
         self.on_problem = on_problem
         self.wanted = wanted
+        self.judged: dict[bytes, bool] = {}  # outbox items a filtering reader looked at last
         self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
         self.acks: list[str] = []
         self.acked = 0  # deliveries settled by an ack, for the consumers page's acks/s
@@ -119,7 +120,11 @@ class OutboxReader:
 
     async def _take_wanted(self, count: int) -> list[bytes]:
         head = await self.redis.lrange(self.outbox, 0, SCAN - 1)
-        chosen = [item for item in head if self.wanted(item)][:count]  # type: ignore[misc]
+        # an item judged at the last look is not read again (a head of items nobody
+        # wants would otherwise be decoded every SCAN_WAIT)
+        judged, wanted = self.judged, self.wanted
+        self.judged = {item: judged[item] if item in judged else wanted(item) for item in head}  # type: ignore[misc]
+        chosen = [item for item, keep in self.judged.items() if keep][:count]
         if not chosen:
             if not head:
                 await self.redis.blmove(self.outbox, self.outbox, POP_WAIT, "LEFT", "LEFT")
