@@ -46,7 +46,7 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from engine.errors import InvalidSelector, XumpError
+from engine.errors import InvalidSelector, MessageTooLarge, XumpError
 from engine.filters import compile_filter
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Message
@@ -55,7 +55,7 @@ from engine.validation import check_optional_seconds
 from xumpweb import access, metrics
 from xumpweb.live import registry
 from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader
-from xumpweb.live.publish import Forbidden, Pending, RouterAnswers, group_commit
+from xumpweb.live.publish import Forbidden, Pending, RouterAnswers, error_code, group_commit
 from xumpweb.live.security import find_token, unwatch, user_principal, watch
 from xumpweb.runtime import service
 from xumpweb.stomp.connection import (
@@ -127,8 +127,7 @@ class _StompPending(Pending):
 
 
 def _error_message(error: XumpError) -> str:
-    from xumpweb.live.publish import error_code
-
+    """The ERROR frame's `message` for an engine error: the HTTP API's code, in words."""
     return error_code(error).replace("_", " ")
 
 
@@ -448,8 +447,6 @@ class StompSession:
         group_commit().submit(_StompPending(self, queue, message, action.receipt, slot))
 
     def _message(self, action: Publish) -> Message:
-        from engine.errors import MessageTooLarge
-
         if len(action.body) > self.max_body:
             raise MessageTooLarge(
                 f"message body is {len(action.body)} bytes; the limit is {self.max_body} bytes"
