@@ -269,6 +269,14 @@ class Service:
 
 _service: Service | None = None
 _service_lock = threading.Lock()
+_routes_inline = True  # with XUMP_ROUTING=inline, whether this process is the one that routes
+
+
+def client_only() -> None:
+    """This process never routes, whatever XUMP_ROUTING says (the STOMP server: with inline
+    routing the web process routes, in a thread of its own)."""
+    global _routes_inline
+    _routes_inline = False
 
 
 def service() -> Service:
@@ -284,7 +292,7 @@ def service() -> Service:
                     settings.XUMP_CALL_TIMEOUT,
                     settings.XUMP_INBOX_LIMIT,
                 )
-                if settings.XUMP_ROUTING == "inline":
+                if settings.XUMP_ROUTING == "inline" and _routes_inline:
                     start_inline_router()
     return _service
 

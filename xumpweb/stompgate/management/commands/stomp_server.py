@@ -20,7 +20,10 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=None, help="default: XUMP_STOMP_HOST")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from xumpweb import runtime
         from xumpweb.stompgate import tcp
+
+        runtime.client_only()
 
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
