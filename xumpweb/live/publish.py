@@ -57,7 +57,7 @@ from engine.validation import MAX_INT, MAX_NAME, MIN_INT, check_text
 from xumpweb import access
 from xumpweb.api.errors import ENGINE_ERRORS, RETRY_AFTER
 from xumpweb.api.jsonbody import MAX_DEPTH, too_deep
-from xumpweb.api.publishing import message_from, messages_from
+from xumpweb.api.publishing import MAX_BATCH, message_from, messages_from
 from xumpweb.live.consumers import FrameError, LiveSocket
 from xumpweb.live.frames import encode
 from xumpweb.runtime import Service, service
@@ -258,14 +258,15 @@ class GroupCommit:
             try:
                 answers = await pipe.execute()
             except redis.RedisError as error:
-                self._refuse([item for item, _ in going],
+                self._refuse([item for items, _ in going for item in items],
                              store_failure(error, "appending to the inbox"))  # fmt: skip
                 return
             pushed = answers[0]
             if isinstance(pushed, list):  # the wiring changed: sort again by the new one
                 await self._read_wiring(pushed[0])
-                for item, _ in going:
-                    item.mids = []
+                for items, _ in going:
+                    for item in items:
+                        item.mids = []
                 continue
             if self.worker_routing and answers[2]:
                 # beside, not before the answers: the publishes are durable already, and
@@ -276,23 +277,29 @@ class GroupCommit:
                 self.scheduling.add(scheduling)
                 scheduling.add_done_callback(self.scheduling.discard)
             if pushed < 0:
-                self._refuse([item for item, _ in going], InboxFull(
+                self._refuse([item for items, _ in going for item in items], InboxFull(
                     f"the inbox of store {self.service.store!r} holds "
                     f"{self.relay.inbox_limit} commands or more (routing is behind or "
                     "stopped): publish again later"))  # fmt: skip
                 return
-            for item, _ in going:
-                if item.applied:
-                    item.await_router()
-                else:
-                    item.done()
+            for items, _ in going:
+                for item in items:
+                    if item.applied:
+                        item.await_router()
+                    else:
+                        item.done()
             return
         self._refuse(batch, engine_errors.StoreError("the wiring kept changing; publish again"))
 
-    def _sort(self, batch: list[Pending]) -> list[tuple[Pending, bytes]]:
+    def _sort(self, batch: list[Pending]) -> list[tuple[list[Pending], bytes]]:
         """The publishes of `batch` that go to the inbox, encoded by the wiring version
-        read; the others are answered (not_found) here."""
-        going = []
+        read, as (publishes, command) pairs; the others are answered (not_found) here.
+        Consecutive publishes to the same queue go as ONE publish command (the router
+        applies a command of many messages for much less than as many commands); one the
+        router must answer (`applied`) goes alone."""
+        going: list[tuple[list[Pending], bytes]] = []
+        run: list[Pending] = []
+        size = 0  # messages in `run`
         for item in batch:
             if item.finished:
                 continue
@@ -300,6 +307,35 @@ class GroupCommit:
                 item.fail(NotFound(f"queue {item.queue!r} does not exist"))
                 continue
             item.applied = item.queue in self.dropping
+            if run and (
+                item.applied
+                or run[0].applied
+                or item.queue != run[0].queue
+                or size + len(item.messages) > MAX_BATCH
+            ):
+                self._encode(run, going)
+                run, size = [], 0
+            run.append(item)
+            size += len(item.messages)
+        if run:
+            self._encode(run, going)
+        return going
+
+    def _encode(self, run: list[Pending], going: list[tuple[list[Pending], bytes]]) -> None:
+        if len(run) > 1:
+            messages = [message for item in run for message in item.messages]
+            try:
+                payload, mids, _ = self.relay.publish_command(run[0].queue, messages)
+            except XumpError:
+                pass  # one of them is refused: each goes on its own, below
+            else:
+                at = 0
+                for item in run:
+                    item.mids = mids[at : at + len(item.messages)]
+                    at += len(item.messages)
+                going.append((run, payload))
+                return
+        for item in run:
             try:
                 payload, item.mids, item.reply = self.relay.publish_command(
                     item.queue, item.messages, item.applied
@@ -307,8 +343,7 @@ class GroupCommit:
             except XumpError as error:
                 item.fail(error)
                 continue
-            going.append((item, payload))
-        return going
+            going.append(([item], payload))
 
     async def _read_wiring(self, version: bytes | None) -> None:
         """The wiring as of `version` (the wiring key's value as Redis holds it)."""
