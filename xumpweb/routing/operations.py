@@ -465,12 +465,12 @@ def stomp_topic_open(
     `filter`, when given), from now on."""
     building = patterns.Building(engine)
     try:
-        patterns.ensure_queue(building, router)
+        deliveries = _topic_router(engine, building, router)
         engine.queue_create(queue, self_destruct=True)
         building.queues.append(queue)
         deliver = engine.selector_create(queue).when_always().do_deliver(queue)
         building.selectors.append((queue, deliver.id))
-        deliveries = deliver.enable()
+        deliveries += deliver.enable()
         copy = engine.selector_create(router)
         building.selectors.append((router, copy.id))
         copy.when_match("topic", pattern, "address")
@@ -481,6 +481,32 @@ def stomp_topic_open(
         building.undo()
         raise
     return {"queue": queue, "selectors": [list(pair) for pair in building.selectors]}, deliveries
+
+
+def stomp_topic_router(engine: Engine, router: str) -> Answer:
+    """The topic router queue that SEND /topic/<address> publishes to, made when missing
+    (a SEND may come before any subscription)."""
+    building = patterns.Building(engine)
+    try:
+        deliveries = _topic_router(engine, building, router)
+    except BaseException:
+        building.undo()
+        raise
+    return {"router": router}, deliveries
+
+
+def _topic_router(engine: Engine, building: patterns.Building, router: str) -> list[Delivery]:
+    """Make sure `router` exists with a DEFAULT selector. Without one, a router whose
+    subscriptions have all ended has no enabled selector and holds what arrives (SPEC §2
+    rule 6), for the next subscriber to receive what was published before it subscribed;
+    a DEFAULT DELETE drops what no subscription wants, as a topic does. A DEFAULT selector
+    an operator put there (one sending to a dead-letter queue, say) is kept as it is."""
+    patterns.ensure_queue(building, router)
+    if any(s.spec.when == "default" for s in engine.selectors(router)):
+        return []
+    default = engine.selector_create(router).when_default().do_delete()
+    building.selectors.append((router, default.id))
+    return list(default.enable())
 
 
 def stomp_topic_close(engine: Engine, queue: str, router: str) -> Answer:
@@ -578,7 +604,7 @@ CALLS = {
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
         "dead_letter_send", "definitions_apply", "messages_operate", "scheduled", "cancel",
-        "stomp_topic_open", "stomp_topic_close",
+        "stomp_topic_open", "stomp_topic_close", "stomp_topic_router",
     }
 }  # fmt: skip
 
@@ -586,5 +612,5 @@ CALLS = {
 WIRING_CALLS = {
     "queue_create", "queue_update", "queue_delete", "selector_create", "selector_update",
     "selector_delete", "pattern_build", "pattern_remove", "pattern_unbuild",
-    "definitions_apply", "stomp_topic_open", "stomp_topic_close",
+    "definitions_apply", "stomp_topic_open", "stomp_topic_close", "stomp_topic_router",
 }  # fmt: skip

@@ -311,6 +311,8 @@ class StompSession:
             if kind is Send:
                 self._answer([action])
             elif kind is Publish:
+                if action.queue is None:  # type: ignore[attr-defined]
+                    await self._topic_router()
                 self._publish(action)  # type: ignore[arg-type]
             elif kind is Settle:
                 await self._settle(action)  # type: ignore[arg-type]
@@ -445,6 +447,16 @@ class StompSession:
                 _error_message(error), str(error), action.receipt))  # fmt: skip
             return
         group_commit().submit(_StompPending(self, queue, message, action.receipt, slot))
+
+    async def _topic_router(self) -> None:
+        """SEND /topic/: the router must exist before the publish (topics.py); when it
+        cannot be made, the publish fails with its own error."""
+        if not self._may("publish", topics.router()):
+            return
+        try:
+            await topics.ensure_router(self.service)
+        except XumpError as problem:
+            logger.warning("cannot make the topic router %r: %s", topics.router(), problem)
 
     def _message(self, action: Publish) -> Message:
         if len(action.body) > self.max_body:

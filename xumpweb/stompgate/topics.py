@@ -8,6 +8,11 @@ pattern's router) that matches the message's address against the pattern and, wi
 /topic/<address> publishes to that router with that address. Unsubscribing, or the
 connection ending, takes the queue down (stomp_topic_close).
 
+The router is made when first needed, by a subscription or a SEND (`ensure_router`, once
+per process), with a DEFAULT DELETE selector: what no subscription's pattern matches is
+dropped, so a subscriber receives only what is published while it is subscribed (a router
+without any enabled selector would hold what arrives for the next one).
+
 A STOMP process that dies cannot take its queues down: `sweep()` (a beat task, every
 SWEEP_EVERY seconds) removes the `stomp:` queues whose destination has had no consumer
 present (relay presence keys) at two sweeps in a row.
@@ -34,6 +39,18 @@ def queue_name(connection: str, serial: int) -> str:
 
 def router() -> str:
     return settings.XUMP_STOMP_TOPIC_ROUTER
+
+
+_ready: set[tuple[str, str]] = set()  # (store, router) this process has made sure of
+
+
+async def ensure_router(found: Service) -> None:
+    """Make sure the router exists (XumpError when the router refuses), once per process."""
+    key = (found.keys["inbox"], router())
+    if key in _ready:
+        return
+    await sync_to_async(found.call, thread_sensitive=False)("stomp_topic_router", router=key[1])
+    _ready.add(key)
 
 
 async def open_topic(found: Service, queue: str, pattern: str, expression: str | None) -> None:
