@@ -1,7 +1,7 @@
-"""docs/stomp.md's Python examples run as written: each ```python block that starts with
-`# <name>.py:` runs as a script against the test service, with the documented port, token
-and names swapped for the test's (and each swap must find what it replaces, so the doc
-cannot drift from what is tested)."""
+"""docs/stomp.md's Python examples, and README's STOMP example, run as written: each
+```python block that starts with `# <name>.py:` runs as a script against the test service,
+with the documented port, token and names swapped for the test's (each swap must find what
+it replaces, so the doc cannot drift from what is tested)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ import pytest
 from tests.web.conftest import ROOT, unique
 
 DOC = ROOT / "docs" / "stomp.md"
+README = ROOT / "README.md"
 TESTED = {"worker.py", "batch.py", "prices.py"}
 
 
-def example(name: str) -> str:
-    blocks = dict(re.findall(r"```python\n(# (\S+\.py): .*?)```", DOC.read_text(), re.S))
+def example(name: str, doc: Path = DOC) -> str:
+    blocks = dict(re.findall(r"```python\n(# (\S+\.py): .*?)```", doc.read_text(), re.S))
     (code,) = [code for code, found in blocks.items() if found == name]
     return code
 
@@ -103,3 +104,14 @@ def test_the_websocket_example_runs(service, websocket, tmp_path):
     code = swapped(example("prices.py"), {**websocket, "/topic/prices.": f"/topic/{word}."})
     lines = run(service, code, tmp_path)
     assert lines == [f"/topic/{word}.acme 12.5", f"/topic/{word}.bolt 3"]
+
+
+def test_the_readme_example_runs(service, tcp, tmp_path):
+    router, worker = unique("jobs"), unique("w")
+    with service.client() as client:
+        wolfpack = {"kind": "wolfpack", "router": router, "name": worker, "credit": 100}
+        assert client.post("/api/patterns", json=wolfpack).status_code == 201
+    code = swapped(example("stomp_worker.py", README), {
+        **tcp, "/queue/jobs": f"/queue/{router}", "/queue/w1": f"/queue/{worker}"})  # fmt: skip
+    (line,) = run(service, code, tmp_path)
+    assert line.endswith(" job 1")
