@@ -321,6 +321,9 @@ class StompSession:
             elif kind is Unsubscribe:
                 await self._unsubscribe(action)  # type: ignore[arg-type]
             elif kind is Barrier:
+                # a COMMIT's or DISCONNECT's receipt: the ACKs before it in the inbox first
+                for sub in self.subscriptions.values():
+                    await sub.reader.flush_acks()
                 self._add_slot(_Slot(barrier=action.receipt))  # type: ignore[attr-defined]
             elif kind is Close:
                 self._answer([action])
