@@ -86,6 +86,13 @@ def test_refused_credentials_give_error_and_close() -> None:
     assert conn.receive_data(frame("SEND", destination="/queue/q")) == []
 
 
+def test_refused_credentials_name_the_connect_frames_receipt() -> None:
+    conn = StompConnection()
+    conn.receive_data(CONNECT.replace(b"\n\n", b"\nreceipt:c1\n\n"))
+    (error,) = server_frames(conn.refuse("unknown or revoked token"))
+    assert error.headers["receipt-id"] == "c1"
+
+
 def test_send_publishes_to_the_queue_with_mapped_headers() -> None:
     conn = connected()
     data = frame(

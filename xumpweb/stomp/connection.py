@@ -177,6 +177,7 @@ class StompConnection:
         self._next_ack = 0
         self._transactions: dict[str, list[Frame]] = {}
         self._disconnect_receipt: str | None = None
+        self._connect_receipt: str | None = None  # for refuse(): every ERROR names it
 
     # ---- input --------------------------------------------------------------------------
 
@@ -277,7 +278,7 @@ class StompConnection:
         """The credentials of `Authenticate` are bad: ERROR and Close."""
         if self.state is not State.AUTHENTICATING:
             raise RuntimeError(f"refuse() while the connection is {self.state.value}")
-        return self._error(ProtocolError("access refused", reason))
+        return self._error(ProtocolError("access refused", reason, self._connect_receipt))
 
     def receipt_done(self, receipt: str) -> list[Action]:
         """The action carrying `receipt` (or a Barrier) is done: the RECEIPT frame."""
@@ -414,6 +415,7 @@ class StompConnection:
             )
         self._client_heartbeat = (int(parts[0]), int(parts[1]))
         self.version = version
+        self._connect_receipt = receipt
         self.state = State.AUTHENTICATING
         return [
             Authenticate(
