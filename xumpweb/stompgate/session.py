@@ -77,6 +77,10 @@ logger = logging.getLogger("xump.stomp")
 
 HEARTBEAT = b"\n"
 SERVER_NAME = "Xump/1.0"
+# about how many bytes one take of a subscription's pump may hold: a client that does not
+# read then holds the server to this (and its socket's buffers), not to prefetch times body size
+TAKE_BYTES = 1024 * 1024
+FIRST_TAKE = 16  # items in a pump's first take, before it knows how large they are
 
 
 class Transport(Protocol):
@@ -147,6 +151,7 @@ class _Subscription:
         self.window_open = asyncio.Event()
         self.window_open.set()
         self.stopping = False
+        self.item_size = 0  # the average size of the items of the last take
         self.registry_id = registry.new_id()
         self.since = time.time()
         self.pump = asyncio.create_task(self._pump())
@@ -168,14 +173,16 @@ class _Subscription:
                 self.window_open.clear()
                 await self.window_open.wait()
                 continue
+            most = TAKE_BYTES // self.item_size if self.item_size else FIRST_TAKE
             try:
-                popped = await reader.take(min(self.credit, MAX_POP))
+                popped = await reader.take(max(1, min(self.credit, MAX_POP, most)))
             except redis.RedisError as problem:
                 logger.warning("cannot read outbox %r: %s", reader.outbox, problem)
                 await asyncio.sleep(POP_WAIT)
                 continue
             if not popped:
                 continue
+            self.item_size = max(1, sum(map(len, popped)) // len(popped))
             data: list[bytes] = []
             auto: list[str] = []
             for raw in popped:
