@@ -58,14 +58,14 @@ class Service:
         self.processes[name] = process
         return process
 
-    def start_stomp(self, name: str = "stomp") -> int:
+    def start_stomp(self, name: str = "stomp", **settings: str) -> int:
         """The STOMP TCP server (`manage.py stomp_server`) on a free port; the port, once
-        it accepts connections."""
+        it accepts connections. `settings`: more environment (XUMP_...=value)."""
         port = free_port()
         log = open(Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log", "ab")  # noqa: SIM115
         process = subprocess.Popen(
             [PYTHON, "manage.py", "stomp_server", "--port", str(port)],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT, env={**self.env, **settings}, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.processes[name] = process
         deadline = time.monotonic() + 30

@@ -1,0 +1,692 @@
+"""STOMP 1.2 against the running service, from the outside: a raw TCP socket on the STOMP
+server process (`stomp_port`) and the WebSocket at /ws/stomp/ (subprotocol v12.stomp).
+
+* every client mistake answers with an ERROR frame with a clear `message` (and `receipt-id`
+  when the frame asked for a receipt), closes the connection, and changes nothing (checked
+  through the HTTP API);
+* hostile input does not hurt the server: another client publishes and consumes after it;
+* heart-beats, revoked tokens, operators closing consumers, a killed STOMP process's topic
+  queues swept, console sessions and origins on the WebSocket, a taken port, metrics.
+
+The client here is written from the STOMP 1.2 text, not from xumpweb/stomp/, so that the
+server's parser is not checked against itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from tests.web.conftest import unique
+from tests.web.test_subscribe import Xump, issue_token, session_cookie, wait_for
+
+# -- a STOMP client from the specification's text --------------------------------------------
+_UNESCAPES = {"\\n": "\n", "\\r": "\r", "\\c": ":", "\\\\": "\\"}
+
+
+@dataclass
+class Frame:
+    command: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def message(self) -> str:
+        return self.headers.get("message", "")
+
+
+def frame(command: str, body: bytes = b"", **headers: str) -> bytes:
+    """A client frame; `_` in a keyword becomes `-` (content_length=...)."""
+    lines = [command]
+    for name, value in headers.items():
+        value = value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+        lines.append(f"{name.replace('_', '-')}:{value}")
+    return ("\n".join(lines) + "\n\n").encode() + body + b"\x00"
+
+
+def connect_frame(token: str | None, **headers: str) -> bytes:
+    lines = ["CONNECT", "accept-version:1.2", "host:xump", "login:tests"]
+    if token is not None:
+        lines.append(f"passcode:{token}")
+    lines += [f"{name.replace('_', '-')}:{value}" for name, value in headers.items()]
+    return ("\n".join(lines) + "\n\n\x00").encode()
+
+
+class Stomp:
+    """One connection: `send` bytes, read `frame()`s (heart-beat EOLs counted in `beats`),
+    `closed()` when the server hung up. Over TCP (`port`) or a WebSocket (`ws`)."""
+
+    def __init__(self, port: int | None = None, ws: ClientConnection | None = None) -> None:
+        self.ws = ws
+        self.sock = None if ws is not None else socket.create_connection(("127.0.0.1", port))
+        self.buffer = b""
+        self.beats = 0
+        self.eof = False
+
+    def send(self, data: bytes) -> None:
+        if self.ws is not None:
+            self.ws.send(data)
+        else:
+            self.sock.sendall(data)
+
+    def close(self) -> None:
+        if self.ws is not None:
+            self.ws.close()
+        else:
+            self.sock.close()
+
+    def _read(self, timeout: float) -> bytes:
+        """More bytes; b"" at the end of the connection; TimeoutError."""
+        if self.ws is not None:
+            try:
+                data = self.ws.recv(timeout=timeout)
+            except ConnectionClosed:
+                return b""
+            return data.encode() if isinstance(data, str) else data
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1 << 16)
+        except TimeoutError:
+            raise TimeoutError from None
+        except ConnectionResetError:
+            return b""
+
+    def _parse(self) -> Frame | None:
+        stripped = self.buffer.lstrip(b"\r\n")
+        self.beats += self.buffer.count(b"\n", 0, len(self.buffer) - len(stripped))
+        self.buffer = stripped
+        end = self.buffer.find(b"\n\n")
+        if end < 0:
+            return None
+        lines = self.buffer[:end].decode().split("\n")
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if lines[0] != "CONNECTED":
+                value = re.sub(r"\\.", lambda m: _UNESCAPES[m.group()], value)
+            headers.setdefault(name, value)
+        start = end + 2
+        if "content-length" in headers:
+            stop = start + int(headers["content-length"])
+            if len(self.buffer) <= stop:
+                return None
+            assert self.buffer[stop] == 0, "a frame must end with NUL"
+        else:
+            stop = self.buffer.find(b"\x00", start)
+            if stop < 0:
+                return None
+        body, self.buffer = self.buffer[start:stop], self.buffer[stop + 1 :]
+        return Frame(lines[0], headers, body)
+
+    def frame(self, within: float = 10.0) -> Frame | None:
+        """The next frame; None when the server closed the connection."""
+        deadline = time.monotonic() + within
+        while (found := self._parse()) is None:
+            if self.eof:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no frame within {within} s")
+            data = self._read(left)
+            if not data:
+                self.eof = True
+            self.buffer += data
+        return found
+
+    def frames_until_closed(self, within: float = 10.0) -> list[Frame]:
+        """Every frame until the server closes (TimeoutError if it does not)."""
+        found = []
+        deadline = time.monotonic() + within
+        while (one := self.frame(max(0.1, deadline - time.monotonic()))) is not None:
+            found.append(one)
+        return found
+
+    def expect(self, command: str, within: float = 10.0) -> Frame:
+        got = self.frame(within)
+        assert got is not None and got.command == command, got
+        return got
+
+    def login(self, token: str | None, **headers: str) -> Frame:
+        self.send(connect_frame(token, **headers))
+        return self.expect("CONNECTED")
+
+    def subscribe(self, destination: str, sid: str = "s", **headers: str) -> None:
+        self.send(frame("SUBSCRIBE", id=sid, destination=destination, receipt=f"sub-{sid}",
+                        **headers))  # fmt: skip
+        assert self.expect("RECEIPT").headers["receipt-id"] == f"sub-{sid}"
+
+    def publish(self, queue: str, body: bytes, **headers: str) -> None:
+        self.send(frame("SEND", body, destination=f"/queue/{queue}", receipt="p", **headers))
+        got = self.expect("RECEIPT")
+        assert got.headers["receipt-id"] == "p"
+
+    def messages(self, count: int, within: float = 20.0) -> list[Frame]:
+        found = []
+        deadline = time.monotonic() + within
+        while len(found) < count:
+            got = self.frame(max(0.1, deadline - time.monotonic()))
+            assert got is not None and got.command == "MESSAGE", got
+            found.append(got)
+        return found
+
+
+@contextmanager
+def tcp(port: int, token: str | None = None) -> Iterator[Stomp]:
+    """A STOMP connection over TCP, logged in with `token` unless it is "" (not logged in)."""
+    client = Stomp(port)
+    try:
+        if token != "":
+            client.login(token)
+        yield client
+    finally:
+        client.close()
+
+
+@contextmanager
+def websocket(service, token: str | None = None, **options) -> Iterator[Stomp]:
+    """A STOMP connection over the WebSocket, logged in with `token` (None: the admin
+    token; "": not logged in)."""
+    token = service.admin_token if token is None else token
+    url = service.ws_url + "/ws/stomp/"
+    with connect(url, subprotocols=["v12.stomp"], open_timeout=10, **options) as ws:
+        assert ws.subprotocol == "v12.stomp"
+        client = Stomp(ws=ws)
+        if token != "":
+            client.login(token)
+        yield client
+
+
+@pytest.fixture
+def xump(service):
+    found = Xump(service)
+    yield found
+    found.close()
+
+
+@pytest.fixture(params=["tcp", "websocket"])
+def opener(request, service, stomp_port):
+    """Opens a STOMP connection over each transport in turn."""
+    if request.param == "tcp":
+        return lambda token=service.admin_token: tcp(stomp_port, token)
+    return lambda token=service.admin_token: websocket(service, token)
+
+
+def published(xump: Xump, queue: str) -> int:
+    return xump.stats(queue)["published"]
+
+
+def queue_exists(service, name: str) -> bool:
+    with service.client() as http:
+        answer = http.get(f"/api/queues/{quote(name, safe='')}")
+    assert answer.status_code in (200, 404), answer.text
+    return answer.status_code == 200
+
+
+def round_trip(open_connection, xump: Xump) -> None:
+    """Another client still publishes and consumes normally."""
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    with open_connection() as client:
+        client.subscribe(f"/queue/{destination}")
+        client.publish(queue, b"still here")
+        (got,) = client.messages(1)
+        assert got.body == b"still here"
+
+
+def refused(client: Stomp, message: str, receipt: str | None = None) -> Frame:
+    """The ERROR frame that answers a mistake, and the close after it."""
+    frames = client.frames_until_closed()
+    errors = [f for f in frames if f.command == "ERROR"]
+    assert len(errors) == 1 and frames[-1] is errors[0], frames
+    error = errors[0]
+    assert message in error.message, error
+    assert error.headers.get("receipt-id") == receipt, error
+    return error
+
+
+# -- 1. mistakes: ERROR, close, nothing changed ------------------------------------------------
+def _mistakes(queue: str) -> dict[str, tuple[bytes, str, str | None]]:
+    """name -> (what the client sends once connected, the ERROR's message, its receipt-id)"""
+    send = f"SEND\ndestination:/queue/{queue}\nreceipt:r1\n"
+    return {
+        "malformed header": (send.encode() + b"no colon here\n\nx\x00", "malformed header", "r1"),
+        "missing NUL": (
+            send.encode() + b"content-length:3\n\nabcX\x00",
+            "frame not terminated by NUL",
+            "r1",
+        ),
+        "oversized header": (
+            send.encode() + b"x-big:" + b"b" * 11_000 + b"\n\n\x00",
+            "header too long",
+            "r1",
+        ),
+        "bad header escape": (send.encode() + b"x-tab:a\\tb\n\nx\x00", "bad escape", "r1"),
+        "unknown command": (b"PUBLISH\nreceipt:r1\n\nx\x00", "unknown command", "r1"),
+        "SEND without destination": (b"SEND\nreceipt:r1\n\nx\x00", "missing destination", "r1"),
+        "CONNECT twice": (connect_frame("x"), "CONNECT", None),
+    }
+
+
+@pytest.mark.parametrize("mistake", list(_mistakes("q")))
+def test_a_broken_frame_answers_error_closes_and_publishes_nothing(opener, xump, mistake):
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    data, message, receipt = _mistakes(queue)[mistake]
+    with opener() as client:
+        client.send(frame("SEND", b"before", destination=f"/queue/{queue}", receipt="ok"))
+        assert client.expect("RECEIPT").headers["receipt-id"] == "ok"
+        client.send(data)
+        refused(client, message, receipt)
+    assert published(xump, queue) == 1
+
+
+def test_a_message_ending_inside_a_frame_is_an_error_on_websocket(service, xump):
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    with websocket(service) as client:
+        client.send(f"SEND\ndestination:/queue/{queue}\nreceipt:r1\n\nno NUL".encode())
+        refused(client, "", None)  # the frame's end never came: its receipt is not known
+    assert published(xump, queue) == 0
+
+
+def test_an_oversized_frame_is_refused(opener, xump):
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    with opener() as client:
+        # no content-length: the server sees the body grow past its frame limit
+        head = f"SEND\ndestination:/queue/{queue}\nreceipt:r1\n\n".encode()
+        try:
+            client.send(head + b"x" * (3 * 1024 * 1024) + b"\x00")
+        except (ConnectionError, ConnectionClosed):
+            pass  # the server may hang up before all of it is sent
+        refused(client, "frame too large", "r1")
+    assert published(xump, queue) == 0
+
+
+def test_a_body_over_the_message_limit_is_refused_with_its_receipt(opener, xump):
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    with opener() as client:
+        body = b"x" * (1024 * 1024 + 1)
+        client.send(frame("SEND", body, destination=f"/queue/{queue}", receipt="big",
+                          content_length=str(len(body))))  # fmt: skip
+        refused(client, "too large", "big")
+    assert published(xump, queue) == 0
+
+
+def test_a_send_to_a_queue_that_does_not_exist_is_not_found_and_creates_nothing(opener, service):
+    queue = unique()
+    with opener() as client:
+        client.send(frame("SEND", b"x", destination=f"/queue/{queue}", receipt="r1"))
+        error = refused(client, "not found", "r1")
+        assert queue in error.body.decode()
+    assert not queue_exists(service, queue)
+
+
+def test_a_send_without_the_publish_right_is_forbidden_and_publishes_nothing(service, xump,
+                                                                           stomp_port):  # fmt: skip
+    queue = unique()
+    xump.call("queue_create", name=queue)
+    consumer = issue_token(service, {queue: ["consume"]})
+    for open_connection in (lambda: tcp(stomp_port, consumer),
+                            lambda: websocket(service, consumer)):  # fmt: skip
+        with open_connection() as client:
+            client.send(frame("SEND", b"x", destination=f"/queue/{queue}", receipt="r1"))
+            error = refused(client, "forbidden", "r1")
+            assert queue in error.body.decode()
+    assert published(xump, queue) == 0
+
+
+def test_a_subscribe_without_the_consume_right_is_forbidden(service, xump, opener):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    publisher = issue_token(service, {queue: ["publish"], destination: ["read"]})
+    with opener(publisher) as client:
+        client.send(frame("SUBSCRIBE", id="s", destination=f"/queue/{destination}",
+                          receipt="r1"))  # fmt: skip
+        error = refused(client, "", "r1")
+        assert "consume" in error.body.decode() and destination in error.body.decode()
+    xump.publish(queue, ["waits"])
+    with opener() as client:  # the message was not taken by the refused subscription
+        client.subscribe(f"/queue/{destination}")
+        assert [m.body for m in client.messages(1)] == [b"waits"]
+
+
+def test_a_bad_selector_is_refused_with_its_column(opener, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    before = topic_queues(xump)
+    with opener() as client:
+        client.send(frame("SUBSCRIBE", id="s", destination=f"/queue/{destination}",
+                          selector="colour = 'red' AND AND size > 3", receipt="r1"))  # fmt: skip
+        error = refused(client, "", "r1")
+        assert re.search(r"column \d+", error.body.decode()), error
+    with opener() as client:
+        client.send(frame("SUBSCRIBE", id="t", destination=f"/topic/{unique('t')}.#",
+                          selector="x = = 1", receipt="r2"))  # fmt: skip
+        error = refused(client, "", "r2")
+        assert re.search(r"column \d+", error.body.decode()), error
+    assert topic_queues(xump) == before  # the refused /topic/ subscription built nothing
+
+
+def topic_queues(xump: Xump) -> set[str]:
+    """The private queues of /topic/ subscriptions, through the HTTP API."""
+    answer = xump.http.get("/api/queues")
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    rows = found["queues"] if isinstance(found, dict) else found
+    return {q["name"] for q in rows if q["name"].startswith("stomp:")}
+
+
+def test_an_ack_of_an_unknown_id_or_another_connections_id_is_refused(opener, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    xump.publish(queue, ["one"])
+    with opener() as holder:
+        holder.subscribe(f"/queue/{destination}", ack="client-individual")
+        (held,) = holder.messages(1)
+        with opener() as other:
+            other.send(frame("ACK", id="no-such-id", receipt="r1"))
+            refused(other, "unknown ack id", "r1")
+        with opener() as other:  # the holder's id means nothing on another connection
+            other.send(frame("ACK", id=held.headers["ack"], receipt="r2"))
+            refused(other, "unknown ack id", "r2")
+        assert xump.stats(queue)["confirmed"] == 0
+        holder.send(frame("ACK", id=held.headers["ack"], receipt="r3"))
+        assert holder.expect("RECEIPT").headers["receipt-id"] == "r3"
+    assert wait_for(lambda: xump.stats(queue)["confirmed"] == 1)
+
+
+@pytest.mark.parametrize(
+    ("connect", "message"),
+    [
+        (connect_frame("xump_nope_nope", receipt="r1"), "access refused"),
+        (connect_frame(None, receipt="r1"), "access refused"),
+        (b"CONNECT\nhost:xump\npasscode:x\nreceipt:r1\n\n\x00", "unsupported version"),
+        (b"CONNECT\naccept-version:1.0\nreceipt:r1\n\n\x00", "unsupported version"),
+    ],
+    ids=["bad passcode", "no passcode", "no accept-version", "only 1.0"],
+)
+def test_a_connect_that_cannot_be_accepted_is_refused(service, stomp_port, connect, message):
+    for open_connection in (lambda: tcp(stomp_port, ""), lambda: websocket(service, "")):
+        with open_connection() as client:
+            client.send(connect)
+            error = refused(client, message, "r1")
+            if message == "unsupported version":
+                assert error.headers["version"] == "1.1,1.2"
+
+
+# -- 2. hostile input --------------------------------------------------------------------------
+def _hurled(client: Stomp, data: bytes) -> list[Frame]:
+    """Send `data` (the server may hang up midway) and read what comes until it closes."""
+    try:
+        client.send(data)
+    except (ConnectionError, ConnectionClosed):
+        pass
+    return client.frames_until_closed(within=20)
+
+
+HOSTILE = {
+    "lone surrogate in a header": b"SEND\ndestination:/queue/q\nx:\xed\xa0\x80\n\nx\x00",
+    "NUL in a header": b"SEND\ndestination:/queue/q\nx:a\x00b\n\nx\x00",
+    "invalid UTF-8 in a header": b"SEND\ndestination:/queue/q\n\xff\xfe:\xc3\x28\n\nx\x00",
+    "invalid UTF-8 command": b"\xc3\x28SEND\n\n\x00",
+    "100,000 headers": b"SEND\ndestination:/queue/q\n" + b"h:v\n" * 100_000 + b"\n\x00",
+    "a 50 MB content-length": b"SEND\ndestination:/queue/q\ncontent-length:52428800\n\nxx",
+    "garbage": os.urandom(200_000).replace(b"\n", b"~"),
+}
+
+
+@pytest.mark.parametrize("data", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_input_gets_an_error_and_hurts_nobody(opener, xump, data):
+    with opener() as client:
+        frames = _hurled(client, data)
+        assert [f.command for f in frames] in (["ERROR"], []), frames
+        assert all(f.message for f in frames)
+    round_trip(opener, xump)
+
+
+def server_memory(service, name: str = "stomp") -> int:
+    """The STOMP server process's resident memory, in bytes."""
+    with open(f"/proc/{service.processes[name].pid}/status") as status_file:
+        status = status_file.read()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
+
+
+def open_files(service, name: str = "stomp") -> int:
+    return len(os.listdir(f"/proc/{service.processes[name].pid}/fd"))
+
+
+def test_a_slow_client_does_not_hold_up_the_others(service, stomp_port, xump):
+    stop = threading.Event()
+
+    def drip() -> None:  # slowloris: one byte a second, never a whole frame
+        with socket.create_connection(("127.0.0.1", stomp_port)) as slow:
+            for octet in connect_frame(service.admin_token)[:-1]:
+                if stop.wait(1.0):
+                    return
+                slow.sendall(bytes([octet]))
+
+    drippers = [threading.Thread(target=drip) for _ in range(20)]
+    for dripper in drippers:
+        dripper.start()
+    try:
+        time.sleep(1.5)
+        round_trip(lambda: tcp(stomp_port, service.admin_token), xump)
+    finally:
+        stop.set()
+        for dripper in drippers:
+            dripper.join()
+
+
+def test_thousands_of_connections_opening_and_closing_leave_nothing_behind(
+    service, stomp_port, xump
+):
+    round_trip(lambda: tcp(stomp_port, service.admin_token), xump)
+    files = open_files(service)
+    for n in range(2000):
+        with socket.create_connection(("127.0.0.1", stomp_port)) as one:
+            if n % 10 == 0:  # some log in first, and some of those leave politely
+                one.sendall(connect_frame(service.admin_token))
+                if n % 20 == 0:
+                    one.sendall(frame("DISCONNECT"))
+    round_trip(lambda: tcp(stomp_port, service.admin_token), xump)
+    assert wait_for(lambda: open_files(service) <= files + 5), (open_files(service), files)
+
+
+def test_a_client_that_never_reads_holds_bounded_memory_and_stalls_nobody(service, stomp_port,
+                                                                           xump):  # fmt: skip
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    body = "x" * 100_000
+    xump.publish(queue, [body] * 300, chunk=50)  # 30 MB waiting
+    before = server_memory(service)
+    with tcp(stomp_port, service.admin_token) as hoarder:
+        hoarder.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hoarder.send(frame("SUBSCRIBE", id="s", destination=f"/queue/{destination}",
+                           ack="client", prefetch_count="1000"))  # fmt: skip
+        started = time.monotonic()
+        round_trip(lambda: tcp(stomp_port, service.admin_token), xump)
+        assert time.monotonic() - started < 10
+        grown = server_memory(service) - before
+        assert grown < 20 * 1024 * 1024, grown  # the socket's buffers, not the 30 MB
+        listed = xump.http.get("/api/consumers").json()["consumers"]
+        (mine,) = [c for c in listed if c["destination"] == destination]
+        assert mine["in_flight"] < 300
+
+
+# -- 3. heart-beats ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def beating_port(service):
+    """A STOMP server offering and asking heart-beats every 500 ms."""
+    port = service.start_stomp("stomp-beats", XUMP_STOMP_HEARTBEAT_MS="500")
+    yield port
+    service.stop("stomp-beats")
+
+
+def test_the_server_sends_heart_beats_when_asked(service, beating_port):
+    with tcp(beating_port, "") as client:
+        got = client.login(service.admin_token, heart_beat="0,1000")
+        assert got.headers["heart-beat"] == "500,500"
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            client.frame(within=3.5)  # nothing but EOLs
+        assert client.beats >= 2, (client.beats, time.monotonic() - started)
+
+
+def test_a_client_silent_past_its_heart_beats_is_dropped_and_its_messages_go_back(
+    service, beating_port, xump
+):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    with tcp(beating_port, "") as silent, tcp(beating_port, service.admin_token) as other:
+        silent.login(service.admin_token, heart_beat="1000,0")
+        silent.subscribe(f"/queue/{destination}", ack="client-individual")
+        xump.publish(queue, ["held"])
+        (held,) = silent.messages(1)
+        assert held.headers["redelivered"] == "false"
+        started = time.monotonic()
+        assert silent.frames_until_closed(within=15) == []  # no heart-beat from it: dropped
+        assert time.monotonic() - started >= 1.0  # not before its interval
+        other.subscribe(f"/queue/{destination}", ack="client-individual")
+        (again,) = other.messages(1)
+        assert again.body == b"held" and again.headers["redelivered"] == "true"
+        assert again.headers["mid"] == held.headers["mid"]
+
+
+def test_a_client_that_beats_stays_connected(service, beating_port):
+    with tcp(beating_port, "") as client:
+        client.login(service.admin_token, heart_beat="500,0")
+        for _ in range(6):
+            time.sleep(0.5)
+            client.send(b"\n")
+        client.send(frame("DISCONNECT", receipt="bye"))
+        assert client.expect("RECEIPT").headers["receipt-id"] == "bye"
+
+
+# -- 4. rights and operations ------------------------------------------------------------------
+def test_a_token_revoked_while_connected_gets_an_error_and_is_closed(opener, service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    made = xump.http.post("/api/tokens", json={
+        "name": unique("stomp"), "rights": {destination: ["consume"], queue: ["publish"]}
+    }).json()  # fmt: skip
+    with opener(made["secret"]) as client:
+        client.subscribe(f"/queue/{destination}")
+        revoked = xump.http.delete(f"/api/tokens/{made['token']['id']}")
+        assert revoked.status_code == 200, revoked.text
+        refused(client, "access revoked")
+
+
+def test_an_operator_closes_a_stomp_consumer_and_its_messages_go_back(opener, service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    xump.publish(queue, ["a", "b"])
+    with opener() as client:
+        client.subscribe(f"/queue/{destination}", ack="client")
+        first = client.messages(2)
+        listed = wait_for(
+            lambda: [
+                c
+                for c in xump.http.get("/api/consumers").json()["consumers"]
+                if c["destination"] == destination and c["in_flight"] == 2
+            ]
+        )
+        (consumer,) = listed
+        assert consumer["transport"].startswith("stomp-")
+        closed = xump.http.delete(f"/api/consumers/{consumer['id']}")
+        assert closed.status_code == 200, closed.text
+        refused(client, "closed by an operator")
+    with opener() as other:
+        other.subscribe(f"/queue/{destination}", ack="client")
+        again = other.messages(2)
+        assert [m.body for m in again] == [m.body for m in first] == [b"a", b"b"]
+        assert all(m.headers["redelivered"] == "true" for m in again)
+
+
+SWEEP = (
+    "import sys, time\n"
+    "from xumpweb import runtime\n"
+    "from xumpweb.stompgate import topics\n"
+    "for n in range(1, 30):\n"
+    "    if sys.argv[-1] in topics.sweep(runtime.service()):\n"
+    "        print(n); break\n"
+    "    time.sleep(1)\n"
+)
+
+
+def test_a_killed_stomp_servers_topic_queue_is_swept_and_a_live_one_is_not(
+    service, stomp_port, xump
+):
+    dying_port = service.start_stomp("stomp2")
+    address = unique("news")
+    before = topic_queues(xump)
+    with tcp(stomp_port, service.admin_token) as live:
+        live.subscribe(f"/topic/{address}", sid="live")
+        (live_queue,) = topic_queues(xump) - before
+        dying = Stomp(dying_port)
+        dying.login(service.admin_token)
+        dying.subscribe(f"/topic/{address}", sid="dying")
+        (dead_queue,) = topic_queues(xump) - before - {live_queue}
+        service.stop("stomp2", kill=True)
+        dying.close()
+        assert dead_queue in topic_queues(xump)  # nobody could take it down
+        swept = service.manage(
+            "shell", "-c", SWEEP.replace("sys.argv[-1]", repr(dead_queue))
+        )  # fmt: skip
+        assert swept.returncode == 0, swept.stderr
+        assert int(swept.stdout.strip().splitlines()[-1]) >= 2  # absent at two sweeps
+        assert topic_queues(xump) - before == {live_queue}
+        live.send(frame("SEND", b"news", destination=f"/topic/{address}", receipt="p"))
+        assert live.expect("RECEIPT").headers["receipt-id"] == "p"
+        (got,) = live.messages(1)
+        assert got.body == b"news" and got.headers["subscription"] == "live"
+    assert wait_for(lambda: topic_queues(xump) == before)
+
+
+def test_a_console_session_connects_over_websocket_without_a_passcode(service):
+    url = service.ws_url + "/ws/stomp/"
+    cookie = session_cookie(service)
+    options = {"origin": service.url, "additional_headers": {"Cookie": cookie}}
+    with websocket(service, "", **options) as client:
+        got = client.login(None)
+        assert got.headers["version"] == "1.2"
+    with pytest.raises(InvalidStatus) as refused_origin:
+        connect(url, subprotocols=["v12.stomp"], origin="http://evil.example",
+                additional_headers={"Cookie": cookie})  # fmt: skip
+    assert refused_origin.value.response.status_code == 403
+
+
+# -- 5. the server command ---------------------------------------------------------------------
+def test_a_taken_port_is_one_clear_line_naming_the_setting(service):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ran = service.manage("stomp_server", "--port", str(port))
+    assert ran.returncode != 0
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and "XUMP_STOMP_PORT" in lines[0] and str(port) in lines[0], lines
+
+
+# -- 6. metrics --------------------------------------------------------------------------------
+def test_metrics_count_stomp_connections_and_actions(service, xump):
+    round_trip(lambda: websocket(service), xump)
+    answer = xump.http.get("/metrics")
+    assert answer.status_code == 200, answer.text
+    text = answer.text
+    assert re.search(r'xump_stomp_connections_total\{transport="stomp-websocket"\} [1-9]', text)
+    for action in ("Authenticate", "Publish", "Subscribe"):
+        pattern = rf'xump_stomp_actions_total\{{[^}}]*action="{action}"[^}}]*\}} [1-9]'
+        assert re.search(pattern, text), action
