@@ -323,6 +323,20 @@ def test_websocket_messages_hold_whole_frames() -> None:
     assert server_frames(actions)[0].headers["message"] == "frame not terminated by NUL"
 
 
+@pytest.mark.parametrize(
+    "partial",
+    [b"SEND\nreceipt:r\\c1\ndestination:/queue/q\n\nno nul", b"SEND\nreceipt:r\\c1\nx:y"],
+    ids=["body", "headers"],
+)
+def test_a_message_ending_inside_a_frame_names_its_receipt_when_it_arrived(partial) -> None:
+    conn = connected()
+    (error,) = server_frames(conn.receive_message(partial))
+    assert error.headers["receipt-id"] == "r:1"
+    conn = connected()
+    (error,) = server_frames(conn.receive_message(b"SEND\nx:y\nreceipt:r"))  # not whole
+    assert "receipt-id" not in error.headers
+
+
 def test_a_send_to_a_topic_publishes_to_the_topic_router_with_that_address():
     connection = connected()
     actions = connection.receive_data(frame("SEND", b"hi", destination="/topic/stock.ibm"))

@@ -132,6 +132,19 @@ def test_too_long_header_line_is_an_error_complete_or_arriving() -> None:
         parser.next_frame()
 
 
+def test_a_limit_broken_while_the_headers_arrive_names_the_receipt_already_read() -> None:
+    parser = FrameParser(max_header_length=40)
+    parser.receive_data(b"SEND\nreceipt:r1\nx:" + b"v" * 50)
+    with pytest.raises(ProtocolError, match="header too long") as error:
+        parser.next_frame()
+    assert error.value.receipt == "r1"
+    parser = FrameParser(max_headers=10)
+    parser.receive_data(b"SEND\n" + b"h:v\n" * 5 + b"receipt:r2\n" + b"h:v\n" * 20)
+    with pytest.raises(ProtocolError, match="too many headers") as error:
+        parser.next_frame()
+    assert error.value.receipt == "r2"
+
+
 def test_a_bare_cr_between_frames_is_an_error() -> None:
     assert parse_error(b"\rSEND\n\n\x00").message == "malformed frame"
 

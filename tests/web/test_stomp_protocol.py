@@ -267,7 +267,7 @@ def _mistakes(queue: str) -> dict[str, tuple[bytes, str, str | None]]:
             "r1",
         ),
         "oversized header": (
-            send.encode() + b"x-big:" + b"b" * 11_000 + b"\n\n\x00",
+            send.encode() + b"x-big:" + b"b" * 200_000 + b"\n\n\x00",
             "header too long",
             "r1",
         ),
@@ -286,7 +286,10 @@ def test_a_broken_frame_answers_error_closes_and_publishes_nothing(opener, xump,
     with opener() as client:
         client.send(frame("SEND", b"before", destination=f"/queue/{queue}", receipt="ok"))
         assert client.expect("RECEIPT").headers["receipt-id"] == "ok"
-        client.send(data)
+        try:
+            client.send(data)
+        except (ConnectionError, ConnectionClosed):
+            pass  # the server may hang up before all of it is sent
         refused(client, message, receipt)
     assert published(xump, queue) == 1
 
@@ -296,7 +299,7 @@ def test_a_message_ending_inside_a_frame_is_an_error_on_websocket(service, xump)
     xump.call("queue_create", name=queue)
     with websocket(service) as client:
         client.send(f"SEND\ndestination:/queue/{queue}\nreceipt:r1\n\nno NUL".encode())
-        refused(client, "", None)  # the frame's end never came: its receipt is not known
+        refused(client, "frame not terminated by NUL", "r1")
     assert published(xump, queue) == 0
 
 

@@ -206,6 +206,7 @@ class StompConnection:
                         "frame not terminated by NUL",
                         "a WebSocket message ended inside a frame; each message must hold "
                         "whole frames, each ending with a NUL octet",
+                        self._parser.partial_receipt(),
                     )
                 )
             )

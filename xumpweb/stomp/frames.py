@@ -171,6 +171,24 @@ class FrameParser:
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
 
+    def partial_receipt(self) -> str | None:
+        """The `receipt` header of a frame that has not fully arrived, when its line has:
+        for the ERROR that ends such a frame (a limit broken while its header block
+        arrives, a WebSocket message ending inside it)."""
+        if self._head is not None:
+            return self._head[1].get("receipt")
+        block = bytes(self._buffer[self._pos :])
+        start = block.find(b"\nreceipt:")
+        end = block.find(b"\n", start + 1)
+        if start < 0 or end < 0:
+            return None
+        try:
+            value = block[start + len(b"\nreceipt:") : end].removesuffix(b"\r").decode("utf-8")
+            raw = block.split(b"\n", 1)[0].removesuffix(b"\r") in (b"CONNECT", b"STOMP")
+            return value if raw else unescape(value)
+        except (UnicodeDecodeError, ProtocolError):
+            return None
+
     def at_frame_boundary(self) -> bool:
         """True when nothing but heart-beat EOLs is buffered (no partial frame)."""
         return not self._buffer[self._pos :].strip(b"\r\n")
@@ -282,17 +300,21 @@ class FrameParser:
             raise ProtocolError(
                 "frame too large",
                 f"the frame's headers exceed the limit of {self.max_frame_size} bytes",
+                self.partial_receipt(),
             )
         last_line = len(buffer) - max(buffer.rfind(b"\n") + 1, self._pos)
         if last_line > self.max_header_length:
             raise ProtocolError(
                 "header too long",
                 f"a command or header line is longer than {self.max_header_length} bytes",
+                self.partial_receipt(),
             )
         self._head_lines += buffer.count(b"\n", self._scan)
         if self._head_lines > self.max_headers + 1:
             raise ProtocolError(
-                "too many headers", f"a frame may carry at most {self.max_headers} headers"
+                "too many headers",
+                f"a frame may carry at most {self.max_headers} headers",
+                self.partial_receipt(),
             )
 
     def _parse_head(
