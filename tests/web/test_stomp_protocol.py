@@ -14,6 +14,7 @@ server's parser is not checked against itself.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import socket
@@ -519,14 +520,13 @@ def test_a_client_that_never_reads_holds_bounded_memory_and_stalls_nobody(servic
         hoarder.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         hoarder.send(frame("SUBSCRIBE", id="s", destination=f"/queue/{destination}",
                            ack="client", prefetch_count="1000"))  # fmt: skip
+        assert wait_for(lambda: in_flight(xump, destination))  # it took what it could
         started = time.monotonic()
         round_trip(lambda: tcp(stomp_port, service.admin_token), xump)
         assert time.monotonic() - started < 10
         grown = server_memory(service) - before
         assert grown < 20 * 1024 * 1024, grown  # the socket's buffers, not the 30 MB
-        listed = xump.http.get("/api/consumers").json()["consumers"]
-        (mine,) = [c for c in listed if c["destination"] == destination]
-        assert mine["in_flight"] < 300
+        assert 0 < in_flight(xump, destination) < 300
 
 
 # -- 3. heart-beats ----------------------------------------------------------------------------
@@ -693,3 +693,48 @@ def test_metrics_count_stomp_connections_and_actions(service, xump):
     for action in ("Authenticate", "Publish", "Subscribe"):
         pattern = rf'xump_stomp_actions_total\{{[^}}]*action="{action}"[^}}]*\}} [1-9]'
         assert re.search(pattern, text), action
+
+
+def raw_websocket(service, first: bytes) -> socket.socket:
+    """A WebSocket to /ws/stomp/ on a plain socket with a tiny receive buffer that sends
+    `first` as one (masked, binary) message and is then never read."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", int(service.url.rsplit(":", 1)[1])))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((
+        "GET /ws/stomp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n"
+    ).encode())  # fmt: skip
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(1)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    mask = os.urandom(4)
+    length = len(first)
+    head = bytes([0x82]) + (bytes([0x80 | length]) if length < 126
+                            else bytes([0x80 | 126]) + length.to_bytes(2, "big"))  # fmt: skip
+    sock.sendall(head + mask + bytes(b ^ mask[n % 4] for n, b in enumerate(first)))
+    return sock
+
+
+def test_a_websocket_client_that_never_reads_holds_bounded_memory(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    xump.publish(queue, ["x" * 100_000] * 300, chunk=50)  # 30 MB waiting
+    before = server_memory(service, "server")
+    subscribe = frame("SUBSCRIBE", id="s", destination=f"/queue/{destination}", ack="client",
+                      prefetch_count="1000")  # fmt: skip
+    with raw_websocket(service, connect_frame(service.admin_token) + subscribe):
+        assert wait_for(lambda: in_flight(xump, destination))  # it took what it could
+        round_trip(lambda: websocket(service), xump)
+        grown = server_memory(service, "server") - before
+        assert grown < 20 * 1024 * 1024, grown  # the socket's buffers, not the 30 MB
+        assert in_flight(xump, destination) < 300
+
+
+def in_flight(xump: Xump, destination: str) -> int:
+    """How many deliveries the consumer of `destination` holds (0 when not listed yet)."""
+    listed = xump.http.get("/api/consumers").json()["consumers"]
+    return sum(c["in_flight"] for c in listed if c["destination"] == destination)
