@@ -29,7 +29,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.web.conftest import unique
+from tests.web.conftest import start_service, unique
 from tests.web.test_subscribe import Xump, issue_token, session_cookie, wait_for
 
 # -- a STOMP client from the specification's text --------------------------------------------
@@ -350,6 +350,26 @@ def test_a_send_without_the_publish_right_is_forbidden_and_publishes_nothing(ser
             error = refused(client, "forbidden", "r1")
             assert queue in error.body.decode()
     assert published(xump, queue) == 0
+
+
+def test_frames_pipelined_after_a_refused_one_are_not_carried_out(service, xump, opener):
+    allowed, other = unique(), unique()
+    for queue in (allowed, other):
+        xump.call("queue_create", name=queue)
+    publisher = issue_token(service, {allowed: ["publish"]})
+    with opener(publisher) as client:
+        client.send(
+            frame("SEND", b"no", destination=f"/queue/{other}", receipt="r1")
+            + frame("SEND", b"after", destination=f"/queue/{allowed}", receipt="r2")
+        )
+        refused(client, "forbidden", "r1")
+    with opener("") as client:
+        client.send(
+            connect_frame("xump_nope_nope")
+            + frame("SEND", b"after", destination=f"/queue/{allowed}", receipt="r2")
+        )
+        refused(client, "access refused")
+    assert published(xump, allowed) == published(xump, other) == 0
 
 
 def test_a_subscribe_without_the_consume_right_is_forbidden(service, xump, opener):
@@ -693,6 +713,26 @@ def test_metrics_count_stomp_connections_and_actions(service, xump):
     for action in ("Authenticate", "Publish", "Subscribe"):
         pattern = rf'xump_stomp_actions_total\{{[^}}]*action="{action}"[^}}]*\}} [1-9]'
         assert re.search(pattern, text), action
+
+
+def test_metrics_count_the_stomp_servers_work_with_a_shared_metrics_directory(
+    redis_server, tmp_path
+):
+    """The STOMP server is a process of its own: its figures reach /metrics through
+    PROMETHEUS_MULTIPROC_DIR, as `make run` sets it up."""
+    metered = start_service(redis_server.url, tmp_path, "inline",
+                            PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"))  # fmt: skip
+    xump = Xump(metered)
+    try:
+        port = metered.start_stomp()
+        round_trip(lambda: tcp(port, metered.admin_token), xump)
+        text = xump.http.get("/metrics").text
+        assert re.search(r'xump_stomp_connections_total\{transport="stomp-tcp"\} [1-9]', text)
+        assert re.search(r'xump_stomp_actions_total\{action="Publish",transport="stomp-tcp"\}'
+                         r" [1-9]", text), text  # fmt: skip
+    finally:
+        xump.close()
+        metered.close()
 
 
 def raw_websocket(service, first: bytes) -> socket.socket:

@@ -27,7 +27,9 @@ Answers (RECEIPT, ERROR of a failed action) go out in the order of the frames th
 for them: each action that answers takes a slot in a FIFO and a writer task sends the
 slots whose answer is known from the head (a `Barrier`, DISCONNECT's receipt, waits for
 everything before it). MESSAGE frames do not wait behind them. A `Close` is a slot too:
-what was answered before it goes out first.
+what was answered before it goes out first. A frame the session refuses (a right, a
+selector, a size) ends the connection as the core's own errors do: the frames the core
+parsed after it in the same batch are not carried out.
 
 Heart-beats as negotiated: a newline when nothing was written for the agreed interval; a
 client silent for twice its interval is gone (its deliveries go back).
@@ -291,6 +293,7 @@ class StompSession:
         self.redis: aioredis.Redis | None = None
         self.closed = False
         self.finished = False
+        self.refused = False  # a frame was refused: the connection ends, nothing more is done
         self.last_read = self.last_written = time.monotonic()
         self.tasks: list[asyncio.Task] = [asyncio.create_task(self._write_answers())]
         self.lock = asyncio.Lock()  # one batch of input at a time
@@ -313,6 +316,8 @@ class StompSession:
         counts: dict[str, int] = {}
         for action in actions:
             kind = type(action)
+            if self.refused and kind is not Send and kind is not Close:
+                continue  # frames after a refused one, parsed in the same batch: not done
             name = kind.__name__
             counts[name] = counts.get(name, 0) + 1
             if kind is Send:
@@ -338,6 +343,12 @@ class StompSession:
                 await self._authenticate(action)  # type: ignore[arg-type]
         # counted per batch of input, not per action: a labelled inc costs ~1 us
         metrics.stomp_actions(self.kind, counts, time.perf_counter() - started)
+
+    def _refusal(self, actions: list[Action]) -> list[Action]:
+        """The ERROR (and Close) of a frame this session refused; `_run` carries out
+        nothing after it (the core may have parsed more frames of the same batch)."""
+        self.refused = True
+        return actions
 
     # -- answers, in order ------------------------------------------------------------------
     def _answer(self, actions: list[Action]) -> None:
@@ -393,7 +404,9 @@ class StompSession:
         if action.passcode:
             token = await find_token(action.passcode)
             if token is None:
-                return self._answer(self.connection.refuse("unknown or revoked token"))
+                return self._answer(
+                    self._refusal(self.connection.refuse("unknown or revoked token"))
+                )
             principal = access.for_token(token)
             self.secret = action.passcode
             self.who = f"token:{token.name}"
@@ -402,8 +415,8 @@ class StompSession:
             self.user = self.session_user
             self.who = self.session_user.get_username()
         else:
-            return self._answer(self.connection.refuse(
-                "give an API token as the passcode header (login may be anything)"))  # fmt: skip
+            return self._answer(self._refusal(self.connection.refuse(
+                "give an API token as the passcode header (login may be anything)")))  # fmt: skip
         self.principal = principal
         watch(self)
         actions = self.connection.accept(principal, session=self.id)
@@ -453,8 +466,8 @@ class StompSession:
                 raise Forbidden(f"this caller may not publish on queue {queue!r}")
             message = self._message(action)
         except XumpError as error:
-            self.answered(slot, self.connection.fail(
-                _error_message(error), str(error), action.receipt))  # fmt: skip
+            self.answered(slot, self._refusal(self.connection.fail(
+                _error_message(error), str(error), action.receipt)))  # fmt: skip
             return
         group_commit().submit(_StompPending(self, queue, message, action.receipt, slot))
 
@@ -489,17 +502,17 @@ class StompSession:
         queue = action.destination if action.kind == "queue" else topics.router()
         if not self._may("consume", queue):
             what = "destination" if action.kind == "queue" else "topic router queue"
-            return self._answer(self.connection.refuse_subscription(
+            return self._answer(self._refusal(self.connection.refuse_subscription(
                 action.subscription, f"this caller may not consume from {what} {queue!r}",
-                receipt=action.receipt))  # fmt: skip
+                receipt=action.receipt)))  # fmt: skip
         wanted = None
         if action.selector is not None:
             try:
                 selects = compile_filter(action.selector)
             except InvalidSelector as error:
-                return self._answer(self.connection.refuse_subscription(
+                return self._answer(self._refusal(self.connection.refuse_subscription(
                     action.subscription, str(error), column=error.column or 1,
-                    receipt=action.receipt))  # fmt: skip
+                    receipt=action.receipt)))  # fmt: skip
             if action.kind == "queue":
                 wanted = _wanted(selects)
         destination = action.destination
@@ -514,7 +527,7 @@ class StompSession:
                 refused = self.connection.refuse_subscription(
                     action.subscription, str(error), column=column, receipt=action.receipt
                 )
-                return self._answer(refused)
+                return self._answer(self._refusal(refused))
         if self.redis is None:
             self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
         reader = OutboxReader(self.service, self.redis, destination, self._store_problem, wanted)
