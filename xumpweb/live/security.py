@@ -89,6 +89,7 @@ def find_token(secret: str) -> ApiToken | None:
         now = timezone.now()
         if token.last_used is None or now - token.last_used > LAST_USED_EVERY:
             ApiToken.objects.filter(pk=token.pk).update(last_used=now)
+            token.last_used = now  # the token is remembered (auth.find_token): once a minute
         access.for_token(token)  # worked out here, where the database may be used
     return token
 
