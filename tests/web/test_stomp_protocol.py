@@ -564,7 +564,7 @@ def test_a_client_that_never_reads_holds_bounded_memory_and_stalls_nobody(servic
         assert wait_for(lambda: in_flight(xump, destination))  # it took what it could
         round_trip(lambda: tcp(stomp_port, service.admin_token), xump)
         grown = server_memory(service) - before
-        assert grown < 20 * 1024 * 1024, grown  # the socket's buffers, not the 30 MB
+        assert grown < 25 * 1024 * 1024, (before, grown)  # the socket buffers, not the 30 MB
         assert 0 < in_flight(xump, destination) < 300
 
 
@@ -789,7 +789,7 @@ def test_a_websocket_client_that_never_reads_holds_bounded_memory(service, xump)
         assert wait_for(lambda: in_flight(xump, destination))  # it took what it could
         round_trip(lambda: websocket(service), xump)
         grown = server_memory(service, "server") - before
-        assert grown < 20 * 1024 * 1024, grown  # the socket's buffers, not the 30 MB
+        assert grown < 25 * 1024 * 1024, (before, grown)  # the socket buffers, not the 30 MB
         assert in_flight(xump, destination) < 300
 
 
