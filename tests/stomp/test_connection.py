@@ -10,6 +10,7 @@ from xumpweb.stomp.connection import (
     Authenticate,
     Barrier,
     Close,
+    Commit,
     Publish,
     Send,
     Settle,
@@ -258,6 +259,7 @@ def test_transactions_buffer_sends_and_acks_until_commit() -> None:
     assert [f.headers for f in server_frames(inside)] == [{"receipt-id": "r1"}]
     assert conn.unsettled() == {"a": ("t1", "t2", "t3")}
     assert conn.receive_data(frame("COMMIT", transaction="tx", receipt="c")) == [
+        Commit(2, "c"),
         Publish("q", {}, b"1"),
         Settle("a", ("t1",), accept=True),
         Barrier("c"),

@@ -797,3 +797,28 @@ def in_flight(xump: Xump, destination: str) -> int:
     """How many deliveries the consumer of `destination` holds (0 when not listed yet)."""
     listed = xump.http.get("/api/consumers").json()["consumers"]
     return sum(c["in_flight"] for c in listed if c["destination"] == destination)
+
+
+def test_a_commit_with_a_forbidden_send_carries_out_none_of_its_frames(service, xump, opener):
+    allowed, other, destination = unique(), unique(), unique("d")
+    xump.call("queue_create", name=other)
+    xump.deliver(allowed, destination)
+    xump.publish(allowed, ["held"])
+    token = issue_token(service, {allowed: ["publish"], destination: ["consume"]})
+    with opener(token) as client:
+        client.subscribe(f"/queue/{destination}", ack="client-individual")
+        (held,) = client.messages(1)
+        client.send(
+            frame("BEGIN", transaction="t")
+            + frame("ACK", id=held.headers["ack"], transaction="t")
+            + frame("SEND", b"1", destination=f"/queue/{allowed}", transaction="t")
+            + frame("SEND", b"2", destination=f"/queue/{other}", transaction="t")
+            + frame("COMMIT", transaction="t", receipt="c")
+        )
+        refused(client, "forbidden", "c")
+    assert published(xump, allowed) == 1 and published(xump, other) == 0  # "held" only
+    assert xump.stats(allowed)["confirmed"] == 0
+    with opener() as client:  # the ACK was not carried out: the message comes again
+        client.subscribe(f"/queue/{destination}")
+        (again,) = client.messages(1)
+        assert again.body == b"held" and again.headers["redelivered"] == "true"

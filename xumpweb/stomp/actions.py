@@ -90,4 +90,14 @@ class Barrier:
     receipt: str
 
 
-Action = Send | Close | Authenticate | Publish | Subscribe | Unsubscribe | Settle | Barrier
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The next `size` actions are one COMMIT's frames, all or nothing: check them all
+    before doing any; when one cannot be done (a SEND the caller may not publish), do none
+    of them and `fail(message, detail, receipt)` with this receipt, the COMMIT's."""
+
+    size: int
+    receipt: str | None = None
+
+
+Action = Send | Close | Authenticate | Publish | Subscribe | Unsubscribe | Settle | Barrier | Commit

@@ -14,6 +14,8 @@ frames only) and carries out the actions it gets back, in order:
   `receipt`, call `receipt_done(receipt)` once the work is done (for `Publish`: durable)
   and send the RECEIPT it returns; on failure call `fail(message, detail, receipt)`.
   `Barrier(receipt)` asks for `receipt_done(receipt)` once every earlier action is done.
+* `Commit(size, receipt)`: the next `size` actions are one COMMIT's, all or nothing: check
+  them all first; if one would be refused, do none and `fail(message, detail, receipt)`.
 * `Close()`: flush what was sent, then close the connection; requeue what
   `unsettled()` still lists.
 
@@ -26,8 +28,10 @@ Choices (SPEC §9 leaves them to us):
 * versions 1.2 and 1.1 are spoken; a client offering only 1.0 (no `accept-version`) gets an
   ERROR listing `version:1.1,1.2`. `host` is optional (passed to `Authenticate`).
 * transactions are supported: SEND, ACK and NACK inside BEGIN … COMMIT are buffered and
-  emitted at COMMIT (ABORT or a closed connection drops them). A frame inside a transaction
-  gets its RECEIPT at once (received, not yet done); COMMIT's receipt means all done.
+  emitted at COMMIT (ABORT or a closed connection drops them), after a `Commit(size,
+  receipt)` that makes them all or nothing (the transport checks them all first). A
+  frame inside a transaction gets its RECEIPT at once (received, not yet done); COMMIT's
+  receipt means all done.
 * `ack:client` ACK and NACK are cumulative (every earlier unsettled MESSAGE of that
   subscription too), as RabbitMQ and ActiveMQ do; `client-individual` settles one.
 * `message-id` and `ack` of a MESSAGE are the same per-connection number; ACK/NACK take it
@@ -60,6 +64,7 @@ from xumpweb.stomp.actions import (
     Authenticate,
     Barrier,
     Close,
+    Commit,
     Publish,
     Send,
     Settle,
@@ -84,6 +89,7 @@ __all__ = [
     "Authenticate",
     "Barrier",
     "Close",
+    "Commit",
     "Publish",
     "Send",
     "Settle",
@@ -567,6 +573,8 @@ class StompConnection:
                 actions.extend(self._on_send_now(buffered))
             else:
                 actions.extend(self._settle(buffered, None))
+        if actions:
+            actions.insert(0, Commit(len(actions), receipt))
         if receipt is not None:
             actions.append(Barrier(receipt))
         return actions

@@ -65,6 +65,7 @@ from xumpweb.stomp.connection import (
     Authenticate,
     Barrier,
     Close,
+    Commit,
     Publish,
     Send,
     Settle,
@@ -314,10 +315,17 @@ class StompSession:
             return
         started = time.perf_counter()
         counts: dict[str, int] = {}
-        for action in actions:
+        for index, action in enumerate(actions):
             kind = type(action)
             if self.refused and kind is not Send and kind is not Close:
                 continue  # frames after a refused one, parsed in the same batch: not done
+            if kind is Commit:  # all or nothing: refused before any of its frames is done
+                size, receipt = action.size, action.receipt  # type: ignore[union-attr]
+                problem = self._commit_problem(actions[index + 1 : index + 1 + size])
+                if problem is not None:
+                    self._answer(self._refusal(self.connection.fail(
+                        _error_message(problem), str(problem), receipt)))  # fmt: skip
+                continue
             name = kind.__name__
             counts[name] = counts.get(name, 0) + 1
             if kind is Send:
@@ -460,11 +468,8 @@ class StompSession:
     def _publish(self, action: Publish) -> None:
         slot = _Slot()
         self._add_slot(slot)
-        queue = action.queue if action.queue is not None else topics.router()
         try:
-            if not self._may("publish", queue):
-                raise Forbidden(f"this caller may not publish on queue {queue!r}")
-            message = self._message(action)
+            queue, message = self._checked(action)
         except XumpError as error:
             self.answered(slot, self._refusal(self.connection.fail(
                 _error_message(error), str(error), action.receipt)))  # fmt: skip
@@ -480,6 +485,23 @@ class StompSession:
             await topics.ensure_router(self.service)
         except XumpError as problem:
             logger.warning("cannot make the topic router %r: %s", topics.router(), problem)
+
+    def _checked(self, action: Publish) -> tuple[str, Message]:
+        """The queue a SEND publishes to and its message; the XumpError refusing it."""
+        queue = action.queue if action.queue is not None else topics.router()
+        if not self._may("publish", queue):
+            raise Forbidden(f"this caller may not publish on queue {queue!r}")
+        return queue, self._message(action)
+
+    def _commit_problem(self, actions: list[Action]) -> XumpError | None:
+        """What refuses one of a COMMIT's SENDs, if anything does."""
+        for action in actions:
+            if type(action) is Publish:
+                try:
+                    self._checked(action)
+                except XumpError as error:
+                    return error
+        return None
 
     def _message(self, action: Publish) -> Message:
         if len(action.body) > self.max_body:
