@@ -34,6 +34,8 @@ XUMP_STOMP_HEARTBEAT_MS  the heart-beat interval the STOMP server offers and ask
                      (default 10000; 0 for none)
 XUMP_STOMP_TOPIC_ROUTER  the queue STOMP /topic/ destinations publish to and subscribe on
                      (default "parrot", the parrot pattern's router)
+XUMP_STOMP_CONNECT_WAIT  seconds a STOMP client has to complete its CONNECT frame before
+                     it is closed with an ERROR (default 30)
 XUMP_SPARK_MASTER    the Spark master URL the pipeline jobs use (default local[*])
 XUMP_METRICS_ADDRESS  host:port where the web process serves /metrics open to anyone who
                      reaches it (default unset: /metrics on the web server, for a token
@@ -137,6 +139,7 @@ XUMP_STOMP_HOST = os.environ.get("XUMP_STOMP_HOST", "127.0.0.1")
 XUMP_STOMP_PREFETCH = int(_number("XUMP_STOMP_PREFETCH", 1000))
 XUMP_STOMP_HEARTBEAT_MS = int(_number("XUMP_STOMP_HEARTBEAT_MS", 10_000))
 XUMP_STOMP_TOPIC_ROUTER = os.environ.get("XUMP_STOMP_TOPIC_ROUTER", "parrot")
+XUMP_STOMP_CONNECT_WAIT = _number("XUMP_STOMP_CONNECT_WAIT", 30.0)
 XUMP_SPARK_MASTER = os.environ.get("XUMP_SPARK_MASTER", "local[*]")
 XUMP_METRICS_ADDRESS = os.environ.get("XUMP_METRICS_ADDRESS", "").strip()
 if XUMP_METRICS_ADDRESS and not XUMP_METRICS_ADDRESS.rpartition(":")[2].isdigit():

@@ -74,6 +74,7 @@ class Stomp:
         self.buffer = b""
         self.beats = 0
         self.eof = False
+        self.early: list[Frame] = []  # MESSAGEs read while waiting for a RECEIPT
 
     def send(self, data: bytes) -> None:
         if self.ws is not None:
@@ -154,7 +155,10 @@ class Stomp:
         return found
 
     def expect(self, command: str, within: float = 10.0) -> Frame:
-        got = self.frame(within)
+        """The next frame, a `command`; MESSAGEs arriving first are kept for `messages`
+        (they do not wait behind RECEIPTs)."""
+        while (got := self.frame(within)) is not None and got.command == "MESSAGE" != command:
+            self.early.append(got)
         assert got is not None and got.command == command, got
         return got
 
@@ -169,11 +173,10 @@ class Stomp:
 
     def publish(self, queue: str, body: bytes, **headers: str) -> None:
         self.send(frame("SEND", body, destination=f"/queue/{queue}", receipt="p", **headers))
-        got = self.expect("RECEIPT")
-        assert got.headers["receipt-id"] == "p"
+        assert self.expect("RECEIPT").headers["receipt-id"] == "p"
 
     def messages(self, count: int, within: float = 20.0) -> list[Frame]:
-        found = []
+        found, self.early = self.early[:count], self.early[count:]
         deadline = time.monotonic() + within
         while len(found) < count:
             got = self.frame(max(0.1, deadline - time.monotonic()))
@@ -571,8 +574,11 @@ def test_a_client_that_never_reads_holds_bounded_memory_and_stalls_nobody(servic
 # -- 3. heart-beats ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def beating_port(service):
-    """A STOMP server offering and asking heart-beats every 500 ms."""
-    port = service.start_stomp("stomp-beats", XUMP_STOMP_HEARTBEAT_MS="500")
+    """A STOMP server offering and asking heart-beats every 500 ms, and giving clients 2 s
+    to CONNECT."""
+    port = service.start_stomp(
+        "stomp-beats", XUMP_STOMP_HEARTBEAT_MS="500", XUMP_STOMP_CONNECT_WAIT="2"
+    )
     yield port
     service.stop("stomp-beats")
 
@@ -615,6 +621,13 @@ def test_a_client_that_beats_stays_connected(service, beating_port):
             client.send(b"\n")
         client.send(frame("DISCONNECT", receipt="bye"))
         assert client.expect("RECEIPT").headers["receipt-id"] == "bye"
+
+
+def test_a_client_that_does_not_connect_in_time_is_closed(service, beating_port):
+    with tcp(beating_port, "") as idle, tcp(beating_port, "") as slow:
+        slow.send(connect_frame(service.admin_token)[:20])  # and nothing more
+        refused(idle, "no CONNECT")
+        refused(slow, "no CONNECT")
 
 
 # -- 4. rights and operations ------------------------------------------------------------------

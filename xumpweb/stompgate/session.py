@@ -32,7 +32,8 @@ selector, a size) ends the connection as the core's own errors do: the frames th
 parsed after it in the same batch are not carried out.
 
 Heart-beats as negotiated: a newline when nothing was written for the agreed interval; a
-client silent for twice its interval is gone (its deliveries go back).
+client silent for twice its interval is gone (its deliveries go back). A client that has
+not completed its CONNECT within XUMP_STOMP_CONNECT_WAIT seconds is closed.
 """
 
 from __future__ import annotations
@@ -296,7 +297,10 @@ class StompSession:
         self.finished = False
         self.refused = False  # a frame was refused: the connection ends, nothing more is done
         self.last_read = self.last_written = time.monotonic()
-        self.tasks: list[asyncio.Task] = [asyncio.create_task(self._write_answers())]
+        self.tasks: list[asyncio.Task] = [
+            asyncio.create_task(self._write_answers()),
+            asyncio.create_task(self._await_connect()),
+        ]
         self.lock = asyncio.Lock()  # one batch of input at a time
 
     # -- input from the transport ------------------------------------------------------------
@@ -430,6 +434,16 @@ class StompSession:
         actions = self.connection.accept(principal, session=self.id)
         self.tasks.append(asyncio.create_task(self._heartbeats()))
         await self._run(actions)
+
+    async def _await_connect(self) -> None:
+        """Close a client that has not completed its CONNECT in XUMP_STOMP_CONNECT_WAIT
+        seconds (a slowloris, a port scanner): it holds a socket and a session for nothing."""
+        wait = settings.XUMP_STOMP_CONNECT_WAIT
+        await asyncio.sleep(wait)
+        async with self.lock:
+            if self.principal is None and not self.closed:
+                detail = f"no CONNECT frame arrived within {wait:g} seconds"
+                self._answer(self._refusal(self.connection.fail("no CONNECT", detail)))
 
     async def recheck(self) -> None:
         """A token or a role changed somewhere (security.watch): close unless this
