@@ -29,7 +29,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.web.conftest import start_service, unique
+from tests.web.conftest import unique
 from tests.web.test_subscribe import Xump, issue_token, session_cookie, wait_for
 
 # -- a STOMP client from the specification's text --------------------------------------------
@@ -375,6 +375,31 @@ def test_frames_pipelined_after_a_refused_one_are_not_carried_out(service, xump,
     assert published(xump, allowed) == published(xump, other) == 0
 
 
+def test_a_commit_with_a_forbidden_send_carries_out_none_of_its_frames(service, xump, opener):
+    allowed, other, destination = unique(), unique(), unique("d")
+    xump.call("queue_create", name=other)
+    xump.deliver(allowed, destination)
+    xump.publish(allowed, ["held"])
+    token = issue_token(service, {allowed: ["publish"], destination: ["consume"]})
+    with opener(token) as client:
+        client.subscribe(f"/queue/{destination}", ack="client-individual")
+        (held,) = client.messages(1)
+        client.send(
+            frame("BEGIN", transaction="t")
+            + frame("ACK", id=held.headers["ack"], transaction="t")
+            + frame("SEND", b"1", destination=f"/queue/{allowed}", transaction="t")
+            + frame("SEND", b"2", destination=f"/queue/{other}", transaction="t")
+            + frame("COMMIT", transaction="t", receipt="c")
+        )
+        refused(client, "forbidden", "c")
+    assert published(xump, allowed) == 1 and published(xump, other) == 0  # "held" only
+    assert xump.stats(allowed)["confirmed"] == 0
+    with opener() as client:  # the ACK was not carried out: the message comes again
+        client.subscribe(f"/queue/{destination}")
+        (again,) = client.messages(1)
+        assert again.body == b"held" and again.headers["redelivered"] == "true"
+
+
 def test_a_subscribe_without_the_consume_right_is_forbidden(service, xump, opener):
     queue, destination = unique(), unique("d")
     xump.deliver(queue, destination)
@@ -553,6 +578,12 @@ def test_a_token_connecting_again_and_again_writes_its_last_use_once(service):
     assert ran.stdout.strip().splitlines()[-1] == "1"
 
 
+def in_flight(xump: Xump, destination: str) -> int:
+    """How many deliveries the consumer of `destination` holds (0 when not listed yet)."""
+    listed = xump.http.get("/api/consumers").json()["consumers"]
+    return sum(c["in_flight"] for c in listed if c["destination"] == destination)
+
+
 def test_a_client_that_never_reads_holds_bounded_memory_and_stalls_nobody(service, stomp_port,
                                                                            xump):  # fmt: skip
     queue, destination = unique(), unique("d")
@@ -569,6 +600,45 @@ def test_a_client_that_never_reads_holds_bounded_memory_and_stalls_nobody(servic
         grown = server_memory(service) - before
         assert grown < 25 * 1024 * 1024, (before, grown)  # the socket buffers, not the 30 MB
         assert 0 < in_flight(xump, destination) < 300
+
+
+def raw_websocket(service, first: bytes) -> socket.socket:
+    """A WebSocket to /ws/stomp/ on a plain socket with a tiny receive buffer that sends
+    `first` as one (masked, binary) message and is then never read."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", int(service.url.rsplit(":", 1)[1])))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((
+        "GET /ws/stomp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n"
+    ).encode())  # fmt: skip
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(1)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    mask = os.urandom(4)
+    length = len(first)
+    head = bytes([0x82]) + (bytes([0x80 | length]) if length < 126
+                            else bytes([0x80 | 126]) + length.to_bytes(2, "big"))  # fmt: skip
+    sock.sendall(head + mask + bytes(b ^ mask[n % 4] for n, b in enumerate(first)))
+    return sock
+
+
+def test_a_websocket_client_that_never_reads_holds_bounded_memory(service, xump):
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    xump.publish(queue, ["x" * 100_000] * 300, chunk=50)  # 30 MB waiting
+    before = server_memory(service, "server")
+    subscribe = frame("SUBSCRIBE", id="s", destination=f"/queue/{destination}", ack="client",
+                      prefetch_count="1000")  # fmt: skip
+    with raw_websocket(service, connect_frame(service.admin_token) + subscribe):
+        assert wait_for(lambda: in_flight(xump, destination))  # it took what it could
+        round_trip(lambda: websocket(service), xump)
+        grown = server_memory(service, "server") - before
+        assert grown < 25 * 1024 * 1024, (before, grown)  # the socket buffers, not the 30 MB
+        assert in_flight(xump, destination) < 300
 
 
 # -- 3. heart-beats ----------------------------------------------------------------------------
@@ -745,93 +815,3 @@ def test_metrics_count_stomp_connections_and_actions(service, xump):
     for action in ("Authenticate", "Publish", "Subscribe"):
         pattern = rf'xump_stomp_actions_total\{{[^}}]*action="{action}"[^}}]*\}} [1-9]'
         assert re.search(pattern, text), action
-
-
-def test_metrics_count_the_stomp_servers_work_with_a_shared_metrics_directory(
-    redis_server, tmp_path
-):
-    """The STOMP server is a process of its own: its figures reach /metrics through
-    PROMETHEUS_MULTIPROC_DIR, as `make run` sets it up."""
-    metered = start_service(redis_server.url, tmp_path, "inline",
-                            PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"))  # fmt: skip
-    xump = Xump(metered)
-    try:
-        port = metered.start_stomp()
-        round_trip(lambda: tcp(port, metered.admin_token), xump)
-        text = xump.http.get("/metrics").text
-        assert re.search(r'xump_stomp_connections_total\{transport="stomp-tcp"\} [1-9]', text)
-        assert re.search(r'xump_stomp_actions_total\{action="Publish",transport="stomp-tcp"\}'
-                         r" [1-9]", text), text  # fmt: skip
-    finally:
-        xump.close()
-        metered.close()
-
-
-def raw_websocket(service, first: bytes) -> socket.socket:
-    """A WebSocket to /ws/stomp/ on a plain socket with a tiny receive buffer that sends
-    `first` as one (masked, binary) message and is then never read."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", int(service.url.rsplit(":", 1)[1])))
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((
-        "GET /ws/stomp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-        "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n"
-    ).encode())  # fmt: skip
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        answer += sock.recv(1)
-    assert answer.startswith(b"HTTP/1.1 101"), answer
-    mask = os.urandom(4)
-    length = len(first)
-    head = bytes([0x82]) + (bytes([0x80 | length]) if length < 126
-                            else bytes([0x80 | 126]) + length.to_bytes(2, "big"))  # fmt: skip
-    sock.sendall(head + mask + bytes(b ^ mask[n % 4] for n, b in enumerate(first)))
-    return sock
-
-
-def test_a_websocket_client_that_never_reads_holds_bounded_memory(service, xump):
-    queue, destination = unique(), unique("d")
-    xump.deliver(queue, destination)
-    xump.publish(queue, ["x" * 100_000] * 300, chunk=50)  # 30 MB waiting
-    before = server_memory(service, "server")
-    subscribe = frame("SUBSCRIBE", id="s", destination=f"/queue/{destination}", ack="client",
-                      prefetch_count="1000")  # fmt: skip
-    with raw_websocket(service, connect_frame(service.admin_token) + subscribe):
-        assert wait_for(lambda: in_flight(xump, destination))  # it took what it could
-        round_trip(lambda: websocket(service), xump)
-        grown = server_memory(service, "server") - before
-        assert grown < 25 * 1024 * 1024, (before, grown)  # the socket buffers, not the 30 MB
-        assert in_flight(xump, destination) < 300
-
-
-def in_flight(xump: Xump, destination: str) -> int:
-    """How many deliveries the consumer of `destination` holds (0 when not listed yet)."""
-    listed = xump.http.get("/api/consumers").json()["consumers"]
-    return sum(c["in_flight"] for c in listed if c["destination"] == destination)
-
-
-def test_a_commit_with_a_forbidden_send_carries_out_none_of_its_frames(service, xump, opener):
-    allowed, other, destination = unique(), unique(), unique("d")
-    xump.call("queue_create", name=other)
-    xump.deliver(allowed, destination)
-    xump.publish(allowed, ["held"])
-    token = issue_token(service, {allowed: ["publish"], destination: ["consume"]})
-    with opener(token) as client:
-        client.subscribe(f"/queue/{destination}", ack="client-individual")
-        (held,) = client.messages(1)
-        client.send(
-            frame("BEGIN", transaction="t")
-            + frame("ACK", id=held.headers["ack"], transaction="t")
-            + frame("SEND", b"1", destination=f"/queue/{allowed}", transaction="t")
-            + frame("SEND", b"2", destination=f"/queue/{other}", transaction="t")
-            + frame("COMMIT", transaction="t", receipt="c")
-        )
-        refused(client, "forbidden", "c")
-    assert published(xump, allowed) == 1 and published(xump, other) == 0  # "held" only
-    assert xump.stats(allowed)["confirmed"] == 0
-    with opener() as client:  # the ACK was not carried out: the message comes again
-        client.subscribe(f"/queue/{destination}")
-        (again,) = client.messages(1)
-        assert again.body == b"held" and again.headers["redelivered"] == "true"
