@@ -80,6 +80,7 @@ from xumpweb.stompgate import topics
 logger = logging.getLogger("xump.stomp")
 
 HEARTBEAT = b"\n"
+WRITE_BYTES = 64 * 1024  # MESSAGE frames joined into one write (one WebSocket message)
 SERVER_NAME = "Xump/1.0"
 # about how many bytes one take of a subscription's pump may hold: a client that does not
 # read then holds the server to this (and its socket's buffers), not to prefetch times body size
@@ -205,8 +206,9 @@ class _Subscription:
                     # a Settle that rejects: the subscription is gone; close() gives it back
             if self.ack != "auto":
                 self.credit -= len(data)
-            if data and not await session.write(b"".join(data)):
-                return
+            for chunk in _chunks(data):
+                if not await session.write(chunk):
+                    return
             if auto:
                 await reader.ack(auto)
 
@@ -637,6 +639,21 @@ class StompSession:
         await asyncio.gather(*(sub.stop() for sub in subs), return_exceptions=True)
         if self.redis is not None:
             await self.redis.aclose()
+
+
+def _chunks(frames: list[bytes]) -> list[bytes]:
+    """Frames joined into writes of at most WRITE_BYTES (a bigger frame alone): one write
+    is one WebSocket message, and clients limit those (Python's websockets: 1 MiB)."""
+    chunks: list[bytes] = []
+    start = size = 0
+    for end, frame in enumerate(frames):
+        if size and size + len(frame) > WRITE_BYTES:
+            chunks.append(b"".join(frames[start:end]))
+            start, size = end, 0
+        size += len(frame)
+    if size or start < len(frames):
+        chunks.append(b"".join(frames[start:]))
+    return chunks
 
 
 def _wanted(selects: Callable[[Message], bool]) -> Callable[[bytes], bool]:
