@@ -526,8 +526,10 @@ class StompSession:
             )
         ttl = None
         if action.expires:
-            # absolute, as the client's clock has it; one already past expires at once
-            ttl = max(action.expires - time.time(), 0.001)
+            # absolute, as the client's clock has it. The engine counts a ttl from the
+            # message's timestamp, which the router sets when it arrives (its due time when
+            # delayed): a ttl of 0 expires it then, never delivered
+            ttl = max(action.expires - time.time() - (action.delay or 0.0), 0.0)
             check_optional_seconds("ttl", ttl)
         headers = action.headers or EMPTY_HEADERS
         if action.delay is None and ttl is None:
