@@ -11,6 +11,7 @@ HTTP answer) with generous deadlines, never for a wall-clock margin.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -127,8 +128,13 @@ class Client(stomp.ConnectionListener):
         self.wait(lambda: self.disconnected, "the end of the connection")
 
     def drop(self) -> None:
-        """Close the socket without DISCONNECT (a client that crashed)."""
-        self.connection.transport.disconnect_socket()
+        """End the TCP connection without DISCONNECT or a WebSocket close (as the kernel
+        does for a process that crashed). A shutdown, not only a close: stomp.py's
+        receiver thread is blocked reading the socket, and a close alone sends nothing
+        while it is."""
+        sock = self.connection.transport.socket
+        sock = getattr(sock, "sock", sock)  # websocket-client's WebSocket holds the socket
+        sock.shutdown(socket.SHUT_RDWR)
         self.wait(lambda: self.disconnected, "the end of the connection")
 
 
@@ -370,3 +376,387 @@ def test_a_delayed_message_whose_expires_comes_before_its_delay_is_never_deliver
     assert letter["body"] == "too late" and letter["headers"]["x-reason"] == "expired"
     assert bodies(consumer.take(1)) == ["fine"]
     assert bodies(consumer.messages) == ["fine"]
+
+
+# -- subscriptions with a selector ------------------------------------------------------------
+def test_a_queue_selector_takes_only_matching_messages_and_leaves_the_rest(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    picky, producer = clients(), clients()
+    # STOMP headers are text: a selector compares them as text (JMS: no coercion)
+    picky.subscribe(f"/queue/{destination}", selector="color = 'red' AND size IN ('L', 'XL')")
+    for n, (color, size) in enumerate([("red", "L"), ("blue", "L"), ("red", "S"), ("red", "XL")]):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}", color=color, size=size)
+    producer.receipt("r3")
+    found = picky.take(2)
+    assert bodies(found) == ["m0", "m3"]
+    for frame in found:
+        picky.ack(frame)
+    anyone = clients()
+    anyone.subscribe(f"/queue/{destination}")
+    assert bodies(anyone.take(2)) == ["m1", "m2"]
+    assert bodies(picky.messages) == ["m0", "m3"]
+
+
+def test_a_bad_selector_is_refused_with_an_error_frame(clients):
+    client = clients()
+    client.connection.subscribe(f"/queue/{unique('d')}", "1", headers={"selector": "color = "})
+    client.wait(lambda: client.errors, "an ERROR frame")
+    [error] = client.errors
+    assert "selector" in error.headers["message"] and "column" in error.body
+    client.wait(lambda: client.disconnected, "the server to close the connection")
+
+
+# -- NACK -------------------------------------------------------------------------------------
+def test_a_nacked_message_comes_back_redelivered(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    client = clients()
+    client.subscribe(f"/queue/{destination}")
+    client.send(f"/queue/{queue}", "again", receipt="r")
+    [first] = client.take(1)
+    client.nack(first)
+    second = client.take(2)[1]
+    assert second.body == "again" and second.headers["mid"] == first.headers["mid"]
+    assert second.headers["redelivered"] == "true" and second.headers["x-delivery-count"] == "2"
+    assert second.headers["ack"] != first.headers["ack"]
+    client.ack(second, receipt="acked")
+    eventually(lambda: stats(http, queue)["confirmed"] == 1, "the ack to be counted")
+
+
+def test_a_nacked_message_goes_to_one_of_the_competing_subscribers_once(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    first, second, producer = clients(), clients(), clients()
+    first.subscribe(f"/queue/{destination}", **{"prefetch-count": "1"})
+    second.subscribe(f"/queue/{destination}", **{"prefetch-count": "1"})
+    producer.send(f"/queue/{queue}", "hot potato", receipt="r")
+    holder = eventually(lambda: [c for c in (first, second) if c.messages], "a delivery")[0]
+    holder.nack(holder.messages[0])
+    again = eventually(
+        lambda: [f for c in (first, second) for f in c.messages[1 if c is holder else 0 :]],
+        "the redelivery",
+    )
+    assert len(again) == 1 and again[0].body == "hot potato"
+    assert again[0].headers["redelivered"] == "true"
+    assert again[0].headers["x-delivery-count"] == "2"
+    assert len(first.messages) + len(second.messages) == 2
+
+
+# -- consumers that leave -----------------------------------------------------------------------
+@pytest.mark.parametrize("leaving", ["disconnect", "drop"])
+@pytest.mark.parametrize("taker", ["the other subscriber", "the same consumer reconnected"])
+def test_what_a_consumer_leaves_unacked_is_redelivered_none_lost(http, clients, leaving,
+                                                                  taker):  # fmt: skip
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    leaver, producer = clients(), clients()
+    leaver.subscribe(f"/queue/{destination}", **{"prefetch-count": "100"})
+    for n in range(10):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    producer.receipt("r9")
+    found = leaver.take(10)
+    for frame in found[:3]:
+        leaver.ack(frame)
+    leaver.ack(found[3], receipt="acked")  # the first four are done; six are not
+    other = None
+    if taker == "the other subscriber":
+        other = clients()
+        other.subscribe(f"/queue/{destination}")
+    getattr(leaver, leaving)()
+    if other is None:
+        other = clients()
+        other.subscribe(f"/queue/{destination}")
+    again = other.take(6)
+    assert sorted(bodies(again)) == [f"m{n}" for n in range(4, 10)]
+    assert all(frame.headers["redelivered"] == "true" for frame in again)
+    assert all(frame.headers["x-delivery-count"] == "2" for frame in again)
+    for frame in again:
+        other.ack(frame)
+    eventually(lambda: stats(http, queue)["confirmed"] == 10, "every message confirmed")
+    assert len(other.messages) == 6
+
+
+# -- competing consumers ----------------------------------------------------------------------
+def test_a_wolfpack_of_three_shares_three_thousand_messages_none_lost_none_twice(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    pack = [clients(auto_ack=True) for _ in range(3)]
+    for wolf in pack:
+        wolf.subscribe(f"/queue/{destination}", **{"prefetch-count": "100"})
+    producer = clients()
+    for n in range(3000):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt="last" if n == 2999 else None)
+    producer.receipt("last")  # receipts come in order: every SEND before it is durable
+    deadline = time.monotonic() + 60
+    while sum(len(wolf.messages) for wolf in pack) < 3000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found = [frame.body for wolf in pack for frame in wolf.messages]
+    assert len(found) == 3000 and set(found) == {f"m{n}" for n in range(3000)}
+    assert all(wolf.messages for wolf in pack), [len(wolf.messages) for wolf in pack]
+    eventually(lambda: stats(http, queue)["confirmed"] == 3000, "every ack counted")
+    assert not any(f.headers["redelivered"] == "true" for wolf in pack for f in wolf.messages)
+
+
+# -- ack modes and the credit window --------------------------------------------------------------
+def test_ack_auto_needs_no_acks(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    consumer, producer = clients(), clients()
+    consumer.subscribe(f"/queue/{destination}", ack="auto", **{"prefetch-count": "2"})
+    for n in range(5):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    found = consumer.take(5)
+    assert bodies(found) == [f"m{n}" for n in range(5)]
+    assert not any("ack" in frame.headers for frame in found)
+    eventually(lambda: stats(http, queue)["confirmed"] == 5, "the deliveries confirmed")
+
+
+def test_ack_client_is_cumulative_and_the_rest_come_back(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    consumer, producer = clients(), clients()
+    consumer.subscribe(f"/queue/{destination}", ack="client")
+    for n in range(5):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    found = consumer.take(5)
+    consumer.ack(found[2], receipt="acked")  # m0, m1 and m2
+    eventually(lambda: stats(http, queue)["confirmed"] == 3, "three confirmed")
+    consumer.disconnect()
+    other = clients()
+    other.subscribe(f"/queue/{destination}", ack="client")
+    again = other.take(2)
+    assert bodies(again) == ["m3", "m4"]
+    assert all(frame.headers["redelivered"] == "true" for frame in again)
+    other.ack(again[1], receipt="acked")
+    eventually(lambda: stats(http, queue)["confirmed"] == 5, "all confirmed")
+
+
+def test_a_cumulative_nack_gives_back_every_earlier_message(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    consumer, producer = clients(), clients()
+    consumer.subscribe(f"/queue/{destination}", ack="client", **{"prefetch-count": "3"})
+    for n in range(3):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    found = consumer.take(3)
+    consumer.nack(found[1], receipt="nacked")  # m0 and m1 back; m2 still held
+    again = consumer.take(5)[3:]
+    assert sorted(bodies(again)) == ["m0", "m1"]
+    assert all(frame.headers["x-delivery-count"] == "2" for frame in again)
+
+
+def test_prefetch_count_limits_what_is_in_flight(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    consumer, producer = clients(), clients()
+    consumer.subscribe(f"/queue/{destination}", **{"prefetch-count": "2"})
+    for n in range(5):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    producer.receipt("r4")
+    found = consumer.take(2)
+    time.sleep(0.5)  # a third would have come by now (a missing one cannot be awaited)
+    assert len(consumer.messages) == 2
+    consumer.ack(found[0])
+    consumer.take(3)
+    time.sleep(0.5)
+    assert bodies(consumer.messages) == ["m0", "m1", "m2"]
+    for frame in consumer.messages[1:]:
+        consumer.ack(frame)
+    assert bodies(consumer.take(5)) == [f"m{n}" for n in range(5)]
+
+
+def test_activemq_prefetch_size_is_the_window_too(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    consumer, producer = clients(), clients()
+    consumer.subscribe(f"/queue/{destination}", **{"activemq.prefetchSize": "1"})
+    for n in range(3):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    producer.receipt("r2")
+    [first] = consumer.take(1)
+    time.sleep(0.5)
+    assert len(consumer.messages) == 1
+    consumer.ack(first)
+    assert bodies(consumer.take(2)) == ["m0", "m1"]
+
+
+# -- transactions -----------------------------------------------------------------------------
+def test_a_committed_transaction_publishes_its_sends(http, clients):
+    queue = unique()
+    make_queue(http, queue)
+    client = clients()
+    tx = client.connection.begin()
+    for n in range(3):
+        client.connection.send(f"/queue/{queue}", f"m{n}", transaction=tx, receipt=f"r{n}")
+    client.receipt("r2")  # received, not yet published
+    assert waiting(http, queue) == []
+    client.connection.commit(tx, receipt="committed")
+    client.receipt("committed")
+    assert [m["body"] for m in waiting(http, queue)] == ["m0", "m1", "m2"]
+
+
+def test_an_aborted_transaction_publishes_nothing(http, clients):
+    queue = unique()
+    make_queue(http, queue)
+    client = clients()
+    tx = client.connection.begin()
+    for n in range(3):
+        client.connection.send(f"/queue/{queue}", f"m{n}", transaction=tx)
+    client.connection.abort(tx, receipt="aborted")
+    client.receipt("aborted")
+    client.send(f"/queue/{queue}", "after", receipt="r")
+    client.receipt("r")
+    assert [m["body"] for m in waiting(http, queue)] == ["after"]
+
+
+def test_acks_in_a_transaction_count_at_commit_and_not_after_abort(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    client = clients()
+    client.subscribe(f"/queue/{destination}")
+    for n in range(2):
+        client.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    first, second = client.take(2)
+    aborted = client.connection.begin()
+    client.connection.ack(first.headers["ack"], transaction=aborted)
+    client.connection.abort(aborted, receipt="aborted")
+    client.receipt("aborted")
+    committed = client.connection.begin()
+    client.connection.ack(first.headers["ack"], transaction=committed)
+    client.connection.ack(second.headers["ack"], transaction=committed)
+    client.connection.commit(committed, receipt="committed")
+    client.receipt("committed")
+    eventually(lambda: stats(http, queue)["confirmed"] == 2, "both confirmed")
+
+
+# -- /topic/ ----------------------------------------------------------------------------------
+def topic_queue(client: Client, serial: int = 1) -> str:
+    """The private queue of the client's `serial`-th /topic/ subscription (its name holds
+    the CONNECTED frame's session)."""
+    assert client.session
+    return f"stomp:{client.session}:{serial}"
+
+
+def test_a_topic_subscription_receives_only_matching_addresses(http, clients):
+    prefix = unique("t")
+    subscriber, producer = clients(), clients()
+    subscriber.subscribe(f"/topic/{prefix}.stock.*.price")
+    assert topic_queue(subscriber) in queue_names(http)
+    addresses = ["stock.ibm.price", "stock.ibm.volume", "bond.ibm.price", "stock.ibm.eu.price",
+                 "stock.sap.price"]  # fmt: skip
+    for n, address in enumerate(addresses):
+        producer.send(f"/topic/{prefix}.{address}", address, receipt=f"r{n}", n=str(n))
+    producer.receipt(f"r{len(addresses) - 1}")
+    found = subscriber.take(2)
+    assert bodies(found) == ["stock.ibm.price", "stock.sap.price"]
+    assert [f.headers["destination"] for f in found] == [
+        f"/topic/{prefix}.stock.ibm.price", f"/topic/{prefix}.stock.sap.price"]  # fmt: skip
+    assert found[0].headers["n"] == "0" and found[0].headers["subscription"] == "1"
+    for frame in found:
+        subscriber.ack(frame)
+    time.sleep(0.5)  # a non-matching one would have come by now
+    assert len(subscriber.messages) == 2
+
+
+def test_every_topic_subscriber_gets_its_own_copy(clients):
+    prefix = unique("t")
+    first, second, producer = clients(), clients(), clients()
+    first.subscribe(f"/topic/{prefix}.#", ack="auto")
+    second.subscribe(f"/topic/{prefix}.news.#", ack="auto")
+    producer.send(f"/topic/{prefix}.news.sport", "goal", receipt="r")
+    assert bodies(first.take(1)) == ["goal"] and bodies(second.take(1)) == ["goal"]
+    assert topic_queue(first) != topic_queue(second)
+
+
+def test_a_topic_subscription_with_a_selector_filters_too(clients):
+    prefix = unique("t")
+    subscriber, producer = clients(), clients()
+    subscriber.subscribe(f"/topic/{prefix}.#", selector="region = 'eu'")
+    for n, region in enumerate(["us", "eu", "asia", "eu"]):
+        producer.send(f"/topic/{prefix}.orders", f"m{n}", receipt=f"r{n}", region=region)
+    assert bodies(subscriber.take(2)) == ["m1", "m3"]
+
+
+def test_a_nacked_topic_message_comes_back_in_the_subscription(clients):
+    prefix = unique("t")
+    subscriber, producer = clients(), clients()
+    subscriber.subscribe(f"/topic/{prefix}.#")
+    producer.send(f"/topic/{prefix}.a", "again", receipt="r")
+    [first] = subscriber.take(1)
+    subscriber.nack(first)
+    second = subscriber.take(2)[1]
+    assert second.body == "again" and second.headers["redelivered"] == "true"
+    assert second.headers["x-delivery-count"] == "2"
+    assert second.headers["destination"] == f"/topic/{prefix}.a"
+
+
+@pytest.mark.parametrize("ending", ["unsubscribe", "disconnect", "drop"])
+def test_the_private_topic_queue_lives_as_long_as_the_subscription(http, clients, ending):
+    prefix = unique("t")
+    subscriber, producer = clients(), clients()
+    subscriber.subscribe(f"/topic/{prefix}.#")
+    subscriber.subscribe(f"/queue/{unique('d')}", sid="2")
+    subscriber.subscribe(f"/topic/{prefix}.other.#", sid="3")
+    mine = {topic_queue(subscriber, 1), topic_queue(subscriber, 2)}
+    assert mine <= queue_names(http)
+    producer.send(f"/topic/{prefix}.x", "unacked", receipt="r")
+    subscriber.take(1)
+    if ending == "unsubscribe":
+        subscriber.connection.unsubscribe("1", headers={"receipt": "gone"})
+        subscriber.receipt("gone")
+        assert topic_queue(subscriber, 1) not in queue_names(http)
+        assert topic_queue(subscriber, 2) in queue_names(http)
+        subscriber.connection.unsubscribe("3", headers={"receipt": "gone too"})
+        subscriber.receipt("gone too")
+        assert not mine & queue_names(http)
+    else:
+        getattr(subscriber, ending)()
+        eventually(lambda: not mine & queue_names(http), "the private queues to be removed")
+
+
+# -- the consumers registry -------------------------------------------------------------------
+def consumers_of(http, destination: str) -> list[dict]:
+    answer = http.get("/api/consumers")
+    assert answer.status_code == 200, answer.text
+    return [c for c in answer.json()["consumers"] if c["destination"] == destination]
+
+
+def test_the_consumers_registry_lists_a_stomp_subscription(http, clients, transport):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    consumer, producer = clients(), clients()
+    consumer.subscribe(f"/queue/{destination}", **{"prefetch-count": "5"})
+    for n in range(2):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    found = consumer.take(2)
+    consumer.ack(found[0])
+    [entry] = eventually(
+        lambda: [c for c in consumers_of(http, destination) if c["acked"] == 1],
+        "the registry entry with one ack",
+    )
+    assert entry["transport"] == KIND[transport] and entry["who"] == "token:tests"
+    assert entry["in_flight"] == 1 and entry["credit"] == 4
+    assert entry["remote"].startswith("127.0.0.1:") and entry["may_close"] is True
+    [feed] = [f for f in http.get("/api/consumers").json()["feeds"] if f["queue"] == queue]
+    assert feed["destination"] == destination and feed["listeners"] == 1
+    consumer.disconnect()
+    eventually(lambda: not consumers_of(http, destination), "the entry to go")
+
+
+def test_an_operator_closes_a_stomp_consumer_and_its_messages_go_to_the_others(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    doomed, producer = clients(), clients()
+    doomed.subscribe(f"/queue/{destination}")
+    producer.send(f"/queue/{queue}", "held", receipt="r")
+    doomed.take(1)
+    [entry] = eventually(lambda: consumers_of(http, destination), "the registry entry")
+    other = clients()
+    other.subscribe(f"/queue/{destination}")
+    answer = http.delete(f"/api/consumers/{entry['id']}")
+    assert answer.status_code == 200, answer.text
+    doomed.wait(lambda: doomed.errors and doomed.disconnected, "an ERROR and the close")
+    assert doomed.errors[0].headers["message"] == "closed by an operator"
+    [again] = other.take(1)
+    assert again.body == "held" and again.headers["redelivered"] == "true"
