@@ -760,3 +760,82 @@ def test_an_operator_closes_a_stomp_consumer_and_its_messages_go_to_the_others(h
     assert doomed.errors[0].headers["message"] == "closed by an operator"
     [again] = other.take(1)
     assert again.body == "held" and again.headers["redelivered"] == "true"
+
+
+# -- bodies and headers as clients send them --------------------------------------------------
+def test_text_bodies_and_escaped_header_values_arrive_as_sent(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    consumer, producer = clients(), clients()
+    consumer.subscribe(f"/queue/{destination}")
+    odd = "a:b\nc\\d"  # STOMP 1.2 escapes these in header values
+    producer.send(f"/queue/{queue}", "héllo ✓ \x00 end", receipt="r", note=odd)
+    [frame] = consumer.take(1)
+    assert frame.body == "héllo ✓ \x00 end" and frame.headers["note"] == odd
+
+
+def test_a_binary_body_arrives_intact(http, clients, transport):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    options = {"auto_decode": False}
+    if transport == "websocket":
+        options["binary_mode"] = True  # a text WebSocket message must be UTF-8
+    consumer, producer = clients(**options), clients(**options)
+    consumer.subscribe(f"/queue/{destination}")
+    body = bytes(range(256)) * 4
+    producer.connection.send(f"/queue/{queue}", body, content_type="application/octet-stream",
+                             headers={"receipt": "r"})  # fmt: skip
+    producer.receipt("r")
+    [frame] = consumer.take(1)
+    assert frame.body == body
+    assert frame.headers["content-type"] == "application/octet-stream"
+    assert frame.headers["content-length"] == str(len(body))
+
+
+# -- who may do what --------------------------------------------------------------------------
+def issue_token(service, rights: dict) -> str:
+    made = service.manage(
+        "shell", "-c",
+        "from xumpweb.wiring.models import ApiToken\n"
+        f"print(ApiToken.issue('stomp-test', {rights!r})[1])",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip().splitlines()[-1]
+
+
+def test_a_bad_passcode_is_refused_with_an_error_and_the_connection_closed(service, stomp_port,
+                                                                           transport):  # fmt: skip
+    if transport == "tcp":
+        connection = stomp.Connection12([("127.0.0.1", stomp_port)])
+    else:
+        connection = stomp.WSStompConnection(
+            [("127.0.0.1", urlsplit(service.ws_url).port)], ws_path="/ws/stomp/",
+            header={"Sec-WebSocket-Protocol": "v12.stomp"},
+        )  # fmt: skip
+    client = Client(connection)
+    connection.set_listener("test", client)
+    connection.connect("tests", "xump_not_a_token", wait=False)
+    client.wait(lambda: client.errors and client.disconnected, "an ERROR and the close")
+    assert client.errors[0].headers["message"] == "access refused"
+    assert not connection.is_connected()
+
+
+def test_rights_are_checked_on_send_and_subscribe(service, http, clients):
+    queue, other = unique(), unique()
+    make_queue(http, queue)
+    make_queue(http, other)
+    token = issue_token(service, {queue: ["publish"]})
+    publisher = clients(token=token)
+    publisher.send(f"/queue/{queue}", "allowed", receipt="r1")
+    publisher.receipt("r1")
+    publisher.send(f"/queue/{other}", "refused", receipt="r2")
+    publisher.wait(lambda: publisher.errors, "an ERROR")
+    [error] = publisher.errors
+    assert error.headers["receipt-id"] == "r2" and "publish" in error.body
+    assert [m["body"] for m in waiting(http, queue)] == ["allowed"]
+    assert waiting(http, other) == []
+    reader = clients(token=token)
+    reader.connection.subscribe(f"/queue/{queue}", "1", headers={"receipt": "s"})
+    reader.wait(lambda: reader.errors, "an ERROR")
+    assert reader.errors[0].headers["receipt-id"] == "s"
+    assert "consume" in reader.errors[0].body
