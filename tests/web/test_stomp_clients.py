@@ -11,7 +11,12 @@ HTTP answer) with generous deadlines, never for a wall-clock margin.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -866,3 +871,77 @@ def test_rights_are_checked_on_send_and_subscribe(service, http, clients):
     reader.wait(lambda: reader.errors, "an ERROR")
     assert reader.errors[0].headers["receipt-id"] == "s"
     assert "consume" in reader.errors[0].body
+
+
+# -- heart-beats ------------------------------------------------------------------------------
+FROZEN_CONSUMER = """
+import sys, time, stomp
+port, token, destination = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+class Out(stomp.ConnectionListener):
+    def on_receipt(self, frame):
+        print("subscribed", flush=True)
+
+    def on_message(self, frame):
+        print(frame.body, flush=True)
+
+connection = stomp.Connection12([("127.0.0.1", port)], heartbeats=(1000, 1000))
+connection.set_listener("", Out())
+connection.connect("tests", token, wait=True)
+connection.subscribe(f"/queue/{destination}", "1", ack="client-individual",
+                     headers={"receipt": "s"})
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def beating_stomp(service) -> Iterator[int]:
+    """A STOMP TCP server of the service that offers and asks heart-beats every second."""
+    own = dataclasses.replace(
+        service, env={**service.env, "XUMP_STOMP_HEARTBEAT_MS": "1000"}, processes={}
+    )
+    yield own.start_stomp(name=f"stomp-{unique('beat')}")
+    own.close()
+
+
+def test_a_heart_beating_client_stays_connected_while_idle(service, http, beating_stomp):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    connection = stomp.Connection12([("127.0.0.1", beating_stomp)], heartbeats=(1000, 1000))
+    client = Client(connection)
+    connection.set_listener("test", client)
+    connection.connect("tests", service.admin_token, wait=True)
+    try:
+        client.subscribe(f"/queue/{destination}")
+        time.sleep(3)  # idle for three intervals: only heart-beats go either way
+        assert connection.is_connected() and not client.disconnected
+        client.send(f"/queue/{queue}", "still here", receipt="r")
+        assert bodies(client.take(1)) == ["still here"]
+    finally:
+        connection.disconnect()
+
+
+def test_a_frozen_consumer_is_dropped_and_its_messages_go_to_the_others(service, http,
+                                                                        beating_stomp,
+                                                                        clients):  # fmt: skip
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    frozen = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_CONSUMER, str(beating_stomp), service.admin_token,
+         destination], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert frozen.stdout.readline().strip() == "subscribed"
+        producer = clients()
+        for n in range(3):
+            producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+        assert [frozen.stdout.readline().strip() for _ in range(3)] == ["m0", "m1", "m2"]
+        os.kill(frozen.pid, signal.SIGSTOP)  # its socket stays open; it sends nothing more
+        other = clients()
+        other.subscribe(f"/queue/{destination}")
+        again = other.take(3)
+        assert sorted(bodies(again)) == ["m0", "m1", "m2"]
+        assert all(frame.headers["redelivered"] == "true" for frame in again)
+    finally:
+        frozen.kill()
+        frozen.wait()
