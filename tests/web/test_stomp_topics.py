@@ -43,11 +43,10 @@ class Frames(stomp.ConnectionListener):
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
     """A service and its STOMP port, on a redis-server of their own."""
-    services = service_with_own_redis(tmp_path_factory.mktemp("topics"))
-    running, _ = next(services)
-    port = running.start_stomp()
-    yield running, port
-    services.close()
+    # the loop resumes the generator after the tests, which stops the service and its
+    # redis-server (closing the generator instead would skip that and leave them running)
+    for running, _ in service_with_own_redis(tmp_path_factory.mktemp("topics")):
+        yield running, running.start_stomp()
 
 
 def connect(fresh) -> tuple[stomp.Connection, Frames]:
