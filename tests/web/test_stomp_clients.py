@@ -3,7 +3,8 @@ routing), over both transports — plain TCP (`manage.py stomp_server`) and WebS
 (/ws/stomp/, subprotocol v12.stomp). Publishing with receipts and the message fields
 SEND maps to (SPEC §9, §8), /queue/ and /topic/ subscriptions with selectors, the ack
 modes, prefetch as the credit window, NACK, redelivery after a consumer leaves (with or
-without DISCONNECT), competing consumers, transactions and the consumers registry.
+without DISCONNECT, or frozen past its heart-beats), competing consumers, transactions,
+the consumers registry, bodies and header escaping, passcodes and rights.
 
 Each test uses destinations of its own; waiting is for events (a frame, a receipt, an
 HTTP answer) with generous deadlines, never for a wall-clock margin.
@@ -825,14 +826,10 @@ def test_a_binary_body_arrives_intact(http, clients, transport):
 
 
 # -- who may do what --------------------------------------------------------------------------
-def issue_token(service, rights: dict) -> str:
-    made = service.manage(
-        "shell", "-c",
-        "from xumpweb.wiring.models import ApiToken\n"
-        f"print(ApiToken.issue('stomp-test', {rights!r})[1])",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip().splitlines()[-1]
+def issue_token(http, rights: dict) -> str:
+    answer = http.post("/api/tokens", json={"name": unique("stomp"), "rights": rights})
+    assert answer.status_code == 201, answer.text
+    return answer.json()["secret"]
 
 
 def test_a_bad_passcode_is_refused_with_an_error_and_the_connection_closed(service, stomp_port,
@@ -852,11 +849,11 @@ def test_a_bad_passcode_is_refused_with_an_error_and_the_connection_closed(servi
     assert not connection.is_connected()
 
 
-def test_rights_are_checked_on_send_and_subscribe(service, http, clients):
+def test_rights_are_checked_on_send_and_subscribe(http, clients):
     queue, other = unique(), unique()
     make_queue(http, queue)
     make_queue(http, other)
-    token = issue_token(service, {queue: ["publish"]})
+    token = issue_token(http, {queue: ["publish"]})
     publisher = clients(token=token)
     publisher.send(f"/queue/{queue}", "allowed", receipt="r1")
     publisher.receipt("r1")
@@ -894,7 +891,7 @@ time.sleep(600)
 """
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def beating_stomp(service) -> Iterator[int]:
     """A STOMP TCP server of the service that offers and asks heart-beats every second."""
     own = dataclasses.replace(
