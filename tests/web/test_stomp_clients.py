@@ -13,6 +13,7 @@ HTTP answer) with generous deadlines, never for a wall-clock margin.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import signal
 import socket
@@ -155,15 +156,15 @@ def transport(request) -> str:
 
 
 @pytest.fixture
-def clients(service, stomp_port, transport) -> Iterator[Callable[..., Client]]:
-    """Connect stomp.py clients over the test's transport (`over` another one); all are
-    disconnected at the end of the test."""
+def connect(service, stomp_port) -> Iterator[Callable[..., Client]]:
+    """Connect stomp.py clients, each over the transport named ("tcp" or "websocket"); all
+    are disconnected at the end of the test."""
     made: list[Client] = []
     ws_port = urlsplit(service.ws_url).port
 
-    def connect(over: str | None = None, token: str | None = None, auto_ack: bool = False,
-                version: str = "1.2", **options) -> Client:  # fmt: skip
-        if (over or transport) == "tcp":
+    def connect_over(over: str, token: str | None = None, auto_ack: bool = False,
+                     version: str = "1.2", **options) -> Client:  # fmt: skip
+        if over == "tcp":
             kind = stomp.Connection12 if version == "1.2" else stomp.Connection11
             connection = kind([("127.0.0.1", stomp_port)], **options)
         else:
@@ -177,13 +178,19 @@ def clients(service, stomp_port, transport) -> Iterator[Callable[..., Client]]:
         made.append(client)
         return client
 
-    yield connect
+    yield connect_over
     for client in made:
         if client.connection.is_connected():
             try:
                 client.connection.disconnect()
             except Exception:  # the test may have broken it on purpose
                 pass
+
+
+@pytest.fixture
+def clients(connect, transport) -> Callable[..., Client]:
+    """Connect stomp.py clients over the test's transport (see `connect`)."""
+    return functools.partial(connect, transport)
 
 
 @pytest.fixture
@@ -489,13 +496,13 @@ def test_what_a_consumer_leaves_unacked_is_redelivered_none_lost(http, clients, 
 
 
 # -- competing consumers ----------------------------------------------------------------------
-def test_a_wolfpack_of_three_shares_three_thousand_messages_none_lost_none_twice(http, clients):
+def test_a_wolfpack_of_three_shares_three_thousand_messages_none_lost_none_twice(http, connect):
     queue, destination = unique(), unique("d")
     deliver(http, queue, destination)
-    pack = [clients(auto_ack=True) for _ in range(3)]
+    pack = [connect(over, auto_ack=True) for over in ("tcp", "websocket", "tcp")]
     for wolf in pack:
         wolf.subscribe(f"/queue/{destination}", **{"prefetch-count": "100"})
-    producer = clients()
+    producer = connect("websocket")
     for n in range(3000):
         producer.send(f"/queue/{queue}", f"m{n}", receipt="last" if n == 2999 else None)
     producer.receipt("last")  # receipts come in order: every SEND before it is durable
@@ -509,13 +516,14 @@ def test_a_wolfpack_of_three_shares_three_thousand_messages_none_lost_none_twice
     assert not any(f.headers["redelivered"] == "true" for wolf in pack for f in wolf.messages)
 
 
-def test_when_a_wolf_drops_out_midway_the_others_finish_its_work(http, clients):
+@pytest.mark.parametrize("dropout", TRANSPORTS)
+def test_when_a_wolf_drops_out_midway_the_others_finish_its_work(http, connect, dropout):
     queue, destination = unique(), unique("d")
     deliver(http, queue, destination)
-    pack = [clients(auto_ack=True) for _ in range(3)]
+    pack = [connect(over, auto_ack=True) for over in (dropout, "tcp", "websocket")]
     for wolf in pack:
         wolf.subscribe(f"/queue/{destination}", **{"prefetch-count": "100"})
-    producer = clients()
+    producer = connect("tcp")
     for n in range(3000):
         producer.send(f"/queue/{queue}", f"m{n}", receipt="last" if n == 2999 else None)
     producer.receipt("last")
