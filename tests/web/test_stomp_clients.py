@@ -950,3 +950,12 @@ def test_a_frozen_consumer_is_dropped_and_its_messages_go_to_the_others(service,
     finally:
         frozen.kill()
         frozen.wait()
+
+
+def test_a_send_to_a_queue_that_does_not_exist_is_an_error_naming_it(clients):
+    missing = unique("missing")
+    client = clients()
+    client.send(f"/queue/{missing}", "lost?", receipt="r")
+    client.wait(lambda: client.errors and client.disconnected, "an ERROR and the close")
+    [error] = client.errors
+    assert error.headers["receipt-id"] == "r" and missing in error.body
