@@ -1,7 +1,7 @@
 """STOMP 1.2 over TCP: Xump's STOMP server beside RabbitMQ's STOMP plugin. Prints figures.
 
     python bench/stomp_bench.py [--messages N] [--seconds S] [--only xump|rabbitmq]
-                                [--xump-port PORT]
+                                [--xump-port PORT] [--appendfsync always|everysec]
 
 The same client code (stomp.py, `stomp.Connection12`, TCP_NODELAY, no heart-beats) runs
 against both brokers; only the connection settings differ. Xump: the bench starts its own
@@ -343,7 +343,7 @@ def start_stomp_server(service, port: int, directory: Path) -> None:
 def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
     (directory / "redis").mkdir()
     (directory / "service").mkdir()
-    redis_server = RedisServer(directory / "redis")
+    redis_server = RedisServer(directory / "redis", "--appendfsync", args.appendfsync)
     redis_server.start()
     service = None
     try:
@@ -420,6 +420,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="length of each publish run and of the latency run")  # fmt: skip
     parser.add_argument("--only", choices=("xump", "rabbitmq"), help="run one side only")
+    parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always",
+                        help="Xump's Redis: always (a RECEIPT means on disk, the default) or "
+                        "everysec (what the path costs without waiting for the disk)")  # fmt: skip
     parser.add_argument("--xump-port", type=int, default=61713,
                         help="port of the STOMP server the bench starts")  # fmt: skip
     args = parser.parse_args()
@@ -435,7 +438,7 @@ def main() -> None:
           f"{load()} after; client stomp.py {stomp.__version__} over TCP, the same code for "
           f"both)")  # fmt: skip
     if xump:
-        print(f"  Xump ({xump['server']}): Redis with appendfsync always, 1 uvicorn, 1 Celery "
+        print(f"  Xump ({xump['server']}): Redis with appendfsync {args.appendfsync}, 1 uvicorn, 1 Celery "
               f"worker routing, 1 stomp_server on {args.xump_port}")  # fmt: skip
     if rabbit:
         print(f"  RabbitMQ ({rabbit['server']}) on {HOST}:{RABBIT_STOMP}: durable queues, "
