@@ -438,8 +438,9 @@ def main() -> None:
           f"{load()} after; client stomp.py {stomp.__version__} over TCP, the same code for "
           f"both)")  # fmt: skip
     if xump:
-        print(f"  Xump ({xump['server']}): Redis with appendfsync {args.appendfsync}, 1 uvicorn, 1 Celery "
-              f"worker routing, 1 stomp_server on {args.xump_port}")  # fmt: skip
+        print(f"  Xump ({xump['server']}): Redis with appendfsync {args.appendfsync}, "
+              f"1 uvicorn, 1 Celery worker routing, 1 stomp_server on "
+              f"{args.xump_port}")  # fmt: skip
     if rabbit:
         print(f"  RabbitMQ ({rabbit['server']}) on {HOST}:{RABBIT_STOMP}: durable queues, "
               f"persistent messages")  # fmt: skip
