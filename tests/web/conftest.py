@@ -58,10 +58,11 @@ class Service:
         self.processes[name] = process
         return process
 
-    def start_stomp(self, name: str = "stomp", **settings: str) -> int:
-        """The STOMP TCP server (`manage.py stomp_server`) on a free port; the port, once
-        it accepts connections. `settings`: more environment (XUMP_...=value)."""
-        port = free_port()
+    def start_stomp(self, name: str = "stomp", port: int | None = None, **settings: str) -> int:
+        """The STOMP TCP server (`manage.py stomp_server`) on `port` (default: a free one,
+        e.g. the one a killed server had, for its clients to come back to); the port, once it
+        accepts connections. `settings`: more environment (XUMP_...=value)."""
+        port = port or free_port()
         log = open(Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log", "ab")  # noqa: SIM115
         process = subprocess.Popen(
             [PYTHON, "manage.py", "stomp_server", "--port", str(port)],
