@@ -1,8 +1,11 @@
-"""A WebSocket subscriber process for the fault suite: it records every delivery it receives
-and every ack it sends, one line each, so a test can kill it (-9) at any moment and still
-read what it held.
+"""A subscriber process for the fault suite, over WebSocket (/ws/subscribe/) or STOMP (TCP):
+it records every delivery it receives and every ack it sends, one line each, so a test can
+kill it (-9) at any moment and still read what it held.
 
     python -m tests.faults.subscriber URL TOKEN DESTINATION LOG [--credit N] [--hold N]
+
+URL: the service's ws://host:port, or stomp://host:port for its STOMP server (stomp.py, a
+/queue/ subscription with ack client-individual and prefetch-count --credit).
 
 Lines (tab-separated; `t` is time.time(), comparable across processes on one machine):
     start  0 <t> <pid>
@@ -11,9 +14,14 @@ Lines (tab-separated; `t` is time.time(), comparable across processes on one mac
     ack    <connection> <t> <mid>
     close  <connection> <t> <why>
 
-It reconnects whenever its connection ends (a web server or Redis restarting under it),
-until SIGTERM. `--hold N`: after N deliveries it stops acking (and keeps what it has), so
-a test can kill it while it holds unacked deliveries; it writes `holding` when it does.
+It reconnects whenever its connection ends (a web server, a STOMP server or Redis
+restarting under it), until SIGTERM; over STOMP with a growing pause (0.1 s, doubling, at
+most 1 s) while the server refuses. `--hold N` (WebSocket): after N deliveries it stops
+acking (and keeps what it has), so a test can kill it while it holds unacked deliveries;
+it writes `holding` when it does. Over STOMP SIGUSR1 does that: the connection stops
+acking and writes `holding` once it holds a full window (--credit) unacked; its next
+connection acks as usual. A STOMP connection closed by SIGTERM while it holds deliveries
+unacked (they go back to the others) closes with why `stopped holding N`, not `stopped`.
 """
 
 from __future__ import annotations
@@ -22,18 +30,27 @@ import argparse
 import json
 import os
 import signal
+import threading
 import time
-from urllib.parse import quote
+from collections.abc import Callable
+from urllib.parse import quote, urlsplit
 
+import stomp
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import connect
 
 stopping = False
+hold_now = threading.Event()  # SIGUSR1 (STOMP): the connection stops acking
+Write = Callable[..., None]
 
 
 def _stop(*_: object) -> None:
     global stopping
     stopping = True
+
+
+def _hold(*_: object) -> None:
+    hold_now.set()
 
 
 def main() -> None:
@@ -46,18 +63,26 @@ def main() -> None:
     parser.add_argument("--hold", type=int, default=0)
     options = parser.parse_args()
     signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGUSR1, _hold)
     log = os.open(options.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(*fields: object) -> None:
         os.write(log, ("\t".join(str(f) for f in fields) + "\n").encode())
 
+    write("start", 0, time.time(), os.getpid())
+    if options.url.startswith("stomp://"):
+        stomp_subscriber(options, write)
+    else:
+        websocket_subscriber(options, write)
+
+
+def websocket_subscriber(options: argparse.Namespace, write: Write) -> None:
     url = (
         f"{options.url}/ws/subscribe/{quote(options.destination, safe='')}/"
         f"?token={options.token}&heartbeat=1"
     )
     received = 0
     connection = 0
-    write("start", 0, time.time(), os.getpid())
     while not stopping:
         connection += 1
         try:
@@ -95,6 +120,86 @@ def main() -> None:
         except (ConnectionClosed, InvalidHandshake, InvalidStatus, OSError, TimeoutError) as why:
             write("close", connection, time.time(), type(why).__name__)
             time.sleep(0.2)
+
+
+class _StompConnection(stomp.ConnectionListener):
+    """One STOMP connection's deliveries: each recorded, then acked (stomp.py's receiver
+    thread calls on_message), unless the connection holds (SIGUSR1) or is closing."""
+
+    def __init__(self, connection: stomp.Connection12, number: int, credit: int,
+                 write: Write) -> None:  # fmt: skip
+        self.connection = connection
+        self.number = number
+        self.credit = credit
+        self.write = write
+        self.lock = threading.Lock()  # on_message against close(): an ack never follows it
+        self.closing = False
+        self.held = 0  # deliveries kept unacked
+        self.ended = threading.Event()
+        self.ended_at = 0.0  # when stomp.py saw the connection end
+        self.why = "disconnected"
+
+    def on_message(self, frame: stomp.utils.Frame) -> None:
+        headers = frame.headers
+        with self.lock:
+            self.write("recv", self.number, time.time(), headers["mid"], frame.body,
+                       int(headers["redelivered"] == "true"))  # fmt: skip
+            if self.closing or hold_now.is_set():
+                self.held += 1
+                if hold_now.is_set() and self.held == self.credit:
+                    self.write("holding", self.number, time.time())
+                return
+            self.connection.ack(headers["ack"])
+            self.write("ack", self.number, time.time(), headers["mid"])
+
+    def on_error(self, frame: stomp.utils.Frame) -> None:
+        self.why = f"ERROR {frame.headers.get('message', '')}"
+
+    def on_disconnected(self) -> None:
+        self.ended_at = time.time()
+        self.ended.set()
+
+    def close(self) -> str:
+        """DISCONNECT (SIGTERM), after which nothing is acked; why the connection ended."""
+        with self.lock:
+            self.closing = True
+        try:
+            self.connection.disconnect(receipt=f"bye-{self.number}")
+        except stomp.exception.StompException:
+            pass
+        self.ended.wait(10)
+        return f"stopped holding {self.held}" if self.held else "stopped"
+
+
+def stomp_subscriber(options: argparse.Namespace, write: Write) -> None:
+    where = urlsplit(options.url)
+    pause = 0.1
+    number = 0
+    while not stopping:
+        number += 1
+        connection = stomp.Connection12([(where.hostname, where.port)], heartbeats=(0, 0),
+                                        reconnect_attempts_max=1)  # fmt: skip
+        listener = _StompConnection(connection, number, options.credit, write)
+        connection.set_listener("subscriber", listener)
+        try:
+            connection.connect("faults", options.token, wait=True)
+            connection.subscribe(f"/queue/{options.destination}", "1", ack="client-individual",
+                                 headers={"prefetch-count": str(options.credit)})  # fmt: skip
+        except (stomp.exception.StompException, OSError) as why:
+            write("close", number, time.time(), type(why).__name__)
+            time.sleep(pause)
+            pause = min(2 * pause, 1.0)
+            continue
+        write("open", number, time.time())
+        pause = 0.1
+        while not stopping and not listener.ended.wait(0.2):
+            pass
+        if listener.ended.is_set():
+            write("close", number, listener.ended_at, listener.why)
+            hold_now.clear()  # the next connection acks as usual
+            time.sleep(pause)
+        else:
+            write("close", number, time.time(), listener.close())
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """SPEC §7 under faults: numbered messages published (single and batched) into a wolfpack
 while one process at a time is killed, stopped or cut off, with real processes throughout:
 a private redis-server on an AOF with fsync always, the ASGI server, Celery workers and
-beat, and WebSocket subscriber processes (tests/faults/subscriber.py) that record every
-delivery they receive and every ack they send.
+beat, (for one fault) the STOMP server, and subscriber processes over WebSocket or STOMP
+(tests/faults/subscriber.py) that record every delivery they receive and every ack they
+send.
 
 After each fault the test checks what a user is promised:
 * every message whose publish was answered 202 is delivered (none lost);
@@ -64,7 +65,8 @@ class Subscriber:
 
 class System:
     """One private redis-server, the service with worker routing, two Celery workers' worth
-    of slots, beat, and two subscriber processes per wolfpack worker."""
+    of slots, beat, and two subscriber processes per wolfpack worker; the STOMP server
+    when a test starts it (`start_stomp`)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -82,6 +84,7 @@ class System:
         )  # fmt: skip
         self.subscribers: dict[str, Subscriber] = {}
         self.store = self.service.env["XUMP_STORE"]
+        self.stomp_port: int | None = None
 
     # processes
     def start_beat(self) -> None:
@@ -101,11 +104,20 @@ class System:
             cwd=ROOT, env=self.service.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
-    def start_subscriber(self, name: str, destination: str, hold: int = 0) -> Subscriber:
+    def start_stomp(self) -> None:
+        """The STOMP server; again on the same port after the first time (its subscribers
+        reconnect to the port they know)."""
+        self.stomp_port = self.service.start_stomp(port=self.stomp_port)
+
+    def start_subscriber(self, name: str, destination: str, hold: int = 0,
+                         stomp: bool = False) -> Subscriber:  # fmt: skip
+        """A subscriber process, over WebSocket, or over STOMP (`stomp`, with the STOMP
+        server started)."""
         subscriber = self.subscribers.get(name) or Subscriber(
             name, destination, self.directory / f"{name}.log"
         )
-        arguments = [PYTHON, "-m", "tests.faults.subscriber", self.service.ws_url,
+        url = f"stomp://127.0.0.1:{self.stomp_port}" if stomp else self.service.ws_url
+        arguments = [PYTHON, "-m", "tests.faults.subscriber", url,
                      self.service.admin_token, destination, str(subscriber.log),
                      "--credit", "100"]  # fmt: skip
         if hold:
@@ -335,14 +347,17 @@ def system(tmp_path):
     running.close()
 
 
-def run_with_fault(system: System, name: str, fault, hold: int = 0) -> dict:
-    """Wolfpack `jobs` with w1 and w2, two subscribers each; publish MESSAGES while `fault`
-    (called once a third is published) does its harm; then check."""
+def run_with_fault(system: System, name: str, fault, hold: int = 0,
+                   stomp: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """Wolfpack `jobs` with w1 and w2, two subscribers each (those named in `stomp` over
+    STOMP); publish MESSAGES while `fault` (called once a third is published) does its
+    harm; then check."""
     started = time.monotonic()
     system.wolfpack("jobs")
     for worker in WORKERS:
-        system.start_subscriber(f"{worker}-a", worker, hold=hold if worker == "w1" else 0)
-        system.start_subscriber(f"{worker}-b", worker)
+        system.start_subscriber(f"{worker}-a", worker, hold=hold if worker == "w1" else 0,
+                                stomp=f"{worker}-a" in stomp)  # fmt: skip
+        system.start_subscriber(f"{worker}-b", worker, stomp=f"{worker}-b" in stomp)
     publisher = Publisher(system, "jobs", MESSAGES)
     publisher.start()
     assert wait_until(lambda: publisher.published >= MESSAGES // 3 or publisher.failure,
@@ -417,3 +432,22 @@ def test_a_destination_offline_for_five_delivery_timeouts(system):
         system.start_subscriber("w1-b", "w1")
 
     run_with_fault(system, "w1's subscribers offline for 5 delivery timeouts", fault)
+
+
+def test_kill_9_of_the_stomp_server_while_subscribers_hold_unacked_deliveries(system):
+    """w1's subscribers and w2-a over STOMP, w2-b over WebSocket. w1-a stops acking
+    (SIGUSR1) and holds a full window; the STOMP server is killed then, with every STOMP
+    connection's deliveries in flight, and started again on its port. What the dead server
+    had taken and not seen settled comes back at the delivery timeout."""
+    system.start_stomp()
+
+    def fault() -> None:
+        holder = system.subscribers["w1-a"]
+        holder.process.send_signal(signal.SIGUSR1)
+        assert wait_until(lambda: "holding" in holder.log.read_text(), within=60)
+        system.service.stop("stomp", kill=True)
+        time.sleep(1.0)  # subscribers meet a dead port for a while
+        system.start_stomp()
+
+    run_with_fault(system, "kill -9 of the STOMP server, subscribers holding unacked",
+                   fault, stomp=("w1-a", "w1-b", "w2-a"))  # fmt: skip
