@@ -436,9 +436,10 @@ def test_a_destination_offline_for_five_delivery_timeouts(system):
 
 def test_kill_9_of_the_stomp_server_while_subscribers_hold_unacked_deliveries(system):
     """w1's subscribers and w2-a over STOMP, w2-b over WebSocket. w1-a stops acking
-    (SIGUSR1) and holds a full window; the STOMP server is killed then, with every STOMP
-    connection's deliveries in flight, and started again on its port. What the dead server
-    had taken and not seen settled comes back at the delivery timeout."""
+    (SIGUSR1) and holds a full window; the STOMP server is killed then, while the other
+    STOMP connections' deliveries and acks are on their way, and started again on its port.
+    What the dead server had taken and not seen settled comes back at the delivery
+    timeout."""
     system.start_stomp()
 
     def fault() -> None:
