@@ -18,10 +18,12 @@ It reconnects whenever its connection ends (a web server, a STOMP server or Redi
 restarting under it), until SIGTERM; over STOMP with a growing pause (0.1 s, doubling, at
 most 1 s) while the server refuses. `--hold N` (WebSocket): after N deliveries it stops
 acking (and keeps what it has), so a test can kill it while it holds unacked deliveries;
-it writes `holding` when it does. Over STOMP SIGUSR1 does that: the connection stops
-acking and writes `holding` once it holds a full window (--credit) unacked; its next
-connection acks as usual. A STOMP connection closed by SIGTERM while it holds deliveries
-unacked (they go back to the others) closes with why `stopped holding N`, not `stopped`.
+it writes `holding` when it does. SIGUSR1 does that from the moment it arrives (the test
+decides when: held deliveries must not outlive the delivery timeout before the kill), and
+`holding` is written once a full window (--credit) is held unacked; over STOMP the next
+connection acks as usual. A STOMP connection closed by SIGTERM while it
+holds deliveries unacked (they go back to the others) closes with why `stopped holding N`,
+not `stopped`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.sync.client import connect
 
 stopping = False
-hold_now = threading.Event()  # SIGUSR1 (STOMP): the connection stops acking
+hold_now = threading.Event()  # SIGUSR1: the connection stops acking
 Write = Callable[..., None]
 
 
@@ -81,7 +83,8 @@ def websocket_subscriber(options: argparse.Namespace, write: Write) -> None:
         f"{options.url}/ws/subscribe/{quote(options.destination, safe='')}/"
         f"?token={options.token}&heartbeat=1"
     )
-    received = 0
+    received = held = 0
+    told = False
     connection = 0
     while not stopping:
         connection += 1
@@ -108,6 +111,12 @@ def websocket_subscriber(options: argparse.Namespace, write: Write) -> None:
                         write("recv", connection, now, message["mid"], message["body"],
                               int(item["redelivered"]))  # fmt: skip
                     received += len(items)
+                    if hold_now.is_set():  # keep them unacked; the test kills us
+                        held += len(items)
+                        if held >= options.credit and not told:
+                            write("holding", connection, time.time())  # a full window
+                            told = True
+                        continue
                     if options.hold and received >= options.hold:
                         write("holding", connection, time.time())
                         continue  # keep them unacked; the test kills us

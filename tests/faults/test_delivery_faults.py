@@ -414,13 +414,19 @@ def test_sigstop_of_the_routing_worker_past_its_lease(system):
 
 
 def test_kill_9_of_a_subscriber_holding_unacked_deliveries(system):
+    """w1-a stops acking when told (SIGUSR1, a third into the run) and is killed as soon as
+    it holds deliveries: well within the delivery timeout, which would otherwise hand them
+    to w1-b while w1-a still holds them (a run on a loaded machine once did, with
+    `--hold` starting the holding early)."""
+
     def fault() -> None:
-        log = system.subscribers["w1-a"].log
-        assert wait_until(lambda: log.exists() and "holding" in log.read_text(), within=60)
+        holder = system.subscribers["w1-a"]
+        holder.process.send_signal(signal.SIGUSR1)
+        assert wait_until(lambda: "holding" in holder.log.read_text(), within=60)
         system.kill_subscriber("w1-a")
         system.start_subscriber("w1-a", "w1")  # a new process, which acks as usual
 
-    run_with_fault(system, "kill -9 of a subscriber holding unacked deliveries", fault, hold=150)
+    run_with_fault(system, "kill -9 of a subscriber holding unacked deliveries", fault)
 
 
 def test_a_destination_offline_for_five_delivery_timeouts(system):
