@@ -359,19 +359,8 @@ class SubscribeConsumer(LiveSocket):
 
     def info(self, acks_per_second: float = 0.0) -> registry.Info:
         """What the consumers page shows of this connection."""
-        return {
-            "id": self.connection_id,
-            "transport": "websocket-json",
-            "destination": self.destination,
-            "who": self.who,
-            "remote": self.remote,
-            "since": self.since,
-            "credit": max(0, self.credit),
-            "in_flight": len(self.reader.unsettled),
-            "acked": self.reader.acked,
-            "acks_per_second": round(acks_per_second, 2),
-            **registry.where(),  # type: ignore[typeddict-item]
-        }
+        return self.reader.info(self.connection_id, "websocket-json", self.who, self.remote,
+                                self.since, self.credit, acks_per_second)  # fmt: skip
 
     # -- deliveries out ------------------------------------------------------------------------
     async def _pump(self) -> None:
@@ -480,13 +469,7 @@ class SubscribeConsumer(LiveSocket):
             return
         self.stopping = True
         self.window_open.set()
-        if not self.reader.taking:
-            self.pump.cancel()
-        await asyncio.wait({self.pump}, timeout=POP_WAIT + 5)
-        if self.pump.done() and not self.pump.cancelled() and self.pump.exception():
-            logger.error("subscriber pump for %r failed", self.destination,
-                         exc_info=self.pump.exception())  # fmt: skip
-        await self.reader.close(self.connection_id)
+        await self.reader.stop(self.pump, self.connection_id)
         await self.redis.aclose()
 
 

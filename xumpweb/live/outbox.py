@@ -231,7 +231,35 @@ class OutboxReader:
             await asyncio.sleep(min(PRESENCE_EVERY, registry.REFRESH_EVERY))
         return False
 
+    def info(self, connection_id: str, transport: str, who: str, remote: str, since: float,
+             credit: int, acks_per_second: float) -> registry.Info:  # fmt: skip
+        """The consumers registry's entry of the consumer holding this reader."""
+        return {
+            "id": connection_id,
+            "transport": transport,
+            "destination": self.destination,
+            "who": who,
+            "remote": remote,
+            "since": since,
+            "credit": max(0, credit),
+            "in_flight": len(self.unsettled),
+            "acked": self.acked,
+            "acks_per_second": round(acks_per_second, 2),
+            **registry.where(),  # type: ignore[typeddict-item]
+        }
+
     # -- the end -----------------------------------------------------------------------------
+    async def stop(self, pump: asyncio.Task, connection_id: str) -> None:
+        """The consumer ends: its `pump` (the task calling `take`) stopped, never cancelled
+        in the middle of a take (see the module doc), then `close`. The caller has told
+        its pump to stop taking first."""
+        if not self.taking:
+            pump.cancel()
+        await asyncio.wait({pump}, timeout=POP_WAIT + 5)
+        if pump.done() and not pump.cancelled() and pump.exception():
+            logger.error("the pump of %r failed", self.destination, exc_info=pump.exception())
+        await self.close(connection_id)
+
     async def close(self, connection_id: str | None = None) -> None:
         """Settle what this reader holds: acks out, unsettled tags back (requeue, in
         delivery order), its registry entry (`connection_id`) forgotten. Call it once the

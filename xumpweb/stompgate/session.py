@@ -226,19 +226,9 @@ class _Subscription:
             await self.session.closed_by_operator()
 
     def info(self, acks_per_second: float = 0.0) -> registry.Info:
-        return {
-            "id": self.registry_id,
-            "transport": self.session.kind,
-            "destination": self.destination,
-            "who": self.session.who,
-            "remote": self.session.remote,
-            "since": self.since,
-            "credit": max(0, self.credit),
-            "in_flight": len(self.reader.unsettled),
-            "acked": self.reader.acked,
-            "acks_per_second": round(acks_per_second, 2),
-            **registry.where(),  # type: ignore[typeddict-item]
-        }
+        session = self.session
+        return self.reader.info(self.registry_id, session.kind, session.who, session.remote,
+                                self.since, self.credit, acks_per_second)  # fmt: skip
 
     async def stop(self) -> None:
         """Stop taking, give back what is unsettled, take a topic's queue down."""
@@ -246,13 +236,7 @@ class _Subscription:
             return
         self.stopping = True
         self.window_open.set()
-        if not self.reader.taking:
-            self.pump.cancel()
-        await asyncio.wait({self.pump}, timeout=POP_WAIT + 5)
-        if self.pump.done() and not self.pump.cancelled() and self.pump.exception():
-            logger.error("STOMP pump for %r failed", self.destination,
-                         exc_info=self.pump.exception())  # fmt: skip
-        await self.reader.close(self.registry_id)
+        await self.reader.stop(self.pump, self.registry_id)
         if asyncio.current_task() is not self.presence:
             self.presence.cancel()
         if self.topic_queue is not None:
