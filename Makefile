@@ -24,10 +24,13 @@ $(STAMP): $(REQUIREMENTS)
 run: venv
 	@ADDRESS=$(ADDRESS) VENV=$(VENV) bash scripts/run.sh
 
-# redis-server, Java 17 and Chromium installed with apt when missing (scripts/ensure_test_tools.sh)
+# redis-server, Java 17 and Chromium installed with apt when missing (scripts/ensure_test_tools.sh);
+# the tests run in TEST_WORKERS processes (pytest-xdist: each its own servers, see
+# tests/conftest.py), and the slowest 25 are listed after every run
+TEST_WORKERS ?= 3
 test: venv
 	@bash scripts/ensure_test_tools.sh
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -76,6 +76,58 @@ def redis_server(tmp_path_factory):
     server.stop()
 
 
+# == running in parallel (pytest-xdist; make test runs `-n auto --dist loadgroup`) ==========
+# Each xdist worker is a pytest session of its own: its own private redis-server, service,
+# browser and Spark session (session fixtures), on ports and directories of its own. Tests
+# are handed out one by one, except those that share a fixture wider than a test: a
+# module's tests that share a module-scoped service go to one worker together (else each
+# worker would start that service again), and every test that uses the Spark session goes
+# to one worker (one JVM, not one per worker).
+
+SHARED_BY_GROUP = {"spark": "spark"}  # session fixtures that one worker should hold alone
+
+
+def pytest_itemcollected(item) -> None:
+    """Mark the item with its xdist group as it is collected (before xdist reads groups)."""
+    if not item.config.pluginmanager.hasplugin("xdist"):
+        return
+    group = xdist_group_of(item)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def xdist_group_of(item) -> str | None:
+    definitions = getattr(item, "_fixtureinfo", None)
+    if definitions is None:
+        return None
+    scopes = {
+        name: defs[-1].scope for name, defs in definitions.name2fixturedefs.items() if defs
+    }
+    for name, group in SHARED_BY_GROUP.items():
+        if name in scopes:
+            return group
+    if any(scope in ("module", "class", "package") for scope in scopes.values()):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+def pytest_sessionfinish(session) -> None:
+    """On an xdist worker: hand the figures the tests reported to the controller."""
+    from tests.figures import SECTIONS
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["figures"] = dict(SECTIONS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """On the controller: the figures a worker's tests reported."""
+    from tests.figures import SECTIONS
+
+    SECTIONS.update(getattr(node, "workeroutput", {}).get("figures", {}))
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The figures tests reported (tests/figures.py), after the run."""
     from tests.figures import SECTIONS
