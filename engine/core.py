@@ -13,7 +13,7 @@ import itertools
 import secrets
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 from time import time as _time
 
@@ -119,6 +119,7 @@ class Engine(Messaging):
         self._turns = itertools.count(1)
         self._serials = itertools.count(1)
         self._prefix = secrets.token_hex(4)
+        self._selector_host = _SelectorHost(self)  # what its Selectors see of it
         self.store_create("ram", "ram")
         # stores opened by the caller, e.g. a Redis store whose lease it already holds, so
         # that the queues load their state under that lease
@@ -532,16 +533,17 @@ class Engine(Messaging):
             state = self._selector_runtime(qrt, spec).state
             self._run(setattr, state, "credit", -1)  # an operation: stores commit it
             self._catalog.save_selector(spec)
-            return Selector(self, queue, spec.id)
+            return Selector(self._selector_host, queue, spec.id)
 
     def selector_fetch(self, queue: str, selector_id: int) -> Selector:
         with self._lock:
             self._selector(queue, selector_id)
-            return Selector(self, queue, selector_id)
+            return Selector(self._selector_host, queue, selector_id)
 
     def selectors(self, queue: str) -> list[Selector]:
         with self._lock:
-            return [Selector(self, queue, sid) for sid in self._queue(queue).selectors]
+            host = self._selector_host
+            return [Selector(host, queue, sid) for sid in self._queue(queue).selectors]
 
     def selector_delete(self, queue: str, selector_id: int) -> list[Delivery]:
         """Delete a selector. Its outstanding messages go back to the front of the queue, in
@@ -697,20 +699,6 @@ class Engine(Messaging):
             raise NotFound(f"selector {selector_id!r} does not exist on queue {queue!r}")
         return qrt, sel
 
-    def _enabled(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
-        start = sel.spec.start
-        if start != "current" and sel.spec.when not in ("default", "overflow"):
-            sel.replay_next = 1 if start == "head" else start  # type: ignore[assignment]
-            sel.replay_end = qrt.state.last_seq()
-            self._replay(qrt, sel)
-        self._schedule(qrt)
-
-    def _wiring_changed(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
-        qrt.router.remove(sel)
-        if sel.spec.enabled:
-            qrt.router.add(sel)
-        self._catalog.save_selector(sel.spec)
-
     def _untarget(self, sel: SelectorRuntime) -> None:
         if sel.target is not None and sel.action in QUEUE_ACTIONS:
             targeting = self._targeted_by.get(sel.target)
@@ -813,6 +801,57 @@ class Engine(Messaging):
             counters["scheduled"] = qrt.state.scheduled_count()
             counters["outstanding"] = sum(len(s.state.outstanding) for s in qrt.selectors.values())
             return counters
+
+
+class _SelectorHost:
+    """The engine as its Selectors see it: selectors.SelectorHost over the Engine's own
+    state, so that selectors.py needs nothing of this module (see its docstring)."""
+
+    __slots__ = ("_engine", "lock")
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.lock = engine._lock
+
+    def runtimes(self, queue: str, selector_id: int) -> tuple[QueueRuntime, SelectorRuntime]:
+        return self._engine._selector(queue, selector_id)
+
+    def queue_runtime(self, name: str) -> QueueRuntime | None:
+        return self._engine._queues.get(name)
+
+    def untarget(self, sel: SelectorRuntime) -> None:
+        self._engine._untarget(sel)
+
+    def target(self, sel: SelectorRuntime, queue: QueueRuntime | None) -> None:
+        if queue is not None:
+            self._engine._targeted_by.setdefault(queue.name, set()).add(sel)
+        sel.resolve(queue)
+
+    def wiring_changed(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        qrt.router.remove(sel)
+        if sel.spec.enabled:
+            qrt.router.add(sel)
+        self._engine._catalog.save_selector(sel.spec)
+
+    def save_selector(self, spec: SelectorSpec) -> None:
+        self._engine._catalog.save_selector(spec)
+
+    def run(self, operation: Callable[..., object], *args: object) -> list[Delivery]:
+        return self._engine._run(operation, *args)
+
+    def credit_arrived(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        self._engine._credit_arrived(qrt, sel)
+
+    def selector_enabled(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        start = sel.spec.start
+        if start != "current" and sel.spec.when not in ("default", "overflow"):
+            sel.replay_next = 1 if start == "head" else start  # type: ignore[assignment]
+            sel.replay_end = qrt.state.last_seq()
+            self._engine._replay(qrt, sel)
+        self._engine._schedule(qrt)
+
+    def selector_delete(self, queue: str, selector_id: int) -> list[Delivery]:
+        return self._engine.selector_delete(queue, selector_id)
 
 
 def _feeds(sel: SelectorRuntime) -> bool:

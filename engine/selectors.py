@@ -5,11 +5,17 @@ its input before it takes the engine lock and changes nothing on error; changes 
 selector's spec (saved in the catalog) and its runtime (re-registered in the queue's
 router). `when_*`, `do_*`, `start_at` and `set_credit` return the selector so calls chain;
 `enable` and `credit` return the Deliveries they caused.
+
+A selector knows its engine only as a `SelectorHost`: the few things a selector may ask of
+the engine, which core.py implements. The arrow runs one way: core.py makes Selectors and
+imports this module; this module never imports core.py.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.catalog import SelectorSpec
 from engine.errors import InvalidArgument, InvalidSelector, NotFound
@@ -19,17 +25,67 @@ from engine.router import QUEUE_ACTIONS
 from engine.validation import MAX_SEQ, MAX_WIRING, check_count, check_header_name, check_name
 
 if TYPE_CHECKING:
-    from engine.core import Engine
     from engine.message import Delivery
     from engine.router import SelectorRuntime
     from engine.routing import QueueRuntime
 
 
-class Selector:
-    __slots__ = ("_engine", "id", "queue")
+class SelectorHost(Protocol):
+    """What a Selector may ask of the engine that made it. Everything but `lock` and
+    `selector_delete` expects the caller to hold `lock`."""
 
-    def __init__(self, engine: Engine, queue: str, selector_id: int) -> None:
-        self._engine = engine
+    lock: AbstractContextManager[Any]  # the engine lock (re-entrant)
+
+    def runtimes(self, queue: str, selector_id: int) -> tuple[QueueRuntime, SelectorRuntime]:
+        """The queue's and the selector's runtimes; NotFound when either is gone."""
+        ...
+
+    def queue_runtime(self, name: str) -> QueueRuntime | None:
+        """The runtime of queue `name`, None when there is no such queue."""
+        ...
+
+    def untarget(self, sel: SelectorRuntime) -> None:
+        """Forget that `sel` sends into the queue it targets now (before it is re-pointed)."""
+        ...
+
+    def target(self, sel: SelectorRuntime, queue: QueueRuntime | None) -> None:
+        """Point `sel` at `queue` (None: a DO without a target queue) and remember it, so
+        that `sel` follows when a queue of that name is created or deleted."""
+        ...
+
+    def wiring_changed(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        """`sel`'s WHEN, DO or enabled changed: register it again in its queue's router and
+        save it in the catalog."""
+        ...
+
+    def save_selector(self, spec: SelectorSpec) -> None:
+        """Save the selector's wiring in the catalog (which may refuse, raising)."""
+        ...
+
+    def run(self, operation: Callable[..., object], *args: object) -> list[Delivery]:
+        """Run one state change as an engine operation (routing whatever it made
+        routable); the Deliveries it caused."""
+        ...
+
+    def credit_arrived(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        """`sel` got credit: replay or route what waited for it (inside `run`)."""
+        ...
+
+    def selector_enabled(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
+        """`sel` was just enabled: replay the history from its start, then route the queue
+        (inside `run`)."""
+        ...
+
+    def selector_delete(self, queue: str, selector_id: int) -> list[Delivery]:
+        """Engine.selector_delete."""
+        ...
+
+
+class Selector:
+    __slots__ = ("_host", "id", "queue")
+
+    def __init__(self, host: SelectorHost, queue: str, selector_id: int) -> None:
+        self._host = host
         self.queue = queue
         self.id = selector_id
 
@@ -42,7 +98,7 @@ class Selector:
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, Selector)
-            and other._engine is self._engine
+            and other._host is self._host
             and (other.queue, other.id) == (self.queue, self.id)
         )
 
@@ -52,12 +108,12 @@ class Selector:
     # -- what it is ------------------------------------------------------------------------
     def _runtime(self) -> tuple[QueueRuntime, SelectorRuntime]:
         """The queue and selector runtimes; the caller holds the engine lock."""
-        return self._engine._selector(self.queue, self.id)
+        return self._host.runtimes(self.queue, self.id)
 
     @property
     def spec(self) -> SelectorSpec:
         """A copy of the selector's wiring."""
-        with self._engine._lock:
+        with self._host.lock:
             spec = self._runtime()[1].spec
             return SelectorSpec(**{name: getattr(spec, name) for name in SelectorSpec.__slots__})
 
@@ -86,20 +142,20 @@ class Selector:
     @property
     def available_credit(self) -> int:
         """Credit left (-1 = unlimited)."""
-        with self._engine._lock:
+        with self._host.lock:
             return self._runtime()[1].state.credit
 
     @property
     def held(self) -> bool:
         """Whether it takes nothing for now: a MOVE into a worker queue whose destinations
         are away (Engine.absent); the work goes to the other workers meanwhile."""
-        with self._engine._lock:
+        with self._host.lock:
             return self._runtime()[1].held
 
     @property
     def outstanding(self) -> int:
         """Messages taken by this selector and not yet settled."""
-        with self._engine._lock:
+        with self._host.lock:
             return len(self._runtime()[1].state.outstanding)
 
     # -- WHEN ------------------------------------------------------------------------------
@@ -134,7 +190,7 @@ class Selector:
         expression: str | None = None,
         compiled=None,  # type: ignore[no-untyped-def]
     ) -> Selector:
-        with self._engine._lock:
+        with self._host.lock:
             qrt, sel = self._runtime()
             spec = sel.spec
             combining = spec.when == "match"  # a match and a filter make one WHEN
@@ -148,7 +204,7 @@ class Selector:
                 spec.match, spec.filter, compiled = None, None, None
             spec.when = kind
             sel.refresh(compiled)
-            self._engine._wiring_changed(qrt, sel)
+            self._host.wiring_changed(qrt, sel)
         return self
 
     # -- DO --------------------------------------------------------------------------------
@@ -168,7 +224,7 @@ class Selector:
         return self._set_action("delete", None)
 
     def _set_action(self, action: str, target: str | None) -> Selector:
-        engine = self._engine
+        host = self._host
         if action in QUEUE_ACTIONS:
             check_name("target queue", target, allow_reserved=True)
             if target == self.queue:
@@ -177,19 +233,18 @@ class Selector:
                 )
         elif action == "deliver":
             check_name("destination", target)
-        with engine._lock:
+        with host.lock:
             qrt, sel = self._runtime()
-            if action in QUEUE_ACTIONS and target not in engine._queues:
-                raise NotFound(f"target queue {target!r} does not exist; create it first")
-            engine._untarget(sel)
+            target_queue = None
+            if action in QUEUE_ACTIONS:
+                target_queue = host.queue_runtime(target)  # type: ignore[arg-type]
+                if target_queue is None:
+                    raise NotFound(f"target queue {target!r} does not exist; create it first")
+            host.untarget(sel)
             sel.spec.action, sel.spec.target = action, target
             sel.refresh(sel.matches)
-            if action in QUEUE_ACTIONS:
-                engine._targeted_by.setdefault(target, set()).add(sel)  # type: ignore[arg-type]
-                sel.resolve(engine._queues[target])  # type: ignore[index]
-            else:
-                sel.resolve(None)
-            engine._wiring_changed(qrt, sel)
+            host.target(sel, target_queue)
+            host.wiring_changed(qrt, sel)
         return self
 
     # -- flow ------------------------------------------------------------------------------
@@ -202,39 +257,39 @@ class Selector:
             raise InvalidArgument(
                 f"start must be 'head', 'current' or a seq from 1 to {MAX_SEQ}, not {start!r}"[:300]
             )
-        with self._engine._lock:
+        with self._host.lock:
             sel = self._runtime()[1]
             sel.spec.start = start
-            self._engine._catalog.save_selector(sel.spec)
+            self._host.save_selector(sel.spec)
         return self
 
     def set_credit(self, credit: int) -> Selector:
         """Set the remaining credit (-1 = unlimited). Routes nothing by itself; use
         `credit(n)` to top up and receive what it unblocks."""
         check_count("credit", credit, minimum=-1, maximum=MAX_WIRING)
-        with self._engine._lock:
+        with self._host.lock:
             sel = self._runtime()[1]
             before = sel.spec.credit
             sel.spec.credit = credit
             try:
-                self._engine._catalog.save_selector(sel.spec)  # first: it may refuse
+                self._host.save_selector(sel.spec)  # first: it may refuse
             except BaseException:
                 sel.spec.credit = before
                 raise
             try:
                 # inside an operation, so persistent stores commit the change
-                self._engine._run(setattr, sel.state, "credit", credit)
+                self._host.run(setattr, sel.state, "credit", credit)
             except BaseException:
                 sel.spec.credit = before
-                self._engine._catalog.save_selector(sel.spec)
+                self._host.save_selector(sel.spec)
                 raise
         return self
 
     def credit(self, n: int) -> list[Delivery]:
         """Add `n` credits; returns the Deliveries that unblocked."""
         check_count("credit", n, minimum=1, maximum=MAX_WIRING)
-        engine = self._engine
-        with engine._lock:
+        host = self._host
+        with host.lock:
             qrt, sel = self._runtime()
             if sel.state.credit < 0:
                 return []  # unlimited already
@@ -246,16 +301,16 @@ class Selector:
 
             def top_up() -> None:
                 sel.state.credit += n
-                engine._credit_arrived(qrt, sel)
+                host.credit_arrived(qrt, sel)
 
-            return engine._run(top_up)
+            return host.run(top_up)
 
     def enable(self, enabled: bool = True) -> list[Delivery]:
         """Turn routing by this selector on (or off); returns the Deliveries it caused."""
         if not isinstance(enabled, bool):
             raise InvalidArgument(f"enable takes True or False, not {enabled!r}")
-        engine = self._engine
-        with engine._lock:
+        host = self._host
+        with host.lock:
             qrt, sel = self._runtime()
             spec = sel.spec
             if enabled and spec.when is None:
@@ -271,17 +326,17 @@ class Selector:
             if spec.enabled == enabled:
                 return []
             spec.enabled = enabled
-            engine._wiring_changed(qrt, sel)
+            host.wiring_changed(qrt, sel)
             if not enabled:
                 sel.replay_next = None
                 return []
-            return engine._run(engine._enabled, qrt, sel)
+            return host.run(host.selector_enabled, qrt, sel)
 
     def disable(self) -> list[Delivery]:
         return self.enable(False)
 
     def delete(self) -> list[Delivery]:
-        return self._engine.selector_delete(self.queue, self.id)
+        return self._host.selector_delete(self.queue, self.id)
 
 
 def describe_when(spec: SelectorSpec) -> str:

@@ -27,6 +27,11 @@ the AOF, so the round trip waits for no fsync). An idle router waits on the door
 than polling the inbox, and renews its lease a few times per lease period rather than at
 every look (a renewal is a Redis write, which costs an fsync with appendfsync always).
 Commands appended by other means are still seen within IDLE_LOOK seconds.
+
+Layers: routing/tasks.py (its task runs a Router) and metrics.py (its scrape reads
+`service()`) sit above this module, which imports neither: it schedules the routing task by
+its Celery name, and a router counts for /metrics with the counters routing/apps.py hands
+to `count_with` at start-up.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -56,7 +62,7 @@ from engine.relay import (
     store_failure,
 )
 from engine.stores.redis import RedisStore
-from xumpweb import metrics, redis_health, series
+from xumpweb import redis_health, series
 from xumpweb.analytics.journal import append_commands, journal_key
 from xumpweb.routing import operations
 
@@ -69,6 +75,7 @@ IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks
 # a router does not let the lease go while a message is due (or expires) this soon; beat's
 # tick schedules one again before a later one is due (SPEC §8: due within 100 ms)
 SCHEDULED_HORIZON = 10.0
+ROUTE_TASK = "xumpweb.routing.tasks.route"  # the Celery task that routes a burst (kick)
 
 
 def keys(store: str) -> dict[str, str]:
@@ -171,12 +178,12 @@ class Service:
         except redis.RedisError as error:
             raise store_failure(error, "sending to the router") from None
         if self.routing == "worker" and answers[-1]:
+            from celery import current_app
             from kombu.exceptions import OperationalError
 
-            from xumpweb.routing.tasks import route
-
             try:
-                route.delay(self.store)
+                # by name: routing/tasks.py sits above this module (its task runs a Router)
+                current_app.send_task(ROUTE_TASK, args=[self.store], ignore_result=True)
             except OperationalError as error:
                 # Redis went away since the push, which is durable: beat's tick schedules
                 # a router once Redis is back (commands wait and nobody holds the lease)
@@ -298,6 +305,24 @@ def service() -> Service:
 
 
 # -- the router side --------------------------------------------------------------------------
+def _uncounted(*_: object) -> None:
+    pass
+
+
+# what a router counts for /metrics: metrics.py's counters, handed in at start-up
+_count_step: Callable[[int, float], None] = _uncounted  # commands applied, seconds taken
+_count_lease: Callable[[bool], None] = _uncounted  # a lease taken; True: a handover
+
+
+def count_with(step: Callable[[int, float], None], lease: Callable[[bool], None]) -> None:
+    """Have routers count each step (`step(commands, seconds)`) and each lease they take
+    (`lease(handover)`: True when another process held it since, so the engine was rebuilt).
+    metrics.py is above this module, so routing/apps.py hands its counters in; a router
+    counts nothing before that."""
+    global _count_step, _count_lease
+    _count_step, _count_lease = step, lease
+
+
 class _Owner(RelayOwner):
     """The relay owner, remembering recent deliveries for the console and writing the
     engine's journal to Redis with every step's changes."""
@@ -315,7 +340,7 @@ class _Owner(RelayOwner):
             started = time.perf_counter()
             with self.engine._lock:  # keeps other threads' calls out of the step's commit
                 self._step(raw)
-            metrics.router_step(len(raw), time.perf_counter() - started)  # once per step
+            _count_step(len(raw), time.perf_counter() - started)  # once per step
         return len(raw)
 
     def renew_lease(self) -> None:
@@ -395,7 +420,7 @@ class Router:
                 time.sleep(0.05)
             if _fence(backend.lease_token) == self._fence + 1:
                 self._fence += 1  # nobody held it in between: the engine is current
-                metrics.lease_taken(handover=False)
+                _count_lease(False)  # no handover
                 return True
             backend.release_lease()
             self._discard()
@@ -412,7 +437,7 @@ class Router:
             store.close()
             raise
         self._fence = _fence(store.lease_token)
-        metrics.lease_taken(handover=True)
+        _count_lease(True)  # a handover
         return True
 
     def _build(self, store: RedisStore) -> _Owner:

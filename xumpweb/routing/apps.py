@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class RoutingConfig(AppConfig):
     name = "xumpweb.routing"
     verbose_name = "Xump routing"
+
+    def ready(self) -> None:
+        # a router (runtime.py) counts its steps and leases for /metrics with metrics.py's
+        # counters, handed in here: runtime.py is below metrics.py and does not import it
+        from xumpweb import metrics, runtime
+
+        runtime.count_with(metrics.router_step, metrics.lease_taken)
