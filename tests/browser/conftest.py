@@ -10,17 +10,21 @@ at; `axe_scan` runs axe-core (vendored under vendor/, for the tests only) on a p
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from engine.message import Message
 from engine.relay import RelayClient
 from tests.web.conftest import start_service, unique
+from xumpweb.runtime import keys
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -142,3 +146,24 @@ def publish(relay: RelayClient, queue: str, *messages: Message) -> list[str]:
     mids = relay.publish_many(queue, list(messages))
     relay.call("stats", queue=queue)  # answered after the publishes were applied
     return mids
+
+
+def in_snapshot(redis_server, console, queue: str) -> dict[str, Any] | None:
+    """The queue's entry in the router's latest stats snapshot (the dashboard's, the
+    monitor's and the charts' source), or None while the snapshot does not hold it."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        raw = client.get(keys(console.env["XUMP_STORE"])["snapshot"])
+    found = json.loads(raw) if raw else {"queues": []}
+    return next((q for q in found["queues"] if q["name"] == queue), None)
+
+
+def wait_for_snapshot(redis_server, console, queue: str, published: int = 0) -> None:
+    """Wait until the router's snapshot (taken about twice a second) holds the queue with at
+    least `published` messages published: pages drawn from it before then do not show them."""
+    deadline = time.monotonic() + 30
+    while True:
+        entry = in_snapshot(redis_server, console, queue)
+        if entry is not None and entry["stats"].get("published", 0) >= published:
+            return
+        assert time.monotonic() < deadline, f"the router's snapshot never held {queue}"
+        time.sleep(0.05)

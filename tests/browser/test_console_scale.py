@@ -14,7 +14,7 @@ import redis
 
 from engine.message import Message
 from engine.relay import RelayClient
-from tests.browser.conftest import make_queue, publish, unique
+from tests.browser.conftest import make_queue, publish, unique, wait_for_snapshot
 from xumpweb import series
 from xumpweb.runtime import keys
 
@@ -184,15 +184,9 @@ def test_the_queue_page_charts_depth_and_rates_over_the_last_hour(
             taken = now - (359 - n) * series.EVERY
             stats = {"published": 50 * n, "delivered": 20 * n, "confirmed": 20 * n}
             series.record(client, prefix, [{"name": queue, "depth": n, "stats": stats}], taken)
-        # the chart ends with the present from the router's stats snapshot, taken about once
-        # a second: a queue made a moment ago may not be in it yet (the page then shows the
-        # present on its next refresh, and loaded at once it showed 359 samples)
-        snapshot_key = keys(console.env["XUMP_STORE"])["snapshot"]
-        deadline = time.monotonic() + 30
-        while queue not in {q["name"] for q in json.loads(client.get(snapshot_key) or "{}")
-                            .get("queues", [])}:  # fmt: skip
-            assert time.monotonic() < deadline, "the router's snapshot never held the queue"
-            time.sleep(0.05)
+    # the chart ends with the present from the router's snapshot (taken about twice a
+    # second): loaded before the snapshot held the new queue, it showed 359 samples
+    wait_for_snapshot(redis_server, console, queue)
     page.goto(f"/queues/{queue}/")
     section = page.locator("#queue-charts")
     section.get_by_text(re.compile(r"^\d+ samples, the newest at \d\d:\d\d:\d\d UTC$")).wait_for()

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import re
-import time
-
-import redis
 
 from engine.message import Message
-from tests.browser.conftest import axe_scan, make_queue, publish, unique
-from xumpweb.runtime import keys
+from tests.browser.conftest import axe_scan, make_queue, publish, unique, wait_for_snapshot
 
 
 def row(page, queue):
     return page.locator(f'#queue-table tr[data-queue="{queue}"]')
-
-
-def published_in_snapshot(redis_server, console, queue) -> int:
-    """What the router's latest stats snapshot (the monitor's source) says was published."""
-    with redis.Redis.from_url(redis_server.url) as client:
-        raw = client.get(keys(console.env["XUMP_STORE"])["snapshot"])
-    found = json.loads(raw) if raw else {"queues": []}
-    return next((q["stats"].get("published", 0) for q in found["queues"] if q["name"] == queue), 0)
 
 
 def test_depth_changes_without_reload(page, relay, console):
@@ -72,12 +59,7 @@ def test_burst_before_the_monitor_connects_still_shows_a_rate(page, relay, conso
     )  # not connected yet
     page.goto(f"/?q={queue}")
     publish(relay, queue, *[Message(body=b"x") for _ in range(9)])
-    deadline = time.monotonic() + 10
-    while (
-        published_in_snapshot(redis_server, console, queue) != 9
-    ):  # the router's snapshot holds them
-        assert time.monotonic() < deadline, "the router never wrote a snapshot with the burst"
-        time.sleep(0.1)
+    wait_for_snapshot(redis_server, console, queue, published=9)  # it holds the burst
     assert len(held) == 1
     held[0].connect_to_server()
     page.wait_for_function(
@@ -102,11 +84,15 @@ def test_filter_shows_only_matching_queues(page, relay):
     assert row(page, other).count() == 0
 
 
-def test_sort_by_depth_puts_the_deepest_first(page, relay):
+def test_sort_by_depth_puts_the_deepest_first(page, relay, console, redis_server):
     prefix = unique("srt")
     shallow, deep = make_queue(relay, f"{prefix}-a"), make_queue(relay, f"{prefix}-b")
     publish(relay, deep, *[Message(body=b"x") for _ in range(5)])
     publish(relay, shallow, Message(body=b"x"))
+    # the dashboard sorts the router's snapshot (taken about twice a second): loaded before
+    # it held both publishes, it sorted two empty queues by name
+    wait_for_snapshot(redis_server, console, deep, published=5)
+    wait_for_snapshot(redis_server, console, shallow, published=1)
     page.goto(f"/?q={prefix}")  # paged: other tests' queues could push these off page 1
     page.get_by_role("link", name="Unprocessed").click()  # descending first
     page.wait_for_url("**sort=depth**")
