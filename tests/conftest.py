@@ -100,9 +100,7 @@ def xdist_group_of(item) -> str | None:
     definitions = getattr(item, "_fixtureinfo", None)
     if definitions is None:
         return None
-    scopes = {
-        name: defs[-1].scope for name, defs in definitions.name2fixturedefs.items() if defs
-    }
+    scopes = {name: defs[-1].scope for name, defs in definitions.name2fixturedefs.items() if defs}
     for name, group in SHARED_BY_GROUP.items():
         if name in scopes:
             return group
@@ -125,7 +123,10 @@ def pytest_testnodedown(node, error) -> None:
     """On the controller: the figures a worker's tests reported."""
     from tests.figures import SECTIONS
 
-    SECTIONS.update(getattr(node, "workeroutput", {}).get("figures", {}))
+    for title, lines in getattr(node, "workeroutput", {}).get("figures", {}).items():
+        # a table whose rows came from tests on several workers: one table, each row once
+        kept = SECTIONS.setdefault(title, [])
+        kept.extend(line for line in lines if line not in kept)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
