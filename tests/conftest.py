@@ -100,9 +100,7 @@ def xdist_group_of(item) -> str | None:
     definitions = getattr(item, "_fixtureinfo", None)
     if definitions is None:
         return None
-    scopes = {
-        name: defs[-1].scope for name, defs in definitions.name2fixturedefs.items() if defs
-    }
+    scopes = {name: defs[-1].scope for name, defs in definitions.name2fixturedefs.items() if defs}
     for name, group in SHARED_BY_GROUP.items():
         if name in scopes:
             return group
