@@ -93,7 +93,7 @@ def keys(store: str) -> dict[str, str]:
         "lease": prefix + "lease",
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
         "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
-        **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay.py)
+        **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay/wire.py)
     }
 
 
@@ -351,7 +351,7 @@ class _Owner(RelayOwner):
         commands = super()._to_outboxes(deliveries)
         # called once per step, after the step's engine calls, inside its atomic commit;
         # the events stay in the journal until the commit succeeded (_committed): a step
-        # that fails is rolled back with its events (engine/relay.py)
+        # that fails is rolled back with its events (engine/relay/owner.py)
         journal = self.engine.journal
         self._journaled = 0
         if journal is not None and len(journal):
