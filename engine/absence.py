@@ -16,8 +16,8 @@ from typing import Any
 
 from engine.errors import InvalidArgument
 from engine.message import Delivery
-from engine.router import SelectorRuntime
 from engine.routing import QueueRuntime, Routing
+from engine.routing_table import SelectorRuntime
 
 
 class Absence(Routing):

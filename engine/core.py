@@ -30,8 +30,8 @@ from engine.filters import compile_filter
 from engine.message import Delivery
 from engine.messaging import Messaging
 from engine.queries import Queries
-from engine.router import QUEUE_ACTIONS, SelectorRuntime
 from engine.routing import QueueRuntime, by_seq
+from engine.routing_table import QUEUE_ACTIONS, SelectorRuntime
 from engine.selectors import Selector
 from engine.stores.base import Store
 from engine.stores.ram import RamStore
@@ -166,7 +166,7 @@ class Engine(Messaging, Absence, Queries):
                     sel.resolve(self._queues.get(spec.target))  # type: ignore[arg-type]
                 if spec.enabled:
                     try:
-                        qrt.router.add(sel)
+                        qrt.routing_table.add(sel)
                     except InvalidSelector:
                         # a regex stored before regexes ran on RE2 (matching.py) that needs
                         # backtracking: loaded disabled, for a person to fix, rather than
@@ -556,7 +556,7 @@ class Engine(Messaging, Absence, Queries):
 
     def _delete_selector(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
         del qrt.selectors[sel.id]
-        qrt.router.remove(sel)
+        qrt.routing_table.remove(sel)
         self._untarget(sel)
         taken = list(sel.state.outstanding.values())
         sel.state.outstanding.clear()
@@ -662,9 +662,9 @@ class _SelectorHost:
         sel.resolve(queue)
 
     def wiring_changed(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
-        qrt.router.remove(sel)
+        qrt.routing_table.remove(sel)
         if sel.spec.enabled:
-            qrt.router.add(sel)
+            qrt.routing_table.add(sel)
         self._engine._catalog.save_selector(sel.spec)
 
     def save_selector(self, spec: SelectorSpec) -> None:

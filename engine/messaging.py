@@ -16,8 +16,8 @@ from typing import Any
 from engine.errors import InvalidArgument, NotFound, QueueFull
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
-from engine.router import SelectorRuntime
 from engine.routing import QueueRuntime, Routing, _new_message, by_seq, dead_lettered
+from engine.routing_table import SelectorRuntime
 from engine.stores.base import Entry
 from engine.validation import (
     check_body,
@@ -123,7 +123,7 @@ class Messaging(Routing):
             limit = qrt.limit
             if (
                 limit is not None
-                and not qrt.router.overflows
+                and not qrt.routing_table.overflows
                 and qrt.dead_letter is None
                 and qrt.state.depth() + len(checked) > limit
             ):
