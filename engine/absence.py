@@ -16,11 +16,11 @@ from typing import Any
 
 from engine.errors import InvalidArgument
 from engine.message import Delivery
-from engine.routing import QueueRuntime, Routing
 from engine.routing_table import SelectorRuntime
+from engine.rules import QueueRuntime, Rules
 
 
-class Absence(Routing):
+class Absence(Rules):
     """Destinations away, as methods the Engine inherits. They run under the engine lock."""
 
     _lock: Any

@@ -1,9 +1,9 @@
 """The Engine: the public API of SPEC §3 over stores, queues and selectors, their wiring.
 The Engine inherits the rest: messages in and out (messaging.py), destinations away
-(absence.py), read-only queries (queries.py) and the routing rules (routing.py).
+(absence.py), read-only queries (queries.py) and the routing rules (rules.py).
 
 Every public call validates its input before it changes anything, takes the engine lock,
-makes its change and lets the routing layer (routing.py, SPEC §2) route whatever became
+makes its change and lets the routing rules (rules.py, SPEC §2) route whatever became
 routable; calls that can cause deliveries return them. Wiring changes go through the catalog
 (catalog.py); per-message state lives in the stores (stores/base.py).
 """
@@ -30,8 +30,8 @@ from engine.filters import compile_filter
 from engine.message import Delivery
 from engine.messaging import Messaging
 from engine.queries import Queries
-from engine.routing import QueueRuntime, by_seq
 from engine.routing_table import QUEUE_ACTIONS, SelectorRuntime
+from engine.rules import QueueRuntime, by_seq
 from engine.selectors import Selector
 from engine.stores.base import Store
 from engine.stores.ram import RamStore
@@ -114,7 +114,7 @@ class Engine(Messaging, Absence, Queries):
         # MOVE/BOUNCE selectors held because their target's destinations are away (absent)
         self._held: dict[tuple[str, int], SelectorRuntime] = {}
         self._pending: deque[QueueRuntime] = deque()
-        self._timed: set[QueueRuntime] = set()  # queues `tick` looks at (routing.py)
+        self._timed: set[QueueRuntime] = set()  # queues `tick` looks at (rules.py)
         self._out: list[Delivery] = []
         self._visited: set[tuple[str | None, str]] = set()
         self._nesting = 0  # depth of fast-path routing on the stack

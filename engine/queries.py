@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.errors import InvalidArgument
 from engine.message import Message
-from engine.routing import QueueRuntime
+from engine.rules import QueueRuntime
 from engine.validation import check_count
 
 

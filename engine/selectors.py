@@ -26,8 +26,8 @@ from engine.validation import MAX_SEQ, MAX_WIRING, check_count, check_header_nam
 
 if TYPE_CHECKING:
     from engine.message import Delivery
-    from engine.routing import QueueRuntime
     from engine.routing_table import SelectorRuntime
+    from engine.rules import QueueRuntime
 
 
 class SelectorHost(Protocol):

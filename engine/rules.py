@@ -1,4 +1,4 @@
-"""The routing layer: the rules of SPEC §2 over the engine's runtime state.
+"""The routing rules of SPEC §2 over the engine's runtime state.
 
 Theory of operation (a protocol core in the manner of h11: no I/O of its own):
 
@@ -145,7 +145,7 @@ class QueueRuntime:
         return message.timestamp + ttl
 
 
-class Routing:
+class Rules:
     """The routing rules, as methods the Engine inherits. They run under the engine lock."""
 
     _queues: dict[str, QueueRuntime]
