@@ -188,8 +188,8 @@ class Engine(Messaging, Absence, Queries):
 
     def reload(self) -> None:
         """Throw away the in-memory state and load it again from the catalog and the
-        stores, as a new process would: for an owner whose batch of operations failed
-        half-way and was not committed (engine/relay/owner.py). Redis stores give back their
+        stores, as a new process would: for a router whose batch of operations failed
+        half-way and was not committed (engine/relay/router.py). Redis stores give back their
         state as last committed; RAM and SQL queues keep theirs as it is."""
         with self._lock:
             for store in self._stores.values():

@@ -305,7 +305,7 @@ class Messaging(Rules):
         """Deliveries whose delivery timeout ran out, by tag, go back to the front of their
         queues in order and are delivered again (`redelivered`), as `expire` does; for a
         caller that knows better than the engine when each delivery reached its consumer
-        (the relay owner: when a subscriber took it off its outbox). Tags that are not
+        (the router: when a subscriber took it off its outbox). Tags that are not
         outstanding (settled since, or not tags) are passed over."""
         tags = list(tags)
         if not all(isinstance(tag, str) for tag in tags):

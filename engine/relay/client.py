@@ -67,7 +67,7 @@ class RelayClient:
         self.inbox, self._outbox, self.errors = _keys(store)
         self._delivery_keys = delivery_keys(store)
         self._take = self.client.register_script(TAKE)
-        # mids are given out here, so a publisher knows them before the owner routes
+        # mids are given out here, so a publisher knows them before the router routes
         self._mid_prefix = "r" + secrets.token_hex(5)
         self._serials = itertools.count(1)
         self._lock = threading.Lock()
@@ -157,7 +157,7 @@ class RelayClient:
         ) from None
 
     def publish(self, queue: str, message: Message) -> str:
-        """Durably queued for the owner when this returns; the message's mid."""
+        """Durably queued for the router when this returns; the message's mid."""
         return self.publish_many(queue, [message])[0]
 
     def publish_many(self, queue: str, messages: Iterable[Message]) -> list[str]:
@@ -183,10 +183,10 @@ class RelayClient:
     def publish_applied(
         self, queue: str, messages: Iterable[Message], timeout: float = 10.0
     ) -> list[str]:
-        """publish_many that returns once the owner has published the messages, so what it
+        """publish_many that returns once the router has published the messages, so what it
         refuses raises here (QueueFull for a full queue with nowhere to overflow, NotFound)
-        instead of going to the errors list; all or none. A round trip to the owner: for
-        the publishes that need the answer. StoreError when no owner answers in time (the
+        instead of going to the errors list; all or none. A round trip to the router: for
+        the publishes that need the answer. StoreError when no router answers in time (the
         messages may still be published after)."""
         batch, _ = self._batch(messages)
         self._call("publish", timeout, {"queue": queue, "messages": batch}, bounded=True)
@@ -218,8 +218,8 @@ class RelayClient:
         return batch, plain
 
     def call(self, method: str, timeout: float = 10.0, **arguments: Any) -> Any:
-        """Run one of the owner's operations after every command sent before it; its
-        answer, or the XumpError it raised. StoreError when no owner answers in time."""
+        """Run one of the router's operations after every command sent before it; its
+        answer, or the XumpError it raised. StoreError when no router answers in time."""
         return self._call(method, timeout, arguments)
 
     def _call(
@@ -257,7 +257,7 @@ class RelayClient:
 
     def _settled(self, tags: list[str]) -> None:
         """Settled deliveries leave the taken set (their settlement is in the inbox): their
-        delivery timeout stops. Should this fail, the owner forgets them at the timeout."""
+        delivery timeout stops. Should this fail, the router forgets them at the timeout."""
         if tags:
             try:
                 self.client.zrem(self._delivery_keys["taken"], *tags)
@@ -267,7 +267,7 @@ class RelayClient:
     def deliveries(self, destination: str, count: int = 100, wait: float = 1.0) -> list[Delivery]:
         """Take up to `count` deliveries for `destination`, oldest first; waits up to
         `wait` seconds for the first one. Their delivery timeout starts now (see the
-        module doc): confirm or reject them before it runs out."""
+        package doc): confirm or reject them before it runs out."""
         found = self._take_some(destination, count)
         if not found and wait > 0:
             # wait for the outbox to fill without taking: BLMOVE of the list onto itself
@@ -294,7 +294,7 @@ class RelayClient:
 
 def call_outcome(method: str, timeout: float, raw: bytes | str | None) -> Any:
     """A call's answer from its reply list item (None: none came within `timeout`), or
-    the XumpError the owner raised; StoreError when none came."""
+    the XumpError the router raised; StoreError when none came."""
     if raw is None:
         raise StoreError(
             f"no router answered {method!r} within {timeout:g} s: is a worker running?"

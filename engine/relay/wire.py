@@ -30,7 +30,7 @@ def _keys(store: str) -> tuple[str, str, str]:
 
 
 def delivery_keys(store: str) -> dict[str, str]:
-    """The store's keys for delivery timeouts and presence (see the module doc): the taken
+    """The store's keys for delivery timeouts and presence (see the package doc): the taken
     set, and the prefixes of revoked sets and presence keys (add the destination)."""
     prefix = f"xump:{{{store}}}:"
     return {

@@ -24,14 +24,14 @@ import redis
 
 from engine import Engine, Message
 from engine.patterns import wolfpack
-from engine.relay import RelayClient, RelayOwner
+from engine.relay import RelayClient, RelayRouter
 
 
 def owner(url: str, store: str, workers: str, limit: str, announce: str = "") -> None:
     engine = Engine()
     engine.store_create("redis", store, url=url)
     engine.set_default_store(store)
-    relay = RelayOwner(engine, store, owner=f"pid{os.getpid()}", lease_ms=1000)
+    relay = RelayRouter(engine, store, name=f"pid{os.getpid()}", lease_ms=1000)
     if not relay.acquire(timeout=60):
         sys.exit(3)
     for worker in workers.split(","):

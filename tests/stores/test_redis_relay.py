@@ -18,7 +18,7 @@ import redis
 
 from engine import Delivery, Engine, Message
 from engine.errors import InvalidArgument, NotFound, QueueFull, StoreError
-from engine.relay import TAKE_THESE, RelayClient, RelayOwner, delivery_keys, relay_keys
+from engine.relay import TAKE_THESE, RelayClient, RelayRouter, delivery_keys, relay_keys
 from tests.conftest import RedisServer
 from tests.engine.conftest import drop_redis_keys
 
@@ -53,11 +53,11 @@ def wait_until(condition, seconds: float = 90) -> None:
         time.sleep(0.05)
 
 
-def owner_engine(url: str, name: str, **options) -> tuple[Engine, RelayOwner]:
+def owner_engine(url: str, name: str, **options) -> tuple[Engine, RelayRouter]:
     engine = Engine()
     engine.store_create("redis", name, url=url)
     engine.set_default_store(name)
-    relay = RelayOwner(engine, name, owner="test", lease_ms=2000, **options)
+    relay = RelayRouter(engine, name, name="test", lease_ms=2000, **options)
     assert relay.acquire(timeout=5)
     return engine, relay
 
@@ -129,10 +129,10 @@ def test_a_second_owner_waits_for_the_lease_and_a_stale_one_cannot_write(shared)
     first, _first_relay = owner_engine(url, name)
     second = Engine()
     second.store_create("redis", name, url=url)
-    assert not RelayOwner(second, name, owner="second", lease_ms=500).acquire(timeout=0.3)
+    assert not RelayRouter(second, name, name="second", lease_ms=500).acquire(timeout=0.3)
     first.queue_create("q")
     time.sleep(2.2)  # the first owner stalls past its lease...
-    assert RelayOwner(second, name, owner="second", lease_ms=5000).acquire(timeout=1)
+    assert RelayRouter(second, name, name="second", lease_ms=5000).acquire(timeout=1)
     with pytest.raises(StoreError, match="lost the lease"):
         first.publish("q", Message(body=b"late"))  # ...and can no longer write
 
@@ -142,14 +142,14 @@ def test_an_owner_that_stalled_past_its_lease_with_no_successor_takes_it_back(sh
     engine = Engine()
     engine.store_create("redis", name, url=url)
     engine.set_default_store(name)
-    assert RelayOwner(engine, name, owner="slow", lease_ms=300).acquire(timeout=1)
+    assert RelayRouter(engine, name, name="slow", lease_ms=300).acquire(timeout=1)
     engine.queue_create("q")
     time.sleep(0.5)  # the lease expires; nobody takes it
     engine.publish("q", Message(body=b"late but alone"))
     assert engine.backend(name).client.pttl(f"xump:{{{name}}}:lease") > 0  # held again
     other = Engine()
     other.store_create("redis", name, url=url)
-    assert not RelayOwner(other, name, owner="other", lease_ms=300).acquire(timeout=0.1)
+    assert not RelayRouter(other, name, name="other", lease_ms=300).acquire(timeout=0.1)
     assert [m.body for m in engine.peek("q")] == [b"late but alone"]
 
 

@@ -1,4 +1,4 @@
-"""The owner side of the relay: RelayOwner holds a store's lease and applies the commands
+"""The router side of the relay: RelayRouter holds a store's lease and applies the commands
 of its inbox, in batches, through this process's engine, writing the store's changes and
 the deliveries they caused to the outboxes in one fenced atomic step; it also returns
 deliveries past their timeout and runs message lifetime's timed transitions. See the
@@ -26,11 +26,11 @@ from engine.relay.scripts import PURGE
 from engine.relay.wire import _delivery_json, _encode, _keys, _loads, _message_from, delivery_keys
 from engine.stores.redis import RedisStore
 
-EXPIRE_BATCH = 10_000  # taken deliveries the owner looks at per expire
+EXPIRE_BATCH = 10_000  # taken deliveries the router looks at per expire
 TICK_EVERY = 0.05  # seconds between a router's looks for due messages (SPEC §8: within 100 ms)
 
 
-# An operation a client may call: it gets the owner's engine and the call's arguments, and
+# An operation a client may call: it gets the router's engine and the call's arguments, and
 # returns a JSON-able answer and the Deliveries it caused (they go to the outboxes).
 Call = Callable[..., tuple[Any, list[Delivery]]]
 REPLY_TTL_MS = 60_000
@@ -62,7 +62,7 @@ def _failure(command: Any, error: BaseException | str) -> str:
 
 
 def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) -> tuple:
-    """The owner's side of RelayClient.publish_applied."""
+    """The router's side of RelayClient.publish_applied."""
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise errors.InvalidArgument("messages must be a list of relay messages")
     try:
@@ -85,18 +85,18 @@ def _by_destination(deliveries: list[Delivery]) -> dict[str, list[str]]:
     return found
 
 
-class RelayOwner:
-    """Runs a shared store's commands through this process's engine (see the module doc).
+class RelayRouter:
+    """Runs a shared store's commands through this process's engine (see the package doc).
 
     Take the lease first (`acquire`), then build the engine's wiring: opening the queues
-    loads their state as the previous owner left it.
+    loads their state as the previous router left it.
     """
 
     def __init__(
         self,
         engine: Engine,
         store: str,
-        owner: str,
+        name: str,
         lease_ms: int = 5000,
         delivery_timeout: float = 60.0,
         calls: dict[str, Call] | None = None,
@@ -107,7 +107,7 @@ class RelayOwner:
             raise StoreError(f"store {store!r} is not a Redis store; only those can be shared")
         self.engine = engine
         self.store = backend
-        self.owner = owner
+        self.name = name  # its name in the lease
         self.lease_ms = lease_ms
         self.delivery_timeout = delivery_timeout
         self.errors_kept = errors_kept  # stale acks alone would grow the list for ever
@@ -125,9 +125,9 @@ class RelayOwner:
         self._replies: list[tuple] = []
 
     def acquire(self, timeout: float = 30.0) -> bool:
-        """Wait until this process holds the lease (the previous owner's must expire)."""
+        """Wait until this process holds the lease (the previous router's must expire)."""
         deadline = time.monotonic() + timeout
-        while not self.store.acquire_lease(self.owner, self.lease_ms):
+        while not self.store.acquire_lease(self.name, self.lease_ms):
             if time.monotonic() > deadline:
                 return False
             time.sleep(min(0.1, self.lease_ms / 10_000))
@@ -267,7 +267,7 @@ class RelayOwner:
         note them)."""
 
     def expire(self) -> int:
-        """Delivery timeouts and destinations away (see the module doc), in one atomic step
+        """Delivery timeouts and destinations away (see the package doc), in one atomic step
         with the redeliveries they cause: deliveries a consumer took longer ago than the
         delivery timeout and did not settle go back to their queues; worker queues whose
         destinations have been away that long give their work back. How many deliveries
@@ -336,7 +336,7 @@ class RelayOwner:
 
     def _expire_call(self, engine: Engine, older_than: float) -> tuple[Any, list[Delivery]]:
         """The "expire" operation: deliveries taken more than `older_than` seconds ago and
-        not settled are delivered again (the owner's own `expire` runs by itself)."""
+        not settled are delivered again (the router's own `expire` runs by itself)."""
         if not isinstance(older_than, int | float) or isinstance(older_than, bool):
             raise errors.InvalidArgument(f"older_than must be seconds, not {older_than!r}")
         client = self.store.client
