@@ -6,10 +6,10 @@ runs the engine (engine.relay.RelayRouter) with its wiring rebuilt from the Djan
 (wiring/catalog.py). Every process, the router's included, reaches the queues as a
 **client** (`service()`): publishes, confirms and rejects are appended to the store's
 durable inbox and return at once; everything else (wiring changes, history pages, stats) is
-an operation the router runs and answers (routing/operations.py), after every command sent
+an operation the router runs and answers (router/operations.py), after every command sent
 before it.
 
-Who routes: with `XUMP_ROUTING=worker` (the default) a Celery task (routing/tasks.py)
+Who routes: with `XUMP_ROUTING=worker` (the default) a Celery task (router/tasks.py)
 becomes the router for a burst of traffic: a client that sends a command while no router is
 busy schedules one task (`kick`), which drains the inbox and lingers a little before it
 lets the lease go. With `XUMP_ROUTING=inline` the web process routes in a thread of its own.
@@ -28,9 +28,9 @@ than polling the inbox, and renews its lease a few times per lease period rather
 every look (a renewal is a Redis write, which costs an fsync with appendfsync always).
 Commands appended by other means are still seen within IDLE_LOOK seconds.
 
-Layers: routing/tasks.py (its task runs a Router) and metrics.py (its scrape reads
+Layers: router/tasks.py (its task runs a Router) and metrics.py (its scrape reads
 `service()`) sit above this module, which imports neither: it schedules the routing task by
-its Celery name, and a router counts for /metrics with the counters routing/apps.py hands
+its Celery name, and a router counts for /metrics with the counters router/apps.py hands
 to `count_with` at start-up.
 """
 
@@ -64,7 +64,7 @@ from engine.relay import (
 from engine.stores.redis import RedisStore
 from xumpweb import redis_health, series
 from xumpweb.analytics.journal import append_commands, journal_key
-from xumpweb.routing import operations
+from xumpweb.router import operations
 
 logger = logging.getLogger("xump.runtime")
 
@@ -75,7 +75,7 @@ IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks
 # a router does not let the lease go while a message is due (or expires) this soon; beat's
 # tick schedules one again before a later one is due (SPEC §8: due within 100 ms)
 SCHEDULED_HORIZON = 10.0
-ROUTE_TASK = "xumpweb.routing.tasks.route"  # the Celery task that routes a burst (kick)
+ROUTE_TASK = "xumpweb.router.tasks.route"  # the Celery task that routes a burst (kick)
 
 
 def keys(store: str) -> dict[str, str]:
@@ -182,7 +182,7 @@ class Service:
             from kombu.exceptions import OperationalError
 
             try:
-                # by name: routing/tasks.py sits above this module (its task runs a Router)
+                # by name: router/tasks.py sits above this module (its task runs a Router)
                 current_app.send_task(ROUTE_TASK, args=[self.store], ignore_result=True)
             except OperationalError as error:
                 # Redis went away since the push, which is durable: beat's tick schedules
@@ -317,7 +317,7 @@ _count_lease: Callable[[bool], None] = _uncounted  # a lease taken; True: a hand
 def count_with(step: Callable[[int, float], None], lease: Callable[[bool], None]) -> None:
     """Have routers count each step (`step(commands, seconds)`) and each lease they take
     (`lease(handover)`: True when another process held it since, so the engine was rebuilt).
-    metrics.py is above this module, so routing/apps.py hands its counters in; a router
+    metrics.py is above this module, so router/apps.py hands its counters in; a router
     counts nothing before that."""
     global _count_step, _count_lease
     _count_step, _count_lease = step, lease

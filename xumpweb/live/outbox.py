@@ -200,7 +200,7 @@ class OutboxReader:
                     self.resend_task = asyncio.create_task(self._resend())
             return
         if self.worker_routing and answers[2]:
-            from xumpweb.routing.tasks import route
+            from xumpweb.router.tasks import route
 
             await sync_to_async(route.delay, thread_sensitive=False)(self.store)
 
