@@ -12,7 +12,7 @@ the ratios.
 
 On Redis it also runs the shared-store path (engine.relay): P processes of T threads each
 publish one message per call (each call returns when its message is durable in the inbox),
-an owner process applies the inbox in batches, and 2 worker threads take deliveries and
+a router process applies the inbox in batches, and 2 worker threads take deliveries and
 confirm them a batch per call. A process's threads share one RelayClient, which sends the
 commands waiting at once in one RPUSH (group commit); Redis also writes the AOF and fsyncs
 once per event-loop turn for every client served in it. So concurrent publishers share the
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from engine import Engine, Message
 from engine.patterns import wolfpack
-from engine.relay import RelayClient, RelayOwner
+from engine.relay import RelayClient, RelayRouter
 from tests.conftest import RedisServer
 from tests.engine.conftest import drop_postgres_rows, drop_redis_keys
 from tests.postgres import postgres_url
@@ -119,16 +119,16 @@ def redis_benchmark_set_rate(port: int, clients: int) -> float | None:
 
 
 def serve_relay(url: str, store: str, ready, stop) -> None:  # type: ignore[no-untyped-def]
-    """The owner process of the relay run: wolfpack on `store`, applying its inbox."""
+    """The router process of the relay run: wolfpack on `store`, applying its inbox."""
     engine = Engine()
     engine.store_create("redis", store, url=url)
-    owner = RelayOwner(engine, store, owner="bench")
-    owner.acquire()
+    router = RelayRouter(engine, store, name="bench")
+    router.acquire()
     engine.set_default_store(store)
     for worker in ("w1", "w2"):
         wolfpack(engine, "jobs", worker, credit=100)
     ready.set()
-    owner.serve(stop)
+    router.serve(stop)
 
 
 def publish_relayed(url: str, store: str, count: int, threads: int) -> None:
@@ -155,8 +155,8 @@ def relayed(url: str, count: int, processes: int, threads: int) -> tuple[float, 
     store = f"relay{uuid.uuid4().hex[:8]}"
     context = multiprocessing.get_context("fork")
     ready, stop = context.Event(), context.Event()
-    owner = context.Process(target=serve_relay, args=(url, store, ready, stop))
-    owner.start()
+    router = context.Process(target=serve_relay, args=(url, store, ready, stop))
+    router.start()
     ready.wait(30)
     received = [0]
     lock = threading.Lock()
@@ -191,14 +191,14 @@ def relayed(url: str, count: int, processes: int, threads: int) -> tuple[float, 
     published = time.perf_counter() - start
     finished = done.wait(300)
     inbox = RelayClient(url, store)
-    while finished and inbox.client.llen(inbox.inbox):  # the owner applied every confirm
+    while finished and inbox.client.llen(inbox.inbox):  # the router applied every confirm
         time.sleep(0.001)
     confirmed = time.perf_counter() - start
     done.set()
     for thread in workers:
         thread.join()
     stop.set()
-    owner.join(30)
+    router.join(30)
     inbox.close()
     drop_redis_keys(url, store)
     if not finished:

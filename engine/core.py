@@ -1,8 +1,9 @@
-"""The Engine: the public API of SPEC §3 over stores, queues and selectors (messages in and
-out are in messaging.py, the routing rules in routing.py; the Engine inherits both).
+"""The Engine: the public API of SPEC §3 over stores, queues and selectors, their wiring.
+The Engine inherits the rest: messages in and out (messaging.py), destinations away
+(absence.py), read-only queries (queries.py) and the routing rules (rules.py).
 
 Every public call validates its input before it changes anything, takes the engine lock,
-makes its change and lets the routing layer (routing.py, SPEC §2) route whatever became
+makes its change and lets the routing rules (rules.py, SPEC §2) route whatever became
 routable; calls that can cause deliveries return them. Wiring changes go through the catalog
 (catalog.py); per-message state lives in the stores (stores/base.py).
 """
@@ -13,10 +14,10 @@ import itertools
 import secrets
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from time import time as _time
 
+from engine.absence import Absence
 from engine.catalog import Catalog, MemoryCatalog, QueueSpec, SelectorSpec, StoreSpec
 from engine.errors import (
     AlreadyExists,
@@ -26,10 +27,11 @@ from engine.errors import (
 )
 from engine.event_journal import EventJournal
 from engine.filters import compile_filter
-from engine.message import Delivery, Message
+from engine.message import Delivery
 from engine.messaging import Messaging
-from engine.router import QUEUE_ACTIONS, SelectorRuntime
-from engine.routing import QueueRuntime, by_seq
+from engine.queries import Queries
+from engine.routing_table import QUEUE_ACTIONS, SelectorRuntime
+from engine.rules import QueueRuntime, by_seq
 from engine.selectors import Selector
 from engine.stores.base import Store
 from engine.stores.ram import RamStore
@@ -83,7 +85,7 @@ class StoreInfo:
     url: str | None
 
 
-class Engine(Messaging):
+class Engine(Messaging, Absence, Queries):
     """Queues joined by selectors. See SPEC §3 for the API and §2 for the rules."""
 
     def __init__(
@@ -112,7 +114,7 @@ class Engine(Messaging):
         # MOVE/BOUNCE selectors held because their target's destinations are away (absent)
         self._held: dict[tuple[str, int], SelectorRuntime] = {}
         self._pending: deque[QueueRuntime] = deque()
-        self._timed: set[QueueRuntime] = set()  # queues `tick` looks at (routing.py)
+        self._timed: set[QueueRuntime] = set()  # queues `tick` looks at (rules.py)
         self._out: list[Delivery] = []
         self._visited: set[tuple[str | None, str]] = set()
         self._nesting = 0  # depth of fast-path routing on the stack
@@ -164,7 +166,7 @@ class Engine(Messaging):
                     sel.resolve(self._queues.get(spec.target))  # type: ignore[arg-type]
                 if spec.enabled:
                     try:
-                        qrt.router.add(sel)
+                        qrt.routing_table.add(sel)
                     except InvalidSelector:
                         # a regex stored before regexes ran on RE2 (matching.py) that needs
                         # backtracking: loaded disabled, for a person to fix, rather than
@@ -186,8 +188,8 @@ class Engine(Messaging):
 
     def reload(self) -> None:
         """Throw away the in-memory state and load it again from the catalog and the
-        stores, as a new process would: for an owner whose batch of operations failed
-        half-way and was not committed (engine/relay.py). Redis stores give back their
+        stores, as a new process would: for a router whose batch of operations failed
+        half-way and was not committed (engine/relay/router.py). Redis stores give back their
         state as last committed; RAM and SQL queues keep theirs as it is."""
         with self._lock:
             for store in self._stores.values():
@@ -554,7 +556,7 @@ class Engine(Messaging):
 
     def _delete_selector(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
         del qrt.selectors[sel.id]
-        qrt.router.remove(sel)
+        qrt.routing_table.remove(sel)
         self._untarget(sel)
         taken = list(sel.state.outstanding.values())
         sel.state.outstanding.clear()
@@ -582,116 +584,6 @@ class Engine(Messaging):
         if qrt.spec.self_destruct and not qrt.selectors:
             self._delete_queue(qrt)
 
-    # == destinations away ====================================================================
-    def worker_destinations(self) -> set[str]:
-        """The destinations whose absence `absent` acts on: those of the DELIVER selectors
-        of *worker queues*, queues fed by an enabled MOVE or BOUNCE whose enabled selectors
-        all deliver (a wolfpack worker's private queue)."""
-        with self._lock:
-            found: set[str] = set()
-            for qrt in self._worker_queues():
-                found.update(sel.target for sel in qrt.selectors.values() if sel.spec.enabled)
-            return found
-
-    def _worker_queues(self) -> list[QueueRuntime]:
-        found = []
-        for name, feeders in self._targeted_by.items():
-            qrt = self._queues.get(name)
-            if qrt is None or not any(_feeds(sel) for sel in feeders):
-                continue
-            enabled = [sel for sel in qrt.selectors.values() if sel.spec.enabled]
-            if enabled and all(sel.action == "deliver" for sel in enabled):
-                found.append(qrt)
-        return found
-
-    def absent(self, destinations: Iterable[str]) -> tuple[list[Delivery], list[Delivery]]:
-        """Tell the engine which destinations have had no consumer for long enough (the
-        service watches its subscribers; the engine has no clock); each call replaces the
-        last. A worker queue (see `worker_destinations`) whose destinations are all absent
-        is *stranded*. A MOVE or BOUNCE feeding it is held (it takes nothing, as with no
-        credit) when its queue has another enabled taker with the same WHEN that does not
-        feed a stranded queue, another worker of the pack; and the messages it moved there
-        that wait unsettled (unprocessed, or delivered and not confirmed) come back to the
-        front of its queue, in order, as deleting it would return them, its credit given
-        back: the other workers take them. Their deliveries are revoked (their tags stop
-        working). A selector no longer to be held is released and takes again.
-
-        Returns (the Deliveries caused, the Deliveries revoked); whoever holds copies of
-        the revoked ones (an outbox) must drop them."""
-        gone = set(destinations)
-        if not all(isinstance(name, str) for name in gone):
-            raise InvalidArgument("destinations must be names (strings)")
-        revoked: list[Delivery] = []
-        with self._lock:
-            return self._run(self._absent, gone, revoked), revoked
-
-    def _absent(self, gone: set[str], revoked: list[Delivery]) -> None:
-        stranded = set()
-        for qrt in self._worker_queues():
-            if all(s.target in gone for s in qrt.selectors.values() if s.spec.enabled):
-                stranded.add(qrt.name)
-        holding: dict[tuple[str, int], SelectorRuntime] = {}
-        for name in stranded:
-            for sel in self._targeted_by.get(name, ()):
-                source = self._queues.get(sel.spec.queue)
-                if _feeds(sel) and source is not None and _has_partner(source, sel, stranded):
-                    holding[(source.name, sel.id)] = sel
-        for key, sel in list(self._held.items()):
-            if key not in holding:
-                del self._held[key]
-                sel.hold(False)
-                source = self._queues.get(key[0])
-                if source is not None and source.selectors.get(key[1]) is sel:
-                    self._credit_arrived(source, sel)
-        for key, sel in holding.items():
-            self._held[key] = sel
-            sel.hold(True)
-            if sel.state.outstanding:
-                self._recall(self._queues[key[0]], sel, revoked)
-
-    def _recall(self, qrt: QueueRuntime, sel: SelectorRuntime, revoked: list[Delivery]) -> None:
-        """What `sel` moved into its target and is not settled there comes back to `qrt`."""
-        target = sel.target_queue
-        if target is None:
-            return
-        delivered: dict[str, tuple[SelectorRuntime, str]] = {}  # sel's tag -> its delivery
-        for taker in target.selectors.values():
-            if taker.action == "deliver":
-                for tag, entry in taker.state.outstanding.items():
-                    origin = entry.origin
-                    if origin is not None and origin[0] == qrt.name and origin[1] == sel.id:
-                        delivered[origin[2]] = (taker, tag)
-        back = []
-        for tag, entry in list(sel.state.outstanding.items()):
-            if entry.downstream is None or entry.downstream[0] != target.name:
-                continue
-            if target.state.remove(entry.downstream[1]):
-                target.counters["published"] -= 1
-            elif tag in delivered:
-                taker, taken = delivered[tag]
-                revoked.append(self._revoke(target, taker, taken))
-            else:
-                continue  # taken further downstream: it is theirs now
-            back.append(tag)
-        if back:
-            returned = [sel.state.outstanding.pop(tag) for tag in back]
-            for entry in returned:
-                entry.downstream = None
-            self._give_back(qrt, sel, returned)
-
-    def _revoke(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> Delivery:
-        """Withdraw an outstanding delivery (it counts as expired); the Delivery it was."""
-        entry = sel.state.outstanding.pop(tag)
-        qrt.counters["expired"] += 1
-        journal = qrt.journal
-        if journal is not None:
-            mid = entry.message.mid
-            journal((_time(), "expire", mid, qrt.name, sel.id, sel.target, "recalled", None))
-        self._credit_back(qrt, sel)
-        count = entry.delivery_count
-        message = entry.message._replace(seq=entry.seq, destination=sel.target)
-        return Delivery(tag, sel.target, qrt.name, sel.id, message, count > 1, count)
-
     def _selector(self, queue: str, selector_id: object) -> tuple[QueueRuntime, SelectorRuntime]:
         qrt = self._queue(queue)
         sel = qrt.selectors.get(selector_id)  # type: ignore[arg-type]
@@ -707,55 +599,7 @@ class Engine(Messaging):
                 if not targeting:
                     del self._targeted_by[sel.target]
 
-    # == history =============================================================================
-    def browse(
-        self,
-        queue: str,
-        start: str | None = None,
-        count: int = 50,
-        *,
-        before: int | None = None,
-        after: int | None = None,
-    ) -> list[Message]:
-        """A page of `queue`'s history: `start="latest"` (default) or `before=seq` newest
-        first, `start="oldest"` or `after=seq` oldest first; before/after are exclusive."""
-        check_count("count", count, minimum=0)
-        given = sum(x is not None for x in (start, before, after))
-        if given > 1:
-            raise InvalidArgument("give only one of start, before and after")
-        if start not in (None, "latest", "oldest"):
-            raise InvalidArgument(f"start must be 'latest' or 'oldest', not {start!r}")
-        for name, seq in (("before", before), ("after", after)):
-            if seq is not None:
-                check_count(name, seq, minimum=0)
-        with self._lock:
-            state = self._queue(queue).state
-            if before is not None:
-                entries = state.history_before(before, count)
-            elif after is not None:
-                entries = state.history_after(after, count)
-            elif start == "oldest":
-                entries = state.history_oldest(count)
-            else:
-                entries = state.history_latest(count)
-            return [entry.message.with_seq(entry.seq) for entry in entries]
-
-    def since(self, queue: str, timestamp: float) -> Iterator[Message]:
-        """History messages published at or after `timestamp`, oldest first."""
-        if not isinstance(timestamp, int | float) or isinstance(timestamp, bool):
-            raise InvalidArgument(f"timestamp must be a number of seconds, not {timestamp!r}")
-        with self._lock:
-            state = self._queue(queue).state
-            found = [entry.message.with_seq(entry.seq) for entry in state.history_since(timestamp)]
-        return iter(found)
-
-    def peek(self, queue: str, count: int = 50) -> list[Message]:
-        """The oldest `count` unprocessed messages (waiting to be routed), oldest first."""
-        check_count("count", count, minimum=0)
-        with self._lock:
-            state = self._queue(queue).state
-            return [entry.message.with_seq(entry.seq) for entry in state.unprocessed(count)]
-
+    # == purge ===============================================================================
     def purge(self, queue: str, seqs: list[int] | None = None) -> list[Delivery]:
         """Remove unprocessed messages from `queue` (all, or those with the given seqs) and
         count them as dropped; messages moved here are settled upstream, which may route
@@ -792,16 +636,6 @@ class Engine(Messaging):
             qrt.counters["dropped"] += 1
             self._settle(entry.origin)
 
-    def stats(self, queue: str) -> dict[str, int]:
-        with self._lock:
-            qrt = self._queue(queue)
-            counters = dict(qrt.state.counters)
-            counters["depth"] = qrt.state.depth()
-            counters["history_size"] = qrt.state.history_size()
-            counters["scheduled"] = qrt.state.scheduled_count()
-            counters["outstanding"] = sum(len(s.state.outstanding) for s in qrt.selectors.values())
-            return counters
-
 
 class _SelectorHost:
     """The engine as its Selectors see it: selectors.SelectorHost over the Engine's own
@@ -828,9 +662,9 @@ class _SelectorHost:
         sel.resolve(queue)
 
     def wiring_changed(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
-        qrt.router.remove(sel)
+        qrt.routing_table.remove(sel)
         if sel.spec.enabled:
-            qrt.router.add(sel)
+            qrt.routing_table.add(sel)
         self._engine._catalog.save_selector(sel.spec)
 
     def save_selector(self, spec: SelectorSpec) -> None:
@@ -852,32 +686,6 @@ class _SelectorHost:
 
     def selector_delete(self, queue: str, selector_id: int) -> list[Delivery]:
         return self._engine.selector_delete(queue, selector_id)
-
-
-def _feeds(sel: SelectorRuntime) -> bool:
-    """An enabled MOVE or BOUNCE: what brings messages into a worker queue."""
-    return sel.spec.enabled and sel.action in ("move", "bounce")
-
-
-def _has_partner(source: QueueRuntime, sel: SelectorRuntime, stranded: set[str]) -> bool:
-    """Whether `source` has another enabled taker with `sel`'s WHEN that does not feed a
-    stranded queue: someone to take what `sel` would give back."""
-    spec = sel.spec
-    when = (spec.when, spec.match, spec.filter)
-    for other in source.selectors.values():
-        other_spec = other.spec
-        if (
-            other is not sel
-            and other_spec.enabled
-            and other.action in TAKERS
-            and (other_spec.when, other_spec.match, other_spec.filter) == when
-            and not (other.action in ("move", "bounce") and other.target in stranded)
-        ):
-            return True
-    return False
-
-
-TAKERS = frozenset({"move", "bounce", "deliver", "delete"})
 
 
 def _describe_spec(spec: QueueSpec) -> str:

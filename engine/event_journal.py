@@ -4,9 +4,9 @@ Theory of operation: an Engine made with `Engine(journal=True)` (or `journal=<ca
 has an `EventJournal` at `eng.journal`; without it `eng.journal` is None and routing pays
 one `is None` test per place that could record. Every queue whose spec says
 `journal=True` (the default) gets the journal's buffer `append` as its `journal` attribute;
-the routing layer appends one plain tuple per event, fields in `EVENT_FIELDS` order, to a
-deque. Nothing else happens per event: no lock of its own (routing runs under the engine
-lock), no I/O, no formatting.
+the routing rules (rules.py) append one plain tuple per event, fields in `EVENT_FIELDS`
+order, to a deque. Nothing else happens per event: no lock of its own (routing runs under
+the engine lock), no I/O, no formatting.
 
 Memory is bounded by `capacity`, checked once per public engine call rather than per event:
 when a call leaves more than `capacity` events waiting, the oldest are dropped and counted

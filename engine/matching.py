@@ -1,6 +1,6 @@
 r"""Indexes that find the selectors whose MATCH condition holds for a value.
 
-Theory of operation: a queue's router keeps one index per (field, operator). Matching a
+Theory of operation: a queue's routing table keeps one index per (field, operator). Matching a
 message asks each index for its hits, so the cost grows with the number of hits and the
 length of the key, not with the number of selectors:
 
@@ -20,9 +20,9 @@ constructs that need backtracking — backreferences, lookahead and lookbehind, 
 possessive quantifiers, conditionals — are refused when the selector is configured, with an
 InvalidSelector naming the construct. `\Z` is accepted and read as RE2's `\z` (end of text).
 RE2's `\d`, `\w`, `\s` and `\b` are ASCII, as in Java's default (engine/pipeline/translate.py
-hands the same pattern to Spark's Java regex, so the backtest and the router agree).
+hands the same pattern to Spark's Java regex, so the backtest and the routing table agree).
 
-Items are opaque to the indexes (the router stores selectors in them). Each index returns a
+Items are opaque to the indexes (the routing table stores selectors in them). Each index returns a
 set, so an item registered twice under different patterns is reported once.
 """
 

@@ -2,7 +2,7 @@
 time-based transitions of message lifetime: tick, scheduled, cancel (SPEC §8).
 
 The Engine inherits these. Each public call validates first, takes the engine lock and runs
-its change through the routing layer (routing.py), returning the Deliveries it caused.
+its change through the routing rules (rules.py), returning the Deliveries it caused.
 Delivery tags read `<queue>:<selector id>:<serial>`, so any process can tell where a tag
 belongs without a shared index.
 """
@@ -16,8 +16,8 @@ from typing import Any
 from engine.errors import InvalidArgument, NotFound, QueueFull
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
-from engine.router import SelectorRuntime
-from engine.routing import QueueRuntime, Routing, _new_message, by_seq, dead_lettered
+from engine.routing_table import SelectorRuntime
+from engine.rules import QueueRuntime, Rules, _new_message, by_seq, dead_lettered
 from engine.stores.base import Entry
 from engine.validation import (
     check_body,
@@ -60,7 +60,7 @@ def _publish_event(message: Message, queue: str, unknown: str | None) -> tuple:
     )
 
 
-class Messaging(Routing):
+class Messaging(Rules):
     """Publishing and settling messages; the Engine inherits it."""
 
     dead_letter: str | None
@@ -123,7 +123,7 @@ class Messaging(Routing):
             limit = qrt.limit
             if (
                 limit is not None
-                and not qrt.router.overflows
+                and not qrt.routing_table.overflows
                 and qrt.dead_letter is None
                 and qrt.state.depth() + len(checked) > limit
             ):
@@ -170,7 +170,7 @@ class Messaging(Routing):
             mid = f"{self._prefix}-{next(self._serials)}"
         now = _wall()
         if now < self._tick_now:
-            now = self._tick_now  # the engine's time (see Routing._time), inlined: hot path
+            now = self._tick_now  # the engine's time (see Rules._time), inlined: hot path
         return _new_message(
             (message.address, headers, body, message.return_address, mid, None, now, None, ttl,
              delay)
@@ -305,7 +305,7 @@ class Messaging(Routing):
         """Deliveries whose delivery timeout ran out, by tag, go back to the front of their
         queues in order and are delivered again (`redelivered`), as `expire` does; for a
         caller that knows better than the engine when each delivery reached its consumer
-        (the relay owner: when a subscriber took it off its outbox). Tags that are not
+        (the router: when a subscriber took it off its outbox). Tags that are not
         outstanding (settled since, or not tags) are passed over."""
         tags = list(tags)
         if not all(isinstance(tag, str) for tag in tags):

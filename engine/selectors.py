@@ -3,7 +3,7 @@
 A `Selector` is a handle (queue name + id) on the engine's wiring. Every method validates
 its input before it takes the engine lock and changes nothing on error; changes go to the
 selector's spec (saved in the catalog) and its runtime (re-registered in the queue's
-router). `when_*`, `do_*`, `start_at` and `set_credit` return the selector so calls chain;
+routing table). `when_*`, `do_*`, `start_at` and `set_credit` return the selector so calls chain;
 `enable` and `credit` return the Deliveries they caused.
 
 A selector knows its engine only as a `SelectorHost`: the few things a selector may ask of
@@ -21,13 +21,13 @@ from engine.catalog import SelectorSpec
 from engine.errors import InvalidArgument, InvalidSelector, NotFound
 from engine.filters import compile_filter
 from engine.matching import check_pattern
-from engine.router import QUEUE_ACTIONS
+from engine.routing_table import QUEUE_ACTIONS
 from engine.validation import MAX_SEQ, MAX_WIRING, check_count, check_header_name, check_name
 
 if TYPE_CHECKING:
     from engine.message import Delivery
-    from engine.router import SelectorRuntime
-    from engine.routing import QueueRuntime
+    from engine.routing_table import SelectorRuntime
+    from engine.rules import QueueRuntime
 
 
 class SelectorHost(Protocol):
@@ -54,7 +54,7 @@ class SelectorHost(Protocol):
         ...
 
     def wiring_changed(self, qrt: QueueRuntime, sel: SelectorRuntime) -> None:
-        """`sel`'s WHEN, DO or enabled changed: register it again in its queue's router and
+        """`sel`'s WHEN, DO or enabled changed: register it again in its queue's routing table and
         save it in the catalog."""
         ...
 

@@ -92,9 +92,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from xumpweb import metrics, runtime  # noqa: E402
 from xumpweb.api.direct import DirectPublish  # noqa: E402
-from xumpweb.live.routing import websocket_urlpatterns  # noqa: E402
 from xumpweb.live.security import origin_validator  # noqa: E402
-from xumpweb.stompgate.routing import stomp_urlpatterns  # noqa: E402
+from xumpweb.live.websocket_urls import websocket_urlpatterns  # noqa: E402
+from xumpweb.stompgate.websocket_urls import stomp_urlpatterns  # noqa: E402
 
 runtime.service()  # with XUMP_ROUTING=inline, this starts the router thread now
 metrics.serve_separately()  # with XUMP_METRICS_ADDRESS (xumpweb/metrics.py)

@@ -12,12 +12,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xumpweb.settings")
 
 app = Celery("xumpweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["xumpweb.routing", "xumpweb.analytics", "xumpweb.stompgate"])
+app.autodiscover_tasks(["xumpweb.router", "xumpweb.analytics", "xumpweb.stompgate"])
 app.conf.beat_schedule = {
     # a worker that died while routing left its kick flag set: make sure someone routes
-    "tick": {"task": "xumpweb.routing.tasks.tick", "schedule": 2.0},
-    "heartbeat": {"task": "xumpweb.routing.tasks.heartbeat", "schedule": 5.0},
-    "trim-history": {"task": "xumpweb.routing.tasks.trim", "schedule": 300.0},
+    "tick": {"task": "xumpweb.router.tasks.tick", "schedule": 2.0},
+    "heartbeat": {"task": "xumpweb.router.tasks.heartbeat", "schedule": 5.0},
+    "trim-history": {"task": "xumpweb.router.tasks.trim", "schedule": 300.0},
     # private queues of STOMP /topic/ subscriptions whose STOMP process died
     "stomp-topics": {"task": "xumpweb.stompgate.tasks.sweep_topics", "schedule": 30.0},
     # history and the delivery journal to Parquet under XUMP_ARCHIVE_DIR

@@ -127,7 +127,7 @@ LEASE_HANDOVERS = Counter(
 )
 
 
-# -- the router (runtime.py, given these by routing/apps.py: runtime.py does not import us) --
+# -- the router (runtime.py, given these by router/apps.py: runtime.py does not import us) --
 def router_step(commands: int, seconds: float) -> None:
     ROUTER_BATCH.observe(commands)
     ROUTER_LATENCY.observe(seconds)

@@ -2,14 +2,14 @@
 
 Theory of operation. The service's queues live in one Redis store (`XUMP_STORE`, default
 "main"). One process at a time routes it: the **router**, which holds the store's lease and
-runs the engine (engine.relay.RelayOwner) with its wiring rebuilt from the Django models
+runs the engine (engine.relay.RelayRouter) with its wiring rebuilt from the Django models
 (wiring/catalog.py). Every process, the router's included, reaches the queues as a
 **client** (`service()`): publishes, confirms and rejects are appended to the store's
 durable inbox and return at once; everything else (wiring changes, history pages, stats) is
-an operation the router runs and answers (routing/operations.py), after every command sent
+an operation the router runs and answers (router/operations.py), after every command sent
 before it.
 
-Who routes: with `XUMP_ROUTING=worker` (the default) a Celery task (routing/tasks.py)
+Who routes: with `XUMP_ROUTING=worker` (the default) a Celery task (router/tasks.py)
 becomes the router for a burst of traffic: a client that sends a command while no router is
 busy schedules one task (`kick`), which drains the inbox and lingers a little before it
 lets the lease go. With `XUMP_ROUTING=inline` the web process routes in a thread of its own.
@@ -28,9 +28,9 @@ than polling the inbox, and renews its lease a few times per lease period rather
 every look (a renewal is a Redis write, which costs an fsync with appendfsync always).
 Commands appended by other means are still seen within IDLE_LOOK seconds.
 
-Layers: routing/tasks.py (its task runs a Router) and metrics.py (its scrape reads
+Layers: router/tasks.py (its task runs a Router) and metrics.py (its scrape reads
 `service()`) sit above this module, which imports neither: it schedules the routing task by
-its Celery name, and a router counts for /metrics with the counters routing/apps.py hands
+its Celery name, and a router counts for /metrics with the counters router/apps.py hands
 to `count_with` at start-up.
 """
 
@@ -56,7 +56,7 @@ from engine.message import Delivery
 from engine.relay import (
     TICK_EVERY,
     RelayClient,
-    RelayOwner,
+    RelayRouter,
     delivery_keys,
     relay_keys,
     store_failure,
@@ -64,7 +64,7 @@ from engine.relay import (
 from engine.stores.redis import RedisStore
 from xumpweb import redis_health, series
 from xumpweb.analytics.journal import append_commands, journal_key
-from xumpweb.routing import operations
+from xumpweb.router import operations
 
 logger = logging.getLogger("xump.runtime")
 
@@ -75,7 +75,7 @@ IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks
 # a router does not let the lease go while a message is due (or expires) this soon; beat's
 # tick schedules one again before a later one is due (SPEC §8: due within 100 ms)
 SCHEDULED_HORIZON = 10.0
-ROUTE_TASK = "xumpweb.routing.tasks.route"  # the Celery task that routes a burst (kick)
+ROUTE_TASK = "xumpweb.router.tasks.route"  # the Celery task that routes a burst (kick)
 
 
 def keys(store: str) -> dict[str, str]:
@@ -93,7 +93,7 @@ def keys(store: str) -> dict[str, str]:
         "lease": prefix + "lease",
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
         "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
-        **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay.py)
+        **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay/wire.py)
     }
 
 
@@ -182,7 +182,7 @@ class Service:
             from kombu.exceptions import OperationalError
 
             try:
-                # by name: routing/tasks.py sits above this module (its task runs a Router)
+                # by name: router/tasks.py sits above this module (its task runs a Router)
                 current_app.send_task(ROUTE_TASK, args=[self.store], ignore_result=True)
             except OperationalError as error:
                 # Redis went away since the push, which is durable: beat's tick schedules
@@ -317,14 +317,14 @@ _count_lease: Callable[[bool], None] = _uncounted  # a lease taken; True: a hand
 def count_with(step: Callable[[int, float], None], lease: Callable[[bool], None]) -> None:
     """Have routers count each step (`step(commands, seconds)`) and each lease they take
     (`lease(handover)`: True when another process held it since, so the engine was rebuilt).
-    metrics.py is above this module, so routing/apps.py hands its counters in; a router
+    metrics.py is above this module, so router/apps.py hands its counters in; a router
     counts nothing before that."""
     global _count_step, _count_lease
     _count_step, _count_lease = step, lease
 
 
-class _Owner(RelayOwner):
-    """The relay owner, remembering recent deliveries for the console and writing the
+class _RelayRouter(RelayRouter):
+    """engine.relay's router side, remembering recent deliveries for the console and writing the
     engine's journal to Redis with every step's changes."""
 
     recent: deque
@@ -333,7 +333,7 @@ class _Owner(RelayOwner):
     _journaled = 0  # journal events the current step writes (drained once committed)
 
     def run_once(self, limit: int = 500) -> int:
-        """RelayOwner.run_once without its lease renewal at every empty look: Router.drain
+        """RelayRouter.run_once without its lease renewal at every empty look: Router.drain
         renews when it is due (see the module doc)."""
         raw = self.store.client.lrange(self.inbox, 0, limit - 1)
         if raw:
@@ -351,7 +351,7 @@ class _Owner(RelayOwner):
         commands = super()._to_outboxes(deliveries)
         # called once per step, after the step's engine calls, inside its atomic commit;
         # the events stay in the journal until the commit succeeded (_committed): a step
-        # that fails is rolled back with its events (engine/relay.py)
+        # that fails is rolled back with its events (engine/relay/router.py)
         journal = self.engine.journal
         self._journaled = 0
         if journal is not None and len(journal):
@@ -390,7 +390,7 @@ class Router:
         self.lease_ms = lease_ms
         self.delivery_timeout = delivery_timeout
         self.name = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
-        self.owner: _Owner | None = None
+        self.relay: _RelayRouter | None = None
         self._fence = -1  # the fencing number of the lease this router last held
         self._wiring_changed = False
         self._recent: deque = deque(maxlen=RECENT)
@@ -412,8 +412,8 @@ class Router:
         """Take the store's lease (waiting up to `wait` seconds for it to be free) and make
         sure the engine holds the store's state as the last router left it."""
         deadline = time.monotonic() + wait
-        if self.owner is not None:
-            backend = self.owner.store
+        if self.relay is not None:
+            backend = self.relay.store
             while not backend.acquire_lease(self.name, self.lease_ms):
                 if time.monotonic() >= deadline:
                     return False
@@ -431,7 +431,7 @@ class Router:
                 return False
             time.sleep(0.05)
         try:
-            self.owner = self._build(store)
+            self.relay = self._build(store)
         except BaseException:
             store.release_lease()
             store.close()
@@ -440,7 +440,7 @@ class Router:
         _count_lease(True)  # a handover
         return True
 
-    def _build(self, store: RedisStore) -> _Owner:
+    def _build(self, store: RedisStore) -> _RelayRouter:
         from engine.catalog import StoreSpec
         from xumpweb.wiring.catalog import DjangoCatalog
 
@@ -448,69 +448,69 @@ class Router:
         catalog.save_store(StoreSpec("redis", self.store, self.url))
         engine = Engine(catalog=catalog, stores=(store,), journal=True)
         engine.set_default_store(self.store)
-        owner = _Owner(
-            engine, self.store, owner=self.name, lease_ms=self.lease_ms,
+        relay = _RelayRouter(
+            engine, self.store, name=self.name, lease_ms=self.lease_ms,
             delivery_timeout=self.delivery_timeout, calls=self.calls,
         )  # fmt: skip
-        owner.recent = self._recent
-        owner.journal_key = journal_key(self.store)
-        owner.journal_limit = self.journal_limit
-        owner.expire()  # holds for destinations away first, so resume routes around them
-        owner.resume()
+        relay.recent = self._recent
+        relay.journal_key = journal_key(self.store)
+        relay.journal_limit = self.journal_limit
+        relay.expire()  # holds for destinations away first, so resume routes around them
+        relay.resume()
         self._bump_wiring(store.client)  # other processes re-read what this one rebuilt
-        return owner
+        return relay
 
     def _discard(self) -> None:
-        if self.owner is not None:
-            self.owner.store.close()
-            self.owner = None
+        if self.relay is not None:
+            self.relay.store.close()
+            self.relay = None
 
     def release(self) -> None:
-        if self.owner is not None:
+        if self.relay is not None:
             try:
-                with self.owner.engine._lock:
-                    self.owner.store.release_lease()
+                with self.relay.engine._lock:
+                    self.relay.store.release_lease()
             except StoreError:
                 self._discard()
 
     def drain(self, linger: float = LINGER, stop: threading.Event | None = None) -> int:
         """Apply commands until the inbox has stayed empty for `linger` seconds (or `stop`
         is set); how many. StoreError (and the engine discarded) if the lease is lost."""
-        owner = self.owner
-        if owner is None:
+        relay = self.relay
+        if relay is None:
             raise StoreError("the router does not hold the lease; call acquire() first")
         applied = 0
         idle_since = renewed = time.monotonic()
         next_expiry = next_snapshot = next_tick = 0.0
         expire_every = min(1.0, self.delivery_timeout / 2)
         renew_every = self.lease_ms / 1000 / 4
-        doorbell = owner.store.client.pubsub(ignore_subscribe_messages=True)
+        doorbell = relay.store.client.pubsub(ignore_subscribe_messages=True)
         try:
             doorbell.subscribe(self.keys["doorbell"])  # before the first look: no ring lost
             while stop is None or not stop.is_set():
-                done = owner.run_once()
+                done = relay.run_once()
                 applied += done
                 now = time.monotonic()
                 if self._wiring_changed:
                     self._wiring_changed = False
-                    self._bump_wiring(owner.store.client)
+                    self._bump_wiring(relay.store.client)
                 if now >= next_expiry:
-                    owner.expire()  # a commit, which renews the lease as well
+                    relay.expire()  # a commit, which renews the lease as well
                     next_expiry = now + expire_every
                     renewed = now
                 if now >= next_tick:
-                    owner.tick()  # due messages fire, expired ones leave (a commit if any)
+                    relay.tick()  # due messages fire, expired ones leave (a commit if any)
                     next_tick = now + TICK_EVERY
                 if now >= next_snapshot:
-                    self._snapshot(owner)
+                    self._snapshot(relay)
                     next_snapshot = now + SNAPSHOT_EVERY
                 if done:
                     idle_since = renewed = now  # the step's commit renewed the lease
                     continue
-                if now - idle_since >= linger and not _due_soon(owner.engine):
+                if now - idle_since >= linger and not _due_soon(relay.engine):
                     break
                 if now - renewed >= renew_every:
-                    owner.renew_lease()
+                    relay.renew_lease()
                     renewed = now
                 wake = min(next_expiry, next_snapshot, renewed + renew_every, next_tick,
                            idle_since + linger, now + IDLE_LOOK)  # fmt: skip
@@ -522,14 +522,14 @@ class Router:
             raise StoreError(f"the router lost Redis: {problem}") from None
         finally:
             doorbell.close()
-        self._snapshot(owner)
+        self._snapshot(relay)
         return applied
 
     def _bump_wiring(self, client: redis.Redis) -> None:
         client.incr(self.keys["wiring"])
 
-    def _snapshot(self, owner: _Owner) -> None:
-        engine = owner.engine
+    def _snapshot(self, relay: _RelayRouter) -> None:
+        engine = relay.engine
         with engine._lock:
             queues = [
                 {
@@ -550,11 +550,11 @@ class Router:
         # and the queue page's charts: one sample per series.EVERY s, whichever router (or
         # Celery task's router) first sees a new period
         bucket = str(int(found["time"] // series.EVERY))
-        _, before = (owner.store.client.pipeline(transaction=False)
+        _, before = (relay.store.client.pipeline(transaction=False)
                      .set(self.keys["snapshot"], json.dumps(found))
                      .set(self.keys["series"], bucket, get=True).execute())  # fmt: skip
         if before is None or before.decode() != bucket:
-            series.record_later(owner.store.client, self.keys["series"], queues, found["time"])
+            series.record_later(relay.store.client, self.keys["series"], queues, found["time"])
 
 
 def _due_soon(engine: Engine) -> bool:

@@ -180,7 +180,7 @@ INSTALLED_APPS = [
     "ninja",  # Swagger UI for /api/docs from our own /static/, not a CDN (CSP, offline)
     "axes",
     "xumpweb.wiring",
-    "xumpweb.routing",
+    "xumpweb.router",
     "xumpweb.api",
     "xumpweb.live",
     "xumpweb.console",

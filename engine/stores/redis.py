@@ -50,7 +50,7 @@ Sharing: one process routes a store's queues at a time. It takes the store's lea
 (`acquire_lease`: a key with an expiry and a fencing number); every write checks the token
 inside the same script that applies it, so a process that stalled past its lease can never
 write over its successor (when none came, the stalled owner takes its lease back). Other
-processes reach the queues through relay.py (durable inbox and outbox lists). Without a
+processes reach the queues through engine/relay/ (durable inbox and outbox lists). Without a
 lease the store behaves as a private one.
 """
 
@@ -327,7 +327,7 @@ class RedisStore(JournaledStore):
     def reset(self) -> None:
         """Forget every record not yet committed and every queue state loaded: a queue
         opened again loads its state as the last commit left it, as a new owner would.
-        The relay's rollback of a step that failed (relay.py); the lease is kept."""
+        The relay's rollback of a step that failed (relay/owner.py); the lease is kept."""
         self._holding = 0
         self.dirty.clear()
         self._queues.clear()

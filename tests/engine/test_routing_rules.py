@@ -507,7 +507,7 @@ def test_expire_refuses_a_negative_timeout(eng: Engine, refused) -> None:
 
 
 def test_expire_tags_redelivers_just_those_deliveries(eng: Engine) -> None:
-    """The relay owner knows when a subscriber took each delivery; it expires by tag."""
+    """The router knows when a subscriber took each delivery; it expires by tag."""
     eng.queue_create("q")
     deliver(eng, "q", "w").enable()
     first = eng.publish_many("q", [Message(body=str(n).encode()) for n in range(3)])

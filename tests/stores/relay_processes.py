@@ -1,6 +1,6 @@
 """Processes for the relay tests, each started as `python relay_processes.py ROLE ...`:
 
-owner URL STORE WORKERS LIMIT [announce]
+router URL STORE WORKERS LIMIT [announce]
                                   takes the lease, builds a wolfpack "jobs" for the workers,
                                   applies LIMIT commands per step until SIGTERM; with
                                   "announce", prints "step" as each step with work begins
@@ -24,14 +24,14 @@ import redis
 
 from engine import Engine, Message
 from engine.patterns import wolfpack
-from engine.relay import RelayClient, RelayOwner
+from engine.relay import RelayClient, RelayRouter
 
 
-def owner(url: str, store: str, workers: str, limit: str, announce: str = "") -> None:
+def router(url: str, store: str, workers: str, limit: str, announce: str = "") -> None:
     engine = Engine()
     engine.store_create("redis", store, url=url)
     engine.set_default_store(store)
-    relay = RelayOwner(engine, store, owner=f"pid{os.getpid()}", lease_ms=1000)
+    relay = RelayRouter(engine, store, name=f"pid{os.getpid()}", lease_ms=1000)
     if not relay.acquire(timeout=60):
         sys.exit(3)
     for worker in workers.split(","):
@@ -67,4 +67,4 @@ def confirmer(url: str, store: str, worker: str) -> None:
 
 
 if __name__ == "__main__":
-    {"owner": owner, "publisher": publisher, "confirmer": confirmer}[sys.argv[1]](*sys.argv[2:])
+    {"router": router, "publisher": publisher, "confirmer": confirmer}[sys.argv[1]](*sys.argv[2:])

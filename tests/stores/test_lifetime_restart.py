@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from engine import Engine, Message
-from engine.relay import _message_from, message_json
+from engine.relay.wire import _message_from, message_json
 from tests.engine.conftest import drop_postgres_rows, drop_redis_keys
 from tests.postgres import postgres_url
 from tests.stores.conftest import restart

@@ -1,4 +1,4 @@
-"""Processes sharing a Redis store through the relay: one owner routes under the store's
+"""Processes sharing a Redis store through the relay: one router routes under the store's
 lease; clients publish and confirm through the inbox and take deliveries from outboxes."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import redis
 
 from engine import Delivery, Engine, Message
 from engine.errors import InvalidArgument, NotFound, QueueFull, StoreError
-from engine.relay import TAKE_THESE, RelayClient, RelayOwner, delivery_keys, relay_keys
+from engine.relay import TAKE_THESE, RelayClient, RelayRouter, delivery_keys, relay_keys
 from tests.conftest import RedisServer
 from tests.engine.conftest import drop_redis_keys
 
@@ -53,19 +53,19 @@ def wait_until(condition, seconds: float = 90) -> None:
         time.sleep(0.05)
 
 
-def owner_engine(url: str, name: str, **options) -> tuple[Engine, RelayOwner]:
+def router_engine(url: str, name: str, **options) -> tuple[Engine, RelayRouter]:
     engine = Engine()
     engine.store_create("redis", name, url=url)
     engine.set_default_store(name)
-    relay = RelayOwner(engine, name, owner="test", lease_ms=2000, **options)
+    relay = RelayRouter(engine, name, name="test", lease_ms=2000, **options)
     assert relay.acquire(timeout=5)
     return engine, relay
 
 
 @contextmanager
 def serving_app_queue(url: str, name: str, **options):
-    """An owner in a thread of this process, routing queue "q" to destination "app"."""
-    engine, relay = owner_engine(url, name, **options)
+    """A router in a thread of this process, routing queue "q" to destination "app"."""
+    engine, relay = router_engine(url, name, **options)
     engine.queue_create("q")
     engine.selector_create("q").when_always().do_deliver("app").enable()
     stop = threading.Event()
@@ -78,7 +78,7 @@ def serving_app_queue(url: str, name: str, **options):
         serving.join()
 
 
-def test_clients_publish_and_confirm_through_the_owner(shared) -> None:
+def test_clients_publish_and_confirm_through_the_router(shared) -> None:
     url, name = shared
     with serving_app_queue(url, name) as (engine, relay):
         client = RelayClient(url, name)
@@ -104,9 +104,9 @@ def test_the_errors_list_keeps_the_newest_failures_only(shared) -> None:
         assert kept == [[f"q:1:stale.{n}"] for n in range(3, 8)]
 
 
-def test_publish_applied_answers_what_the_owner_refuses(shared) -> None:
+def test_publish_applied_answers_what_the_router_refuses(shared) -> None:
     """publish_many returns once the inbox holds the messages; publish_applied once the
-    owner published them, so a full queue's QueueFull reaches the publisher."""
+    router published them, so a full queue's QueueFull reaches the publisher."""
     url, name = shared
     with serving_app_queue(url, name) as (engine, relay):
         engine.queue_create("small", limit=2)
@@ -119,41 +119,41 @@ def test_publish_applied_answers_what_the_owner_refuses(shared) -> None:
             client.publish_applied("nowhere", [Message(body=b"4")])
         assert engine.stats("small")["published"] == 2 and engine.stats("small")["dropped"] == 0
         assert redis.Redis.from_url(url).llen(relay.errors) == 0
-        # the same through the inbox: accepted, then refused by the owner, noted in errors
+        # the same through the inbox: accepted, then refused by the router, noted in errors
         client.publish_many("small", [Message(body=b"5")])
         wait_until(lambda: redis.Redis.from_url(url).llen(relay.errors) == 1, 10)
 
 
-def test_a_second_owner_waits_for_the_lease_and_a_stale_one_cannot_write(shared) -> None:
+def test_a_second_router_waits_for_the_lease_and_a_stale_one_cannot_write(shared) -> None:
     url, name = shared
-    first, _first_relay = owner_engine(url, name)
+    first, _first_relay = router_engine(url, name)
     second = Engine()
     second.store_create("redis", name, url=url)
-    assert not RelayOwner(second, name, owner="second", lease_ms=500).acquire(timeout=0.3)
+    assert not RelayRouter(second, name, name="second", lease_ms=500).acquire(timeout=0.3)
     first.queue_create("q")
-    time.sleep(2.2)  # the first owner stalls past its lease...
-    assert RelayOwner(second, name, owner="second", lease_ms=5000).acquire(timeout=1)
+    time.sleep(2.2)  # the first router stalls past its lease...
+    assert RelayRouter(second, name, name="second", lease_ms=5000).acquire(timeout=1)
     with pytest.raises(StoreError, match="lost the lease"):
         first.publish("q", Message(body=b"late"))  # ...and can no longer write
 
 
-def test_an_owner_that_stalled_past_its_lease_with_no_successor_takes_it_back(shared) -> None:
+def test_a_router_that_stalled_past_its_lease_with_no_successor_takes_it_back(shared) -> None:
     url, name = shared
     engine = Engine()
     engine.store_create("redis", name, url=url)
     engine.set_default_store(name)
-    assert RelayOwner(engine, name, owner="slow", lease_ms=300).acquire(timeout=1)
+    assert RelayRouter(engine, name, name="slow", lease_ms=300).acquire(timeout=1)
     engine.queue_create("q")
     time.sleep(0.5)  # the lease expires; nobody takes it
     engine.publish("q", Message(body=b"late but alone"))
     assert engine.backend(name).client.pttl(f"xump:{{{name}}}:lease") > 0  # held again
     other = Engine()
     other.store_create("redis", name, url=url)
-    assert not RelayOwner(other, name, owner="other", lease_ms=300).acquire(timeout=0.1)
+    assert not RelayRouter(other, name, name="other", lease_ms=300).acquire(timeout=0.1)
     assert [m.body for m in engine.peek("q")] == [b"late but alone"]
 
 
-def test_killed_owner_mid_batch_second_owner_delivers_every_message_exactly_once(
+def test_killed_router_mid_batch_second_router_delivers_every_message_exactly_once(
     shared,
 ) -> None:
     url, name = shared
@@ -165,16 +165,16 @@ def test_killed_owner_mid_batch_second_owner_delivers_every_message_exactly_once
                                              for n in range(start_at, start_at + 100)])  # fmt: skip
     notes = redis.Redis.from_url(url)
     outbox, lease = f"xump:{{{name}}}:outbox:w1", f"xump:{{{name}}}:lease"
-    first = start("owner", url, name, "w1", "1")  # one command (100 messages) per step
+    first = start("router", url, name, "w1", "1")  # one command (100 messages) per step
     wait_ready(first)
     wait_until(lambda: notes.llen(outbox) >= 3_000)
     first.kill()  # kill -9 in the middle of routing the 20,000
     first.wait()
     assert notes.llen(outbox) < total
     first_token = notes.get(lease).decode()
-    assert notes.pttl(lease) > 0  # the dead owner's lease: the next one must wait it out
+    assert notes.pttl(lease) > 0  # the dead router's lease: the next one must wait it out
 
-    second = start("owner", url, name, "w1", "1")
+    second = start("router", url, name, "w1", "1")
     try:
         wait_ready(second)
         second_token = notes.get(lease).decode()
@@ -196,7 +196,7 @@ def test_killed_owner_mid_batch_second_owner_delivers_every_message_exactly_once
     assert notes.llen(f"xump:{{{name}}}:errors") == 0
 
 
-def test_owner_killed_inside_one_20000_message_step_leaves_it_whole_for_the_next(
+def test_router_killed_inside_one_20000_message_step_leaves_it_whole_for_the_next(
     shared,
 ) -> None:
     url, name = shared
@@ -205,16 +205,16 @@ def test_owner_killed_inside_one_20000_message_step_leaves_it_whole_for_the_next
     sent = client.publish_many("jobs", [Message(body=str(n).encode()) for n in range(total)])
     notes = redis.Redis.from_url(url)
     outbox = f"xump:{{{name}}}:outbox:w1"
-    first = start("owner", url, name, "w1", "1", "announce")
+    first = start("router", url, name, "w1", "1", "announce")
     wait_ready(first)
     assert first.stdout is not None and first.stdout.readline().strip() == "step"
     time.sleep(0.1)  # well inside the step: routing 20,000 takes several times longer
     first.kill()
     first.wait()
     assert notes.llen(outbox) == 0  # nothing of the step was written...
-    assert notes.llen(client.inbox) == 1  # ...and its command waits for the next owner
+    assert notes.llen(client.inbox) == 1  # ...and its command waits for the next router
 
-    second = start("owner", url, name, "w1", "1")
+    second = start("router", url, name, "w1", "1")
     try:
         wait_ready(second)
         got: list[Delivery] = []
@@ -235,8 +235,8 @@ def test_two_publishers_two_confirmers_share_a_wolfpack_without_loss_or_duplicat
 ) -> None:
     url, name = shared
     notes = redis.Redis.from_url(url)
-    owner = start("owner", url, name, "w1,w2", "50")
-    wait_ready(owner)
+    router = start("router", url, name, "w1,w2", "50")
+    wait_ready(router)
     confirmers = [start("confirmer", url, name, worker) for worker in ("w1", "w2")]
     publishers = [start("publisher", url, name, who, "10000") for who in ("p1", "p2")]
     try:
@@ -258,8 +258,8 @@ def test_two_publishers_two_confirmers_share_a_wolfpack_without_loss_or_duplicat
                 assert numbers == sorted(numbers)  # FIFO per worker
         assert redis.Redis.from_url(url).llen(f"xump:{{{name}}}:errors") == 0
     finally:
-        owner.terminate()
-        owner.wait()
+        router.terminate()
+        router.wait()
         for process in confirmers + publishers:
             process.kill()
             process.wait()
@@ -296,7 +296,7 @@ def test_relayed_publishes_that_returned_survive_kill_9_of_the_server(tmp_path) 
         assert len(accepted) > 10
 
         server.start()  # the same directory: it replays its AOF
-        engine, relay = owner_engine(server.url, "crash")
+        engine, relay = router_engine(server.url, "crash")
         engine.queue_create("jobs")
         while relay.run_once():
             pass
@@ -385,7 +385,7 @@ def test_a_step_that_fails_half_way_is_rolled_back_and_only_its_culprit_set_asid
 
     url, name = shared
     raw = redis.Redis.from_url(url)
-    engine, relay = owner_engine(url, name, calls={"broken": publish_then_break})
+    engine, relay = router_engine(url, name, calls={"broken": publish_then_break})
     engine.queue_create("q")
     engine.selector_create("q").when_always().do_deliver("app").enable()
     client = RelayClient(url, name)
@@ -404,9 +404,9 @@ def test_a_step_that_fails_half_way_is_rolled_back_and_only_its_culprit_set_asid
     [refused] = [json.loads(item) for item in raw.lrange(relay.errors, 0, -1)]
     assert refused["command"]["method"] == "broken"
     assert raw.llen(relay.inbox) == 0
-    # what Redis holds is what this process holds: a new owner sees the same
+    # what Redis holds is what this process holds: a new router sees the same
     relay.store.release_lease()
-    again, _ = owner_engine(url, name)
+    again, _ = router_engine(url, name)
     again.queue_create("q")
     assert (again.stats("q")["published"], again.stats("q")["routed"]) == (10, 10)
 
@@ -470,34 +470,34 @@ def test_the_timeout_runs_only_for_deliveries_a_client_took(shared) -> None:
     """SPEC §7: a delivery waiting in its outbox is never expired (each expire used to add
     a copy); once taken, the timeout runs; a stale ack is refused, the new one accepted."""
     url, name = shared
-    engine, owner = owner_engine(url, name, delivery_timeout=0.0)
+    engine, router = router_engine(url, name, delivery_timeout=0.0)
     engine.queue_create("q")
     engine.selector_create("q").when_always().do_deliver("app").enable()
     client = RelayClient(url, name)
     client.publish_many("q", [Message(body=b"a"), Message(body=b"b")])
-    owner.run_once()
+    router.run_once()
     for _ in range(3):
-        assert owner.expire() == 0
+        assert router.expire() == 0
     assert [d.message.body for d in client.waiting("app")] == [b"a", b"b"]
     [first] = client.deliveries("app", count=1, wait=0)
-    assert owner.expire() == 1  # taken, unsettled, past the (zero) timeout
+    assert router.expire() == 1  # taken, unsettled, past the (zero) timeout
     again = client.waiting("app")
     assert [(d.message.body, d.redelivered) for d in again] == [(b"b", False), (b"a", True)]
     taken = client.deliveries("app", count=2, wait=0)
     client.confirm([first])  # too late: refused
     client.confirm(taken)
-    owner.run_once()
+    router.run_once()
     assert engine.stats("q")["confirmed"] == 2
-    assert owner.expire() == 0
+    assert router.expire() == 0
     refused = [json.loads(raw)["command"]["tags"] for raw in redis.Redis.from_url(url).lrange(
         f"xump:{{{name}}}:errors", 0, -1)]  # fmt: skip
     assert refused == [[first.tag]]
     assert redis.Redis.from_url(url).zcard(f"xump:{{{name}}}:taken") == 0
     client.close()
-    owner.store.release_lease()
+    router.store.release_lease()
 
 
-def test_the_owner_fires_delayed_messages_when_due_and_never_delivers_expired_ones(
+def test_the_router_fires_delayed_messages_when_due_and_never_delivers_expired_ones(
     shared,
 ) -> None:
     url, name = shared

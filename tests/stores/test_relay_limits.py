@@ -14,7 +14,7 @@ import redis
 
 from engine import Engine, Message
 from engine.errors import InboxFull, StoreFull
-from engine.relay import RelayClient, RelayOwner
+from engine.relay import RelayClient, RelayRouter
 from tests.conftest import RedisServer
 from tests.engine.conftest import drop_redis_keys
 
@@ -51,11 +51,11 @@ def test_publishes_past_the_inbox_limit_are_refused_and_settlements_are_not(stor
     engine.store_create("redis", name, url=url)
     engine.set_default_store(name)
     engine.queue_create("q")
-    owner = RelayOwner(engine, name, owner="test", lease_ms=2000)
-    assert owner.acquire(timeout=5)
-    owner.run_once()
+    router = RelayRouter(engine, name, name="test", lease_ms=2000)
+    assert router.acquire(timeout=5)
+    router.run_once()
     client.publish("q", Message(body=b"3"))  # room again
-    owner.run_once()
+    router.run_once()
     assert engine.queue_fetch("q").depth == 4
     client.close()
 
@@ -116,9 +116,9 @@ def test_a_redis_at_maxmemory_refuses_publishes_with_store_full_and_loses_nothin
         engine.store_create("redis", "main", url=server.url)
         engine.set_default_store("main")
         engine.queue_create("q")
-        owner = RelayOwner(engine, "main", owner="test", lease_ms=2000)
-        assert owner.acquire(timeout=5)
-        while owner.run_once():
+        router = RelayRouter(engine, "main", name="test", lease_ms=2000)
+        assert router.acquire(timeout=5)
+        while router.run_once():
             pass
         assert engine.queue_fetch("q").depth == accepted
         client.close()

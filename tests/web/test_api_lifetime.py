@@ -267,7 +267,7 @@ def test_beats_tick_starts_a_router_before_a_message_beyond_the_horizon_is_due(
         assert time.time() < sent + delay - SCHEDULED_HORIZON  # it let go: beyond it
         while time.time() < sent + delay - SCHEDULED_HORIZON + 0.5:
             time.sleep(0.05)  # until the due time is within the horizon
-        app.send_task("xumpweb.routing.tasks.tick")
+        app.send_task("xumpweb.router.tasks.tick")
         found = wait_for(lambda: relay.deliveries(destination, count=1, wait=0.2))
     finally:
         app.close()

@@ -43,7 +43,7 @@ def quick_worker(redis_server, tmp_path_factory):
 
     def beat() -> None:
         while not stop.wait(1.0):
-            app.send_task("xumpweb.routing.tasks.tick")
+            app.send_task("xumpweb.router.tasks.tick")
 
     ticking = threading.Thread(target=beat, daemon=True)
     ticking.start()

@@ -1,4 +1,4 @@
-"""Operations answered by the router (xumpweb/routing/operations.py), called the way every
+"""Operations answered by the router (xumpweb/router/operations.py), called the way every
 process calls them: through the store's relay, here against the running service."""
 
 from __future__ import annotations

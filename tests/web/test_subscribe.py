@@ -27,7 +27,7 @@ from engine import Message
 from engine.relay import RelayClient, delivery_from_json
 from tests.web.conftest import ROOT, unique
 from xumpweb.live.frames import delivery_frame
-from xumpweb.routing.codec import delivery_out
+from xumpweb.router.codec import delivery_out
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ class Xump:
         if self.celery is not None and self.relay.client.set(
             f"xump:{{{self.store}}}:kicked", "1", nx=True, ex=30
         ):
-            self.celery.send_task("xumpweb.routing.tasks.route", args=[self.store])
+            self.celery.send_task("xumpweb.router.tasks.route", args=[self.store])
 
     def call(self, method: str, **arguments):
         self.kick()

@@ -26,7 +26,7 @@ def kick(worker_service):
     """Schedule a routing task, as every web process does after sending commands."""
     app = Celery(broker=worker_service.env["XUMP_REDIS_URL"])
     store = worker_service.env["XUMP_STORE"]
-    yield lambda: app.send_task("xumpweb.routing.tasks.route", args=[store])
+    yield lambda: app.send_task("xumpweb.router.tasks.route", args=[store])
     app.close()
 
 

@@ -3,7 +3,7 @@
 Theory of operation. The router's engine records events (engine/event_journal.py). After
 every routing step the router drains them and appends them, as compact JSON chunks of at
 most CHUNK events, to `xump:{S}:journal` IN THE SAME atomic Redis step as the step's other
-changes (runtime._Owner), so the journal says exactly what took effect: a step that never
+changes (runtime._RelayRouter), so the journal says exactly what took effect: a step that never
 committed recorded nothing, and the router that applies its commands again records them
 again. The list is trimmed to the newest XUMP_JOURNAL_LIMIT events (in whole chunks), so
 an archive that never runs costs bounded memory; what was trimmed shows as a gap in the

@@ -11,7 +11,7 @@ from xumpweb.wiring import audit
 
 
 def call(method: str, **arguments: Any) -> Any:
-    """Run an operation in the router (xumpweb/routing/operations.py); its answer, or the
+    """Run an operation in the router (xumpweb/router/operations.py); its answer, or the
     engine's error (errors.py maps it to a status)."""
     return service().call(method, **arguments)
 

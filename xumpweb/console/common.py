@@ -19,7 +19,7 @@ from django.http import HttpRequest
 
 from engine.errors import StoreError, XumpError
 from engine.message import Message
-from xumpweb.routing import operations
+from xumpweb.router import operations
 from xumpweb.runtime import service
 from xumpweb.wiring.audit import actor, record
 
@@ -77,7 +77,7 @@ def body_bytes(out: dict[str, Any]) -> bytes:
 
 
 def to_message(out: dict[str, Any]) -> Message:
-    """An engine Message from the JSON shape of routing/codec.message_out (for filters)."""
+    """An engine Message from the JSON shape of router/codec.message_out (for filters)."""
     return Message(
         address=out.get("address") or "",
         headers=dict(out.get("headers") or {}),

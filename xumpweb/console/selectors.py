@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from engine.errors import InvalidSelector
 from engine.filters import compile_filter
 from engine.matching import check_pattern
-from engine.router import when_matcher
+from engine.routing_table import when_matcher
 from xumpweb.access import check, requires
 from xumpweb.console.common import CallFailed, audit, call, shown, to_message
 from xumpweb.console.forms import SelectorForm

@@ -1,7 +1,7 @@
 """Delivery frames from outbox items, fast: the subscriber's per-message work.
 
-An outbox item is JSON as engine/relay.py writes it (body in base64); a delivery frame is
-what xumpweb/routing/codec.delivery_out makes of the same Delivery. Going through
+An outbox item is JSON as engine/relay/wire.py writes it (body in base64); a delivery frame is
+what xumpweb/router/codec.delivery_out makes of the same Delivery. Going through
 relay.delivery_from_json and delivery_out with the standard json module costs about 90 us
 a message on the development machine; this one step with orjson about 6 us.
 tests/web/test_subscribe.py checks that both give the same frame.

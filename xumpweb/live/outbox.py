@@ -1,7 +1,7 @@
 """One consumer's side of a destination's outbox: taking, settling, giving back.
 
 Theory of operation. The router appends a DELIVER selector's deliveries to its
-destination's **outbox**, a Redis list (engine/relay.py). A consumer (a /ws/subscribe/
+destination's **outbox**, a Redis list (engine/relay/). A consumer (a /ws/subscribe/
 connection, a STOMP subscription) owns one `OutboxReader`: it takes up to `count` items off
 that list with the relay's TAKE script (one round trip that also notes each tag in the
 store's taken set: the delivery timeout starts now, not while the delivery waited) and
@@ -200,7 +200,7 @@ class OutboxReader:
                     self.resend_task = asyncio.create_task(self._resend())
             return
         if self.worker_routing and answers[2]:
-            from xumpweb.routing.tasks import route
+            from xumpweb.router.tasks import route
 
             await sync_to_async(route.delay, thread_sensitive=False)(self.store)
 

@@ -366,7 +366,7 @@ def _schedule_router(running: Service) -> None:
     """One routing task for this burst (as runtime.Service.kick does)."""
     from kombu.exceptions import OperationalError
 
-    from xumpweb.routing.tasks import route
+    from xumpweb.router.tasks import route
 
     try:
         route.delay(running.store)

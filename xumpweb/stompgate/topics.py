@@ -4,7 +4,7 @@ A STOMP subscription to /topic/<pattern> gets a private, self-destructing queue
 `stomp:<connection>:<n>` delivering to the destination of the same name, fed by a COPY
 selector on the topic router (XUMP_STOMP_TOPIC_ROUTER, default "parrot", the parrot
 pattern's router) that matches the message's address against the pattern and, with a
-`selector` header, filters by it (routing/operations.py stomp_topic_open). A SEND to
+`selector` header, filters by it (router/operations.py stomp_topic_open). A SEND to
 /topic/<address> publishes to that router with that address. Unsubscribing, or the
 connection ending, takes the queue down (stomp_topic_close).
 

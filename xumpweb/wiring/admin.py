@@ -2,7 +2,7 @@
 
 Queues, selectors and their stores are written only by the router's engine (models.py), so
 saving or deleting a Queue, Selector or Pattern here sends the change to the router as an
-operation (routing/operations.py) and then reads back the row the engine wrote. The
+operation (router/operations.py) and then reads back the row the engine wrote. The
 operation runs when the form is validated, after Django's own checks, so an engine error
 (a bad name, a filter with a mistake at some column, no router answering) shows on the form
 as any validation error does, and nothing changed. Every change writes an AuditEvent.

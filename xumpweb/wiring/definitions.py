@@ -12,7 +12,7 @@ never a secret.
 what exists: every problem is named (structure, names and ranges, filters that do not
 compile, targets that exist neither in the document nor already); the changes are listed
 (create or update, with before and after). `apply(...)` carries a valid plan out: the
-wiring in one router call, `definitions_apply` (xumpweb/routing/operations.py, all or
+wiring in one router call, `definitions_apply` (xumpweb/router/operations.py, all or
 nothing inside the router's step), then patterns' and tokens' rows and one audit entry.
 
 Import adds and updates; it never deletes what the document does not name (as RabbitMQ's
@@ -358,7 +358,7 @@ def _check_wiring(doc: dict[str, Any], current: dict[str, Any], problems: list[s
     """Build the document's queues, selectors and patterns in a scratch engine beside the
     queues that exist, so the engine's own checks (names, ranges, filters, patterns,
     targets) judge every item; each refusal is a problem."""
-    from xumpweb.routing.operations import _check_settings, _configure
+    from xumpweb.router.operations import _check_settings, _configure
 
     scratch = Engine()
     named = {q["name"] for q in doc["queues"]}

@@ -43,7 +43,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from engine import Message
 from engine.errors import InvalidArgument, XumpError
 from engine.validation import check_headers
-from xumpweb.routing.codec import delivery_out
+from xumpweb.router.codec import delivery_out
 from xumpweb.runtime import Service
 
 PATTERN_ARGUMENTS = {

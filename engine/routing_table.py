@@ -1,7 +1,7 @@
 """A queue's routing table, kept up to date as its selectors change (SPEC §2 rule 1).
 
 Theory of operation: each enabled selector is registered in exactly one place of its
-queue's router: an index of matching.py for MATCH conditions (one per field and operator),
+queue's routing table: an index of matching.py for MATCH conditions (one per field and operator),
 the unconditional list (ALWAYS and filter-only selectors), or the DEFAULT or OVERFLOW lists.
 Changing a selector unregisters and re-registers just that selector, so wiring changes cost
 O(1) per selector, not a rebuild. Routing a message asks the indexes for hits, runs filters
@@ -59,7 +59,7 @@ class SelectorRuntime:
         # False for a COPY/MOVE/BOUNCE whose target queue is missing, or while held
         self.ready = True
         self.held = False  # takes nothing for now (its target's destination is away)
-        self.registered: tuple | None = None  # where the router holds it
+        self.registered: tuple | None = None  # where the routing table holds it
         self.replay_next: int | None = None  # next history seq to replay (start_at)
         self.replay_end = 0
         self.tag_prefix = ""  # "<queue>:<id>:<engine prefix>." for delivery tags
@@ -103,7 +103,7 @@ def when_matcher(
     match: tuple[str, str, str] | None, matches: Callable[[Message], bool] | None
 ) -> Callable[[Message], bool]:
     """Whether one message meets a WHEN made of a MATCH (operator, pattern, field) and/or a
-    compiled filter, decided as the router decides it (the same index, the same header
+    compiled filter, decided as the routing table decides it (the same index, the same header
     text); neither given means always. For what looks at one selector alone: the replay of
     history (rule 13) and the console's preview. InvalidSelector for a bad pattern."""
     if match is None:
@@ -127,7 +127,9 @@ def _always(message: Message) -> bool:
     return True
 
 
-class Router:
+class RoutingTable:
+    """A queue's routing table: which of its enabled selectors a message meets."""
+
     __slots__ = (
         "_filtered",
         "_indexed",

@@ -1,4 +1,4 @@
-"""The routing layer: the rules of SPEC §2 over the engine's runtime state.
+"""The routing rules of SPEC §2 over the engine's runtime state.
 
 Theory of operation (a protocol core in the manner of h11: no I/O of its own):
 
@@ -11,10 +11,10 @@ Theory of operation (a protocol core in the manner of h11: no I/O of its own):
   a head that must wait (takers matched, none with credit; or no routing selectors at all).
   Fast-path nesting is bounded, so long chains of queues fall back to the worklist and never
   exhaust the stack.
-* Routing an entry: the router answers (copies, takers). The taker with credit and the
-  lowest turn takes the message and gets a new turn (round-robin). COPYs run first; a message
-  never arrives twice at the same queue within one public call (`_visited`), which also
-  stops cycles.
+* Routing an entry: the queue's routing table answers (copies, takers). The taker with
+  credit and the lowest turn takes the message and gets a new turn (round-robin). COPYs run
+  first; a message never arrives twice at the same queue within one public call
+  (`_visited`), which also stops cycles.
 * A taken entry stays *outstanding* at its selector. When it is settled (confirmed, deleted,
   or its moved copy settled downstream) the selector gets its credit back and the entry is
   processed, which settles the entry it came from: credit flows up a chain of MOVEs as
@@ -44,7 +44,7 @@ from engine.catalog import QueueSpec
 from engine.errors import QueueFull
 from engine.event_journal import EventJournal
 from engine.message import Delivery, Message
-from engine.router import Router, SelectorRuntime
+from engine.routing_table import RoutingTable, SelectorRuntime
 from engine.stores.base import Entry, QueueState, Store
 
 # NamedTuple constructors without the keyword-handling wrapper: the hot path builds a
@@ -66,7 +66,7 @@ _REPLAY_PAGE = 100
 
 
 class QueueRuntime:
-    """One queue's settings (copied out of its spec for speed), state and router."""
+    """One queue's settings (copied out of its spec for speed), state and routing table."""
 
     __slots__ = (
         "busy",
@@ -81,7 +81,7 @@ class QueueRuntime:
         "name",
         "recorder",
         "redelivery",
-        "router",
+        "routing_table",
         "scheduled",
         "selectors",
         "spec",
@@ -98,7 +98,7 @@ class QueueRuntime:
         self.state = state
         self.counters = state.counters  # the store's counters, held here for speed
         self.selectors: dict[int, SelectorRuntime] = {}
-        self.router = Router()
+        self.routing_table = RoutingTable()
         self.scheduled = False
         self.busy = False  # being routed right now (further up the stack)
         self.deleted = False
@@ -145,7 +145,7 @@ class QueueRuntime:
         return message.timestamp + ttl
 
 
-class Routing:
+class Rules:
     """The routing rules, as methods the Engine inherits. They run under the engine lock."""
 
     _queues: dict[str, QueueRuntime]
@@ -215,17 +215,19 @@ class Routing:
 
     def _route_queue(self, qrt: QueueRuntime) -> None:
         """Route `qrt` from its head until it is empty or its head must wait."""
-        router = qrt.router
+        table = qrt.routing_table
         head = qrt.state.head
         route = self._route_entry
         qrt.busy = True
         try:
-            while (entry := head()) is not None and route(qrt, router, entry, True):
+            while (entry := head()) is not None and route(qrt, table, entry, True):
                 pass
         finally:
             qrt.busy = False
 
-    def _route_entry(self, qrt: QueueRuntime, router: Router, entry: Entry, queued: bool) -> bool:
+    def _route_entry(
+        self, qrt: QueueRuntime, table: RoutingTable, entry: Entry, queued: bool
+    ) -> bool:
         """Route one entry (the queue's head when `queued`); False when it must wait."""
         message = entry.message
         if message.ttl is not None or qrt.ttl is not None:
@@ -235,11 +237,11 @@ class Routing:
                     qrt.state.pop_head()
                 self._expired(qrt, entry)
                 return True
-        copies, takers = router.match(message)
+        copies, takers = table.match(message)
         if not copies and not takers:
-            if router.defaults:
-                copies, takers = router.fallback()
-            elif not router.routing:
+            if table.defaults:
+                copies, takers = table.fallback()
+            elif not table.routing:
                 return False  # rule 6: nothing to route with; hold
             else:
                 if queued:
@@ -391,7 +393,7 @@ class Routing:
             qrt.busy = True
             self._nesting += 1
             try:
-                if self._route_entry(qrt, qrt.router, entry, False):
+                if self._route_entry(qrt, qrt.routing_table, entry, False):
                     return entry
             finally:
                 qrt.busy = False
@@ -492,14 +494,14 @@ class Routing:
         origin: tuple[str, int, str] | None,
         direct: bool,
     ) -> Entry | None:
-        router = qrt.router
+        table = qrt.routing_table
         if message.ttl is not None or qrt.ttl is not None:
             expires = qrt.expires_at(message)
             if expires is not None and expires <= self._time():
                 self._expired(qrt, Entry(0, message, origin))  # never taken, not even here
                 return None
-        if router.overflows:
-            copies, takers = router.overflow()
+        if table.overflows:
+            copies, takers = table.overflow()
             taker = _choose_taker(takers) if takers else None
             if taker is not None or not takers:
                 entry = Entry(qrt.state.next_seq(), message, origin)

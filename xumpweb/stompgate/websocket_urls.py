@@ -1,4 +1,4 @@
-"""The STOMP WebSocket URL (asgi.py mounts it beside live/routing.py's)."""
+"""The STOMP WebSocket URL (asgi.py mounts it beside live/websocket_urls.py's)."""
 
 from __future__ import annotations
 

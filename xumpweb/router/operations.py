@@ -16,7 +16,7 @@ from engine.core import Engine, QueueInfo
 from engine.errors import InvalidArgument, NotFound
 from engine.message import Delivery, Message
 from engine.selectors import Selector, describe
-from xumpweb.routing.codec import message_out
+from xumpweb.router.codec import message_out
 
 Answer = tuple[Any, list[Delivery]]
 NONE: list[Delivery] = []

@@ -25,7 +25,7 @@ from engine.errors import StoreError
 from xumpweb import runtime
 
 _local = threading.local()
-logger = logging.getLogger("xump.routing")
+logger = logging.getLogger("xump.router")
 
 
 def _router() -> runtime.Router:

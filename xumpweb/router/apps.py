@@ -1,9 +1,9 @@
 from django.apps import AppConfig
 
 
-class RoutingConfig(AppConfig):
-    name = "xumpweb.routing"
-    verbose_name = "Xump routing"
+class RouterConfig(AppConfig):
+    name = "xumpweb.router"
+    verbose_name = "Xump router"
 
     def ready(self) -> None:
         # a router (runtime.py) counts its steps and leases for /metrics with metrics.py's

@@ -1,0 +1,165 @@
+"""Destinations away: a worker queue (a wolfpack worker's private queue) whose consumers have
+all been away for the delivery timeout gives its unsettled work back to the queue it came
+from, for the other workers of the pack, and the MOVE or BOUNCE feeding it is held until one
+is back (README, docs/service.md).
+
+The Engine inherits these. The service says which destinations are away (`absent`: the
+engine has no clock of its own); each call replaces the last, and runs, as every public
+call does, under the engine lock through the rules' `_run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from time import time as _time
+from typing import Any
+
+from engine.errors import InvalidArgument
+from engine.message import Delivery
+from engine.routing_table import SelectorRuntime
+from engine.rules import QueueRuntime, Rules
+
+
+class Absence(Rules):
+    """Destinations away, as methods the Engine inherits. They run under the engine lock."""
+
+    _lock: Any
+    # selectors that COPY/MOVE/BOUNCE into a queue name (the Engine keeps it)
+    _targeted_by: dict[str, set[SelectorRuntime]]
+    _held: dict[tuple[str, int], SelectorRuntime]  # held because their target is stranded
+    _give_back: Callable[..., None]  # messaging.py
+
+    def worker_destinations(self) -> set[str]:
+        """The destinations whose absence `absent` acts on: those of the DELIVER selectors
+        of *worker queues*, queues fed by an enabled MOVE or BOUNCE whose enabled selectors
+        all deliver (a wolfpack worker's private queue)."""
+        with self._lock:
+            found: set[str] = set()
+            for qrt in self._worker_queues():
+                found.update(sel.target for sel in qrt.selectors.values() if sel.spec.enabled)
+            return found
+
+    def _worker_queues(self) -> list[QueueRuntime]:
+        found = []
+        for name, feeders in self._targeted_by.items():
+            qrt = self._queues.get(name)
+            if qrt is None or not any(_feeds(sel) for sel in feeders):
+                continue
+            enabled = [sel for sel in qrt.selectors.values() if sel.spec.enabled]
+            if enabled and all(sel.action == "deliver" for sel in enabled):
+                found.append(qrt)
+        return found
+
+    def absent(self, destinations: Iterable[str]) -> tuple[list[Delivery], list[Delivery]]:
+        """Tell the engine which destinations have had no consumer for long enough (the
+        service watches its subscribers; the engine has no clock); each call replaces the
+        last. A worker queue (see `worker_destinations`) whose destinations are all absent
+        is *stranded*. A MOVE or BOUNCE feeding it is held (it takes nothing, as with no
+        credit) when its queue has another enabled taker with the same WHEN that does not
+        feed a stranded queue, another worker of the pack; and the messages it moved there
+        that wait unsettled (unprocessed, or delivered and not confirmed) come back to the
+        front of its queue, in order, as deleting it would return them, its credit given
+        back: the other workers take them. Their deliveries are revoked (their tags stop
+        working). A selector no longer to be held is released and takes again.
+
+        Returns (the Deliveries caused, the Deliveries revoked); whoever holds copies of
+        the revoked ones (an outbox) must drop them."""
+        gone = set(destinations)
+        if not all(isinstance(name, str) for name in gone):
+            raise InvalidArgument("destinations must be names (strings)")
+        revoked: list[Delivery] = []
+        with self._lock:
+            return self._run(self._absent, gone, revoked), revoked
+
+    def _absent(self, gone: set[str], revoked: list[Delivery]) -> None:
+        stranded = set()
+        for qrt in self._worker_queues():
+            if all(s.target in gone for s in qrt.selectors.values() if s.spec.enabled):
+                stranded.add(qrt.name)
+        holding: dict[tuple[str, int], SelectorRuntime] = {}
+        for name in stranded:
+            for sel in self._targeted_by.get(name, ()):
+                source = self._queues.get(sel.spec.queue)
+                if _feeds(sel) and source is not None and _has_partner(source, sel, stranded):
+                    holding[(source.name, sel.id)] = sel
+        for key, sel in list(self._held.items()):
+            if key not in holding:
+                del self._held[key]
+                sel.hold(False)
+                source = self._queues.get(key[0])
+                if source is not None and source.selectors.get(key[1]) is sel:
+                    self._credit_arrived(source, sel)
+        for key, sel in holding.items():
+            self._held[key] = sel
+            sel.hold(True)
+            if sel.state.outstanding:
+                self._recall(self._queues[key[0]], sel, revoked)
+
+    def _recall(self, qrt: QueueRuntime, sel: SelectorRuntime, revoked: list[Delivery]) -> None:
+        """What `sel` moved into its target and is not settled there comes back to `qrt`."""
+        target = sel.target_queue
+        if target is None:
+            return
+        delivered: dict[str, tuple[SelectorRuntime, str]] = {}  # sel's tag -> its delivery
+        for taker in target.selectors.values():
+            if taker.action == "deliver":
+                for tag, entry in taker.state.outstanding.items():
+                    origin = entry.origin
+                    if origin is not None and origin[0] == qrt.name and origin[1] == sel.id:
+                        delivered[origin[2]] = (taker, tag)
+        back = []
+        for tag, entry in list(sel.state.outstanding.items()):
+            if entry.downstream is None or entry.downstream[0] != target.name:
+                continue
+            if target.state.remove(entry.downstream[1]):
+                target.counters["published"] -= 1
+            elif tag in delivered:
+                taker, taken = delivered[tag]
+                revoked.append(self._revoke(target, taker, taken))
+            else:
+                continue  # taken further downstream: it is theirs now
+            back.append(tag)
+        if back:
+            returned = [sel.state.outstanding.pop(tag) for tag in back]
+            for entry in returned:
+                entry.downstream = None
+            self._give_back(qrt, sel, returned)
+
+    def _revoke(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> Delivery:
+        """Withdraw an outstanding delivery (it counts as expired); the Delivery it was."""
+        entry = sel.state.outstanding.pop(tag)
+        qrt.counters["expired"] += 1
+        journal = qrt.journal
+        if journal is not None:
+            mid = entry.message.mid
+            journal((_time(), "expire", mid, qrt.name, sel.id, sel.target, "recalled", None))
+        self._credit_back(qrt, sel)
+        count = entry.delivery_count
+        message = entry.message._replace(seq=entry.seq, destination=sel.target)
+        return Delivery(tag, sel.target, qrt.name, sel.id, message, count > 1, count)
+
+
+def _feeds(sel: SelectorRuntime) -> bool:
+    """An enabled MOVE or BOUNCE: what brings messages into a worker queue."""
+    return sel.spec.enabled and sel.action in ("move", "bounce")
+
+
+def _has_partner(source: QueueRuntime, sel: SelectorRuntime, stranded: set[str]) -> bool:
+    """Whether `source` has another enabled taker with `sel`'s WHEN that does not feed a
+    stranded queue: someone to take what `sel` would give back."""
+    spec = sel.spec
+    when = (spec.when, spec.match, spec.filter)
+    for other in source.selectors.values():
+        other_spec = other.spec
+        if (
+            other is not sel
+            and other_spec.enabled
+            and other.action in TAKERS
+            and (other_spec.when, other_spec.match, other_spec.filter) == when
+            and not (other.action in ("move", "bounce") and other.target in stranded)
+        ):
+            return True
+    return False
+
+
+TAKERS = frozenset({"move", "bounce", "deliver", "delete"})

@@ -1,0 +1,95 @@
+"""Sharing a Redis store between processes: one routes (the router), the others relay.
+
+Theory of operation: the process holding a Redis store's lease (see stores/redis.py) is its
+**router** and the only one running the engine on its queues. Any other process is a
+**client**: it appends commands (publish, confirm, reject) to the store's durable inbox and
+reads deliveries from per-destination outboxes. The router takes a batch of commands off the
+head of the inbox, runs them through its engine, and writes in ONE fenced atomic step the
+store's changes, the removal of those commands from the inbox and the deliveries they
+caused into the outboxes. So:
+
+* a publish that returned to a client is durable (it is in the inbox, with AOF);
+* a command is applied exactly once: if the router dies before its step, nothing of the
+  batch happened and the next router (after the lease expires) takes the same commands;
+* a delivery reaches an outbox exactly once, in the order the router made it;
+* FIFO holds across processes: the inbox is one list and one router routes.
+
+Besides publish, confirm and reject, a client can **call** an operation the router offers
+(`RelayRouter(calls=...)`: wiring changes, history pages, stats) and wait for its answer: the
+call is a command like the others, so it sees every command sent before it, and its answer
+is written to a reply list in the same atomic step as the changes it made. A publish whose
+refusal the publisher must hear (QueueFull from a queue that would drop it) is such a call
+(`publish_applied`); a plain publish the router refuses goes to the errors list.
+
+Keys (the store's hash tag keeps them in the store's slot):
+    xump:{S}:inbox                 LIST  JSON commands, oldest first
+    xump:{S}:outbox:<destination>  LIST  JSON deliveries, oldest first
+    xump:{S}:errors                LIST  JSON {command, error, at} for commands that failed
+                                         (the newest `errors_kept`, 10,000 by default)
+    xump:{S}:reply:<id>            LIST  the answer to one call, kept for a minute
+    xump:{S}:taken                 ZSET  tag -> when a consumer took it off its outbox
+    xump:{S}:revoked:<destination> SET   tags revoked while a copy may wait in the outbox
+    xump:{S}:present:<destination> STRING (expiring) a consumer of the destination is here
+    xump:{S}:absent                HASH  destination -> since when the router sees it away
+
+Delivery timeouts (SPEC §7). A delivery waits in its outbox, one copy, for as long as no
+consumer takes it; the timeout counts from the moment one does. Consumers take deliveries
+with one Lua script (TAKE: LPOP and, in the same atomic step, ZADD of each tag into the
+taken set at the server's time; scripts.py), so no delivery is ever taken unrecorded; a
+consumer that has none waits with BLMOVE of the outbox onto itself, which takes nothing.
+Settling a delivery removes its tag from the taken set (the client does it with its
+confirm or reject). The router's `expire` returns the deliveries taken longer ago than the
+delivery timeout (`delivery_timeout`, default 60 s) and not settled (their consumer may
+have died) to their queues; they are delivered again with `redelivered` set, to the outbox,
+again one copy. At-least-once, as in SPEC §7. A delivery never taken is never expired, so an
+outbox of a destination nobody consumes holds one copy of each message waiting for it; it
+is bounded by the credit of the DELIVER selectors feeding it (or, with unlimited credit,
+by the messages of their queues), and does not grow with time.
+
+Destinations away. Consumers refresh their destination's presence key every second
+(PRESENCE_TTL_MS). A worker queue (Engine.worker_destinations: fed by a MOVE, all of its
+selectors DELIVER) whose destinations have all been away for the delivery timeout gives its
+unsettled work back to the front of the queue it came from, for the other workers of the
+pack (Engine.absent). The copies of revoked deliveries still in the outbox are dropped: in
+the same atomic step the router lists their tags in the destination's revoked set, which
+TAKE skips, and right after it removes them from the outbox (PURGE).
+
+Modules: wire.py (the keys and the JSON of items), scripts.py (the Lua scripts), client.py
+(RelayClient: the side of every process), router.py (RelayRouter: the side of the lease
+holder). The names below are the relay's public ones.
+"""
+
+from __future__ import annotations
+
+from engine.relay.client import RelayClient, call_outcome, store_failure
+from engine.relay.router import EXPIRE_BATCH, REPLY_TTL_MS, TICK_EVERY, Call, RelayRouter
+from engine.relay.scripts import GUARDED_PUSH, PURGE, TAKE, TAKE_THESE
+from engine.relay.wire import (
+    PRESENCE_EVERY,
+    PRESENCE_TTL_MS,
+    delivery_from_json,
+    delivery_keys,
+    message_json,
+    relay_keys,
+)
+
+__all__ = [
+    "EXPIRE_BATCH",
+    "GUARDED_PUSH",
+    "PRESENCE_EVERY",
+    "PRESENCE_TTL_MS",
+    "PURGE",
+    "REPLY_TTL_MS",
+    "TAKE",
+    "TAKE_THESE",
+    "TICK_EVERY",
+    "Call",
+    "RelayClient",
+    "RelayRouter",
+    "call_outcome",
+    "delivery_from_json",
+    "delivery_keys",
+    "message_json",
+    "relay_keys",
+    "store_failure",
+]

@@ -1,0 +1,480 @@
+"""The router side of the relay: RelayRouter holds a store's lease and applies the commands
+of its inbox, in batches, through this process's engine, writing the store's changes and
+the deliveries they caused to the outboxes in one fenced atomic step; it also returns
+deliveries past their timeout and runs message lifetime's timed transitions. See the
+package doc.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from engine import errors
+from engine.core import Engine
+from engine.errors import StoreError, XumpError
+from engine.message import Delivery
+from engine.relay.scripts import PURGE
+from engine.relay.wire import _delivery_json, _encode, _keys, _loads, _message_from, delivery_keys
+from engine.stores.redis import RedisStore
+
+EXPIRE_BATCH = 10_000  # taken deliveries the router looks at per expire
+TICK_EVERY = 0.05  # seconds between a router's looks for due messages (SPEC §8: within 100 ms)
+
+
+# An operation a client may call: it gets the router's engine and the call's arguments, and
+# returns a JSON-able answer and the Deliveries it caused (they go to the outboxes).
+Call = Callable[..., tuple[Any, list[Delivery]]]
+REPLY_TTL_MS = 60_000
+logger = logging.getLogger("xump.relay")
+
+
+class _Unreadable(Exception):
+    """An inbox item that is not a JSON object: set aside as it is."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return default
+
+
+def _is_reply_key(reply: Any, inbox: str) -> bool:
+    return isinstance(reply, str) and reply.startswith(inbox[: -len("inbox")])
+
+
+def _failure(command: Any, error: BaseException | str) -> str:
+    """An errors-list item: the command (kept whole, so what was accepted and then refused
+    can still be recovered; an unreadable item only by its kind), why it failed, when
+    (epoch seconds). The reason says what was wrong, never the offending bytes; json's
+    ensure_ascii makes any text storable."""
+    reason = str(error)
+    if len(reason) > 500:
+        reason = reason[:500] + "..."
+    if not isinstance(command, dict):
+        command = {"op": None, "unreadable": True}
+    return json.dumps({"command": command, "error": reason, "at": time.time()})
+
+
+def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) -> tuple:
+    """The router's side of RelayClient.publish_applied."""
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise errors.InvalidArgument("messages must be a list of relay messages")
+    try:
+        checked = [_message_from(data) for data in messages]
+    except (KeyError, TypeError, ValueError) as error:
+        raise errors.InvalidArgument(f"not a relay message: {error}") from None
+    return None, engine.publish_many(queue, checked, keep_mids=True)
+
+
+def _server_time(client: redis.Redis) -> float:
+    """Redis's clock, which consumers stamp taken deliveries with (not this machine's)."""
+    seconds, micros = client.time()
+    return seconds + micros / 1_000_000
+
+
+def _by_destination(deliveries: list[Delivery]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for delivery in deliveries:
+        found.setdefault(delivery.destination, []).append(delivery.tag)
+    return found
+
+
+class RelayRouter:
+    """Runs a shared store's commands through this process's engine (see the package doc).
+
+    Take the lease first (`acquire`), then build the engine's wiring: opening the queues
+    loads their state as the previous router left it.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        store: str,
+        name: str,
+        lease_ms: int = 5000,
+        delivery_timeout: float = 60.0,
+        calls: dict[str, Call] | None = None,
+        errors_kept: int = 10_000,
+    ) -> None:
+        backend = engine.backend(store)
+        if not isinstance(backend, RedisStore):
+            raise StoreError(f"store {store!r} is not a Redis store; only those can be shared")
+        self.engine = engine
+        self.store = backend
+        self.name = name  # its name in the lease
+        self.lease_ms = lease_ms
+        self.delivery_timeout = delivery_timeout
+        self.errors_kept = errors_kept  # stale acks alone would grow the list for ever
+        self.inbox, self._outbox, self.errors = _keys(store)
+        self._delivery_keys = delivery_keys(store)
+        self._purge = backend.client.register_script(PURGE)
+        # the delivery timeout counts from when a consumer took a delivery, which only the
+        # taken set tells: an "expire" call must use it too (the engine's own expire would
+        # put a second copy of waiting deliveries in their outbox)
+        self.calls: dict[str, Call] = {
+            "publish": _publish_call,
+            **(calls or {}),
+            "expire": self._expire_call,
+        }
+        self._replies: list[tuple] = []
+
+    def acquire(self, timeout: float = 30.0) -> bool:
+        """Wait until this process holds the lease (the previous router's must expire)."""
+        deadline = time.monotonic() + timeout
+        while not self.store.acquire_lease(self.name, self.lease_ms):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(min(0.1, self.lease_ms / 10_000))
+        return True
+
+    def run_once(self, limit: int = 500) -> int:
+        """Apply up to `limit` commands from the inbox in one atomic step; how many."""
+        raw = self.store.client.lrange(self.inbox, 0, limit - 1)
+        # the engine lock keeps other threads' calls out of this step's one commit
+        with self.engine._lock:
+            if raw:
+                self._step(raw)
+            else:
+                self.store.renew_lease()
+        return len(raw)
+
+    def _step(self, raw: list[bytes]) -> None:
+        """Apply the commands at the head of the inbox, all or nothing (see `_attempt`).
+
+        When the step fails (any exception but the store's own StoreError: a value some
+        later stage cannot carry, a defect), nothing of it was committed; the commands are
+        tried again in halves, down to the one that fails alone: that one is set aside in
+        the errors list with its reason, the others are applied once each, in order. So no
+        single command can stop the router, whatever it holds. A failed attempt costs a
+        reload of the engine's state from Redis: cheap for a rare failure, which is what
+        the checks at the door (engine/validation.py) leave."""
+        commands: list[Any] = []
+        for item in raw:
+            try:
+                command = _loads(item)
+            except (ValueError, RecursionError, UnicodeDecodeError):
+                command = _Unreadable("a command in the inbox is not readable JSON")
+            if not isinstance(command, dict | _Unreadable):
+                command = _Unreadable("a command in the inbox is not a JSON object")
+            commands.append(command)
+        # a call runs in a step of its own: a wiring change is saved in the catalog at
+        # once, so a step holding one must never need a retry (it would apply it twice)
+        part: list[Any] = []
+        for command in commands:
+            if command.get("op") != "call":
+                part.append(command)
+                continue
+            if part:
+                self._settle_part(part)
+                part = []
+            self._settle_part([command])
+        if part:
+            self._settle_part(part)
+
+    def _settle_part(self, commands: list[Any]) -> None:
+        failure = self._attempt(commands)
+        if failure is None:
+            return
+        if len(commands) == 1:
+            self._set_aside(commands[0], failure)
+            return
+        half = len(commands) // 2
+        self._settle_part(commands[:half])
+        self._settle_part(commands[half:])
+
+    def _attempt(self, commands: list[Any]) -> BaseException | None:
+        """Apply `commands` (the head of the inbox) and take them off it in one atomic
+        step. None when that was committed; otherwise the error, and nothing of the
+        attempt is left: neither in Redis (never committed) nor in this process (the
+        engine reloads its state as last committed). StoreError (the store itself failed:
+        lease lost, Redis away) is raised: it is no command's fault."""
+        failed: list[str] = []
+        journal = self.engine.journal
+        mark = len(journal) if journal is not None else 0
+        self.store.hold()
+        try:
+            deliveries = []
+            for command in commands:
+                deliveries.extend(self._apply(command, failed))
+            extra: list[tuple] = [("LTRIM", self.inbox, len(commands), -1)]
+            extra.extend(self._to_outboxes(deliveries))
+            if failed:
+                extra.append(("RPUSH", self.errors, *failed))
+                extra.append(("LTRIM", self.errors, -self.errors_kept, -1))
+            for key, answer in self._replies:
+                extra.append(("RPUSH", key, answer))
+                extra.append(("PEXPIRE", key, REPLY_TTL_MS))
+            self.store.add_commands(extra)
+            self.store.release()  # the commit
+        except BaseException as error:
+            if isinstance(error, StoreError) or not isinstance(error, Exception):
+                # the store failed (or the process is stopping): not the commands' fault;
+                # leave this process consistent if we can and let the caller decide
+                with contextlib.suppress(Exception):
+                    self._roll_back(journal, mark)
+                raise
+            self._roll_back(journal, mark)
+            return error
+        finally:
+            self._replies.clear()
+        self._committed(deliveries)
+        return None
+
+    def _roll_back(self, journal: Any, mark: int) -> None:
+        """Forget a step that was not committed: the store's records, the engine's state
+        (loaded again as last committed) and the journal events it recorded."""
+        if journal is not None:
+            journal.take_back(mark)
+        self.engine.reload()
+
+    def _set_aside(self, command: Any, error: BaseException) -> None:
+        """Take one command that fails alone off the inbox, into the errors list with its
+        reason (a caller waiting for its answer hears the same)."""
+        if isinstance(error, XumpError | _Unreadable):
+            reason = str(error)
+        else:
+            # ASCII and short: an exception's text may quote what the command held
+            said = str(error).encode("ascii", "backslashreplace").decode()[:200]
+            reason = f"the router could not apply it ({type(error).__name__}: {said})"
+            logger.warning("command set aside: %s", reason)
+        extra: list[tuple] = [
+            ("LTRIM", self.inbox, 1, -1),
+            ("RPUSH", self.errors, _failure(command, reason)),
+            ("LTRIM", self.errors, -self.errors_kept, -1),
+        ]
+        reply = command.get("reply")
+        if command.get("op") == "call" and _is_reply_key(reply, self.inbox):
+            answer = _encode({"error": "XumpError", "detail": reason})
+            extra.append(("RPUSH", reply, answer))
+            extra.append(("PEXPIRE", reply, REPLY_TTL_MS))
+        self.store.hold()
+        try:
+            self.store.add_commands(extra)
+            self.store.release()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.engine.reload()
+            raise
+
+    def _committed(self, deliveries: list[Delivery]) -> None:
+        """Called after each committed step with the deliveries it sent (a subclass may
+        note them)."""
+
+    def expire(self) -> int:
+        """Delivery timeouts and destinations away (see the package doc), in one atomic step
+        with the redeliveries they cause: deliveries a consumer took longer ago than the
+        delivery timeout and did not settle go back to their queues; worker queues whose
+        destinations have been away that long give their work back. How many deliveries
+        were made."""
+        client = self.store.client
+        keys = self._delivery_keys
+        with self.engine._lock:
+            try:
+                now = _server_time(client)
+                stale = client.zrangebyscore(keys["taken"], "-inf", now - self.delivery_timeout,
+                                             start=0, num=EXPIRE_BATCH)  # fmt: skip
+                gone, absence = self._absence(now)
+            except redis.RedisError as error:
+                raise StoreError(
+                    f"cannot read the delivery timeouts of store {self.store.name!r}: {error}"
+                ) from None
+            revoked: list[Delivery] = []
+            commands = absence
+
+            def operation() -> list[Delivery]:
+                deliveries = self.engine.expire_tags(t.decode() for t in stale)
+                caused, withdrawn = self.engine.absent(gone)
+                revoked.extend(withdrawn)
+                deliveries.extend(caused)
+                if stale:
+                    commands.append(("ZREM", keys["taken"], *stale))
+                if revoked:
+                    commands.append(("ZREM", keys["taken"], *(d.tag for d in revoked)))
+                for destination, tags in _by_destination(revoked).items():
+                    commands.append(("SADD", keys["revoked"] + destination, *tags))
+                return deliveries
+
+            deliveries = self._whole(operation, commands)
+        for destination in _by_destination(revoked):
+            try:
+                self._purge(keys=[self._outbox + destination, keys["revoked"] + destination])
+            except redis.RedisError as error:  # TAKE skips them meanwhile
+                logger.warning("revoked deliveries stay in %r for now: %s", destination, error)
+        return len(deliveries)
+
+    def _absence(self, now: float) -> tuple[set[str], list[tuple]]:
+        """The worker destinations away for the delivery timeout, and the commands that
+        keep the absent hash (since when each is seen away) up to date."""
+        keys = self._delivery_keys
+        destinations = sorted(self.engine.worker_destinations())
+        pipe = self.store.client.pipeline(transaction=False)
+        for destination in destinations:
+            pipe.exists(keys["present"] + destination)
+        pipe.hgetall(keys["absent"])
+        *present, known = pipe.execute()
+        since = {name.decode(): float(at) for name, at in known.items()}
+        gone: set[str] = set()
+        commands: list[tuple] = []
+        for destination, here in zip(destinations, present, strict=True):
+            if here:
+                if destination in since:
+                    commands.append(("HDEL", keys["absent"], destination))
+            elif destination not in since:
+                commands.append(("HSET", keys["absent"], destination, repr(now)))
+            elif now - since[destination] >= self.delivery_timeout:
+                gone.add(destination)
+        forgotten = set(since) - set(destinations)
+        if forgotten:
+            commands.append(("HDEL", keys["absent"], *sorted(forgotten)))
+        return gone, commands
+
+    def _expire_call(self, engine: Engine, older_than: float) -> tuple[Any, list[Delivery]]:
+        """The "expire" operation: deliveries taken more than `older_than` seconds ago and
+        not settled are delivered again (the router's own `expire` runs by itself)."""
+        if not isinstance(older_than, int | float) or isinstance(older_than, bool):
+            raise errors.InvalidArgument(f"older_than must be seconds, not {older_than!r}")
+        client = self.store.client
+        cutoff = _server_time(client) - older_than
+        stale = client.zrangebyscore(self._delivery_keys["taken"], "-inf", cutoff,
+                                     start=0, num=EXPIRE_BATCH)  # fmt: skip
+        deliveries = engine.expire_tags(t.decode() for t in stale)
+        return {"redelivered": len(deliveries)}, deliveries
+
+    def tick(self) -> int:
+        """Message lifetime's time-based transitions due now (SPEC §8: delayed messages
+        and redeliveries whose wait is over, expiries), in one atomic step with the
+        deliveries they cause; how many deliveries. Only looks (cheaply) when nothing is
+        due, so a router may call it often."""
+        with self.engine._lock:
+            due = self.engine.next_due()
+            if due is None or due > time.time():
+                return 0
+            deliveries = self._whole(self.engine.tick)
+        return len(deliveries)
+
+    def resume(self) -> int:
+        """Route what waits in every queue (after taking over a store), in one atomic step
+        with the deliveries it causes; how many deliveries."""
+        with self.engine._lock:
+            deliveries = self._whole(self.engine.resume)
+        return len(deliveries)
+
+    def _whole(
+        self, operation: Callable[[], list[Delivery]], commands: list[tuple] | None = None
+    ) -> list[Delivery]:
+        """Run an engine operation and send its deliveries in one commit, with `commands`
+        (which the operation may fill in), or (it failed) leave nothing of it and raise."""
+        journal = self.engine.journal
+        mark = len(journal) if journal is not None else 0
+        self.store.hold()
+        try:
+            deliveries = operation()
+            self.store.add_commands([*(commands or ()), *self._to_outboxes(deliveries)])
+            self.store.release()
+        except BaseException:
+            self._roll_back(journal, mark)
+            raise
+        self._committed(deliveries)
+        return deliveries
+
+    def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
+        out: dict[str, list[str]] = {}
+        for delivery in deliveries:
+            out.setdefault(delivery.destination, []).append(_delivery_json(delivery))
+        return [("RPUSH", self._outbox + dest, *items) for dest, items in out.items()]
+
+    def _apply(self, command: Any, failed: list[str]) -> list[Delivery]:
+        """Run one command; what the engine refuses (a XumpError: it changed nothing) or
+        what is not a well-formed command is noted in `failed`. Any other error raises:
+        the step is then rolled back (see `_step`)."""
+        engine = self.engine
+        if isinstance(command, _Unreadable):
+            failed.append(_failure(command, str(command)))
+            return []
+        op = command.get("op")
+        try:
+            if op == "publish":
+                try:
+                    queue = command["queue"]
+                    messages = [_message_from(data) for data in command["messages"]]
+                except (KeyError, TypeError, ValueError, AttributeError) as error:
+                    raise errors.InvalidArgument(
+                        f"not a well-formed publish command ({type(error).__name__})"
+                    ) from None
+                return engine.publish_many(queue, messages, keep_mids=True)
+            if op == "call":
+                return self._call(command)
+            if op == "reject":
+                detail = command.get("detail")
+                if isinstance(detail, str) and len(detail) > 500:
+                    detail = detail[:500] + "..."
+                return engine.reject(
+                    command.get("tag"),  # type: ignore[arg-type]
+                    requeue=bool(command.get("requeue", True)),
+                    detail=detail if isinstance(detail, str) and detail else None,
+                )
+            if op != "confirm":
+                raise XumpError(f"unknown relay command {op!r}"[:120])
+            tags = command.get("tags", [])
+            if not isinstance(tags, list):
+                raise errors.InvalidArgument("a confirm command's tags must be a list")
+        except XumpError as error:
+            failed.append(_failure(command, error))
+            return []
+        deliveries: list[Delivery] = []
+        for tag in tags:  # one stale tag must not hold up the others
+            try:
+                deliveries.extend(engine.confirm(tag))
+            except XumpError as error:
+                failed.append(_failure({"op": "confirm", "tags": [tag]}, error))
+        return deliveries
+
+    def _call(self, command: dict[str, Any]) -> list[Delivery]:
+        """Run a called operation; its answer (or error) goes to the caller's reply list."""
+        reply = command.get("reply")
+        if not _is_reply_key(reply, self.inbox):
+            raise XumpError("a call's reply key must be one of this store's keys")
+        method = self.calls.get(command.get("method"))  # type: ignore[arg-type]
+        deliveries: list[Delivery] = []
+        try:
+            if method is None:
+                raise XumpError(f"there is no operation {command.get('method')!r}")
+            arguments = command.get("args") or {}
+            if not isinstance(arguments, dict):
+                raise errors.InvalidArgument("a call's arguments must be a JSON object")
+            try:  # arguments that do not fit the operation: before it runs
+                inspect.signature(method).bind(self.engine, **arguments)
+            except TypeError as error:
+                raise errors.InvalidArgument(str(error)) from None
+            result, deliveries = method(self.engine, **arguments)
+            answer = _encode({"result": result})
+        except XumpError as error:
+            answer = _encode({"error": type(error).__name__, "detail": str(error)})
+        # any other error (a defect) fails the step, which is rolled back; the call is
+        # then set aside alone and its caller answered (see _step): never half applied
+        self._replies.append((reply, answer))
+        return deliveries
+
+    def serve(self, stop: threading.Event, idle: float = 0.01) -> None:
+        """Apply commands until `stop` is set; StoreError if the lease is lost."""
+        every = min(1.0, self.delivery_timeout / 2)
+        next_expiry = time.monotonic() + every
+        next_tick = 0.0
+        while not stop.is_set():
+            if not self.run_once():
+                stop.wait(idle)
+            now = time.monotonic()
+            if now >= next_tick:
+                self.tick()
+                next_tick = now + TICK_EVERY
+            if now >= next_expiry:
+                self.expire()
+                next_expiry = time.monotonic() + every
+        with self.engine._lock:
+            self.store.release_lease()

@@ -1,0 +1,167 @@
+"""The relay's Lua scripts: how consumers take deliveries off an outbox (TAKE, TAKE_THESE),
+how the router drops revoked ones (PURGE) and how clients append to a bounded inbox
+(_BOUNDED_PUSH, GUARDED_PUSH). Each runs in one atomic step on one store's keys. See the
+package doc.
+"""
+
+from __future__ import annotations
+
+# The tag of an outbox item, in Lua: the item is a JSON object whose first key is "tag"
+# (see wire._delivery_json); the string is read up to its closing quote and decoded only when
+# it holds escapes. Anything else is decoded whole.
+_TAG_OF = r"""
+local function tag_of(item)
+    local s, e = string.find(item, '"tag":"', 1, true)
+    if s == nil or s > 3 then
+        local ok, data = pcall(cjson.decode, item)
+        if ok and type(data) == 'table' and type(data.tag) == 'string' then
+            return data.tag
+        end
+        return nil
+    end
+    local j = e + 1
+    while true do
+        local k = string.find(item, '["\\]', j)
+        if k == nil then
+            return nil
+        end
+        if string.byte(item, k) == 34 then
+            local raw = string.sub(item, e + 1, k - 1)
+            if string.find(raw, '\\', 1, true) == nil then
+                return raw
+            end
+            local ok, tag = pcall(cjson.decode, '"' .. raw .. '"')
+            if ok then
+                return tag
+            end
+            return nil
+        end
+        j = k + 2
+    end
+end
+"""
+
+# KEYS: outbox, taken set, the destination's revoked set. ARGV: how many at most.
+# Takes deliveries off the outbox and notes when, at the server's clock; drops revoked ones.
+TAKE = (
+    _TAG_OF
+    + r"""
+local items = redis.call('LPOP', KEYS[1], ARGV[1])
+if not items then
+    return {}
+end
+local now = redis.call('TIME')
+local at = now[1] .. '.' .. string.format('%06d', now[2])
+local revoked = redis.call('EXISTS', KEYS[3]) == 1
+local kept, scored = {}, {}
+for _, item in ipairs(items) do
+    local tag = tag_of(item)
+    if not (revoked and tag and redis.call('SREM', KEYS[3], tag) == 1) then
+        if tag then
+            scored[#scored + 1] = at
+            scored[#scored + 1] = tag
+        end
+        kept[#kept + 1] = item
+    end
+    if #scored >= 1000 then
+        redis.call('ZADD', KEYS[2], unpack(scored))
+        scored = {}
+    end
+end
+if #scored > 0 then
+    redis.call('ZADD', KEYS[2], unpack(scored))
+end
+return kept
+"""
+)
+
+# KEYS: outbox, taken set, the destination's revoked set. ARGV: items read from the outbox.
+# Takes those of the given items still in the outbox (a consumer chose them, e.g. by a
+# filter of its own), as TAKE does: each removed, its tag noted taken, revoked ones dropped.
+# An item another consumer took meanwhile is no longer there and is left out.
+TAKE_THESE = (
+    _TAG_OF
+    + r"""
+local now = redis.call('TIME')
+local at = now[1] .. '.' .. string.format('%06d', now[2])
+local revoked = redis.call('EXISTS', KEYS[3]) == 1
+local kept = {}
+for _, item in ipairs(ARGV) do
+    if redis.call('LREM', KEYS[1], 1, item) == 1 then
+        local tag = tag_of(item)
+        if not (revoked and tag and redis.call('SREM', KEYS[3], tag) == 1) then
+            if tag then
+                redis.call('ZADD', KEYS[2], at, tag)
+            end
+            kept[#kept + 1] = item
+        end
+    end
+end
+return kept
+"""
+)
+
+# KEYS: outbox, the destination's revoked set. Removes the revoked items; how many.
+PURGE = (
+    _TAG_OF
+    + r"""
+if redis.call('EXISTS', KEYS[2]) == 0 then
+    return 0
+end
+local removed = 0
+for _, item in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+    local tag = tag_of(item)
+    if tag and redis.call('SISMEMBER', KEYS[2], tag) == 1 then
+        removed = removed + redis.call('LREM', KEYS[1], 1, item)
+    end
+end
+redis.call('DEL', KEYS[2])
+return removed
+"""
+)
+
+
+# KEYS[1] the inbox
+# ARGV[1] the inbox limit; ARGV[2] one letter per command, "b" for a bounded one (a publish),
+# "f" for a free one (confirm, reject, other calls); ARGV[3...] the commands, in order.
+# Appends the commands in order, leaving out the bounded ones when the inbox already holds
+# `limit` commands (all of them: one batch, one answer); returns minus how many it left
+# out (0 when none: never positive, which tells its answer from RPUSH's, the new length).
+# Settlements are never refused: they are what lets the router drain a full inbox.
+_BOUNDED_PUSH = """
+local limit = tonumber(ARGV[1])
+local kinds = ARGV[2]
+local refuse = string.find(kinds, 'b', 1, true) ~= nil
+    and redis.call('LLEN', KEYS[1]) >= limit
+local chunk, refused = {}, 0
+for i = 3, #ARGV do
+    if refuse and string.byte(kinds, i - 2) == 98 then
+        refused = refused + 1
+    else
+        chunk[#chunk + 1] = ARGV[i]
+        if #chunk == 1000 then
+            redis.call('RPUSH', KEYS[1], unpack(chunk))
+            chunk = {}
+        end
+    end
+end
+if #chunk > 0 then
+    redis.call('RPUSH', KEYS[1], unpack(chunk))
+end
+return -refused
+"""
+
+# KEYS[1] the inbox, KEYS[2] a guard key (the caller's: e.g. the wiring version)
+# ARGV[1] the value the guard key must hold ("" for none); then _BOUNDED_PUSH's ARGV.
+# _BOUNDED_PUSH when the guard holds that value, else nothing appended and {the value}: the
+# caller decided what to send from a stale reading, reads again and sends again.
+GUARDED_PUSH = (
+    """
+local guard = redis.call('GET', KEYS[2]) or ''
+if guard ~= ARGV[1] then
+    return {guard}
+end
+table.remove(ARGV, 1)
+"""
+    + _BOUNDED_PUSH
+)
