@@ -7,15 +7,13 @@ from __future__ import annotations
 import html
 import json
 import re
-import time
 
 import httpx
 import pytest
 
 from engine import Message
 from engine.errors import NotFound
-from engine.relay import RelayClient
-from tests.web.conftest import unique
+from tests.web.conftest import take_from_relay, unique
 
 HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
 
@@ -30,13 +28,6 @@ def browser(service):
         answer = client.post("/admin/login/", data=form)
         assert answer.status_code == 302 and answer.headers["location"] == "/admin/"
         yield client
-
-
-@pytest.fixture(scope="module")
-def relay(service):
-    client = RelayClient(service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"])
-    yield client
-    client.close()
 
 
 def submit(browser: httpx.Client, path: str, fields: dict) -> httpx.Response:
@@ -60,14 +51,6 @@ def row_id(browser: httpx.Client, model: str, search: str) -> str:
 def audit_actions(browser: httpx.Client, subject: str) -> list[str]:
     page = browser.get("/admin/wiring/auditevent/", params={"q": subject})
     return re.findall(r'<td class="field-action">([^<]+)</td>', page.text)
-
-
-def take(relay: RelayClient, destination: str, count: int, within: float = 20.0) -> list:
-    found: list = []
-    deadline = time.monotonic() + within
-    while len(found) < count and time.monotonic() < deadline:
-        found.extend(relay.deliveries(destination, count=count - len(found), wait=0.5))
-    return found
 
 
 def test_it_requires_login(service):
@@ -132,7 +115,7 @@ def test_a_selector_saved_in_the_admin_routes_and_deleting_it_stops(browser, rel
         Message(address="orders.eu", headers={"priority": 7}, body=b"taken"),
         Message(address="orders.eu", headers={"priority": 1}, body=b"not taken"),
     ])  # fmt: skip
-    [delivery] = take(relay, destination, 1)
+    [delivery] = take_from_relay(relay, destination, 1)
     assert delivery.message.body == b"taken"
     relay.confirm([delivery])
 
@@ -166,7 +149,7 @@ def test_a_pattern_builds_its_wiring_and_deleting_it_removes_what_it_built(brows
     private = relay.call("queue_get", name=f"{router}:{subscriber}")
     assert [s["action"] for s in private["selectors"]] == ["deliver"]
     relay.publish(router, Message(address="sport.tennis", body=b"match point"))
-    [delivery] = take(relay, subscriber, 1)
+    [delivery] = take_from_relay(relay, subscriber, 1)
     assert delivery.message.body == b"match point"
     relay.confirm([delivery])
 
