@@ -48,6 +48,14 @@ def row_id(browser: httpx.Client, model: str, search: str) -> str:
     return found
 
 
+def revoke(browser: httpx.Client, token: str) -> None:
+    """Revoke the token named `token` with the list's action, as an operator does."""
+    chosen = row_id(browser, "apitoken", token)
+    answer = submit(browser, "/admin/wiring/apitoken/",
+                    {"action": "revoke", "_selected_action": chosen})  # fmt: skip
+    assert answer.status_code == 302
+
+
 def audit_actions(browser: httpx.Client, subject: str) -> list[str]:
     page = browser.get("/admin/wiring/auditevent/", params={"q": subject})
     return re.findall(r'<td class="field-action">([^<]+)</td>', page.text)
@@ -171,13 +179,31 @@ def test_a_token_shows_its_secret_once_and_can_be_revoked(browser):
     assert len(re.findall(r"xump_[0-9a-f]{8}_[\w-]+", shown)) == 1
     assert not re.search(r"xump_[0-9a-f]{8}_[\w-]+", browser.get("/admin/wiring/apitoken/").text)
 
-    token = row_id(browser, "apitoken", name)
-    answer = submit(browser, "/admin/wiring/apitoken/",
-                    {"action": "revoke", "_selected_action": token})  # fmt: skip
-    assert answer.status_code == 302
+    revoke(browser, name)
     listed = browser.get("/admin/wiring/apitoken/", params={"q": name}).text
     assert "revoked" in listed
     assert audit_actions(browser, name) == ["token.revoke", "token.create"]
+
+
+def test_the_lists_filter_queues_by_dead_letter_queue_and_tokens_by_state(browser, relay):
+    prefix = unique("filtered")
+    relay.call("queue_create", name=f"{prefix}-plain")
+    relay.call("queue_create", name=f"{prefix}-guarded", dead_letter=f"{prefix}-plain")
+
+    def listed(model: str, **chosen: str) -> list[str]:
+        page = browser.get(f"/admin/wiring/{model}/", params={"q": prefix, **chosen})
+        assert page.status_code == 200
+        return sorted(re.findall(rf'class="field-name"><a [^>]*>({prefix}-\w+)</a>', page.text))
+
+    assert listed("queue") == [f"{prefix}-guarded", f"{prefix}-plain"]
+    assert listed("queue", dead_letter="yes") == [f"{prefix}-guarded"]
+    assert listed("queue", dead_letter="no") == [f"{prefix}-plain"]
+    for name in (f"{prefix}-live", f"{prefix}-revoked"):
+        fields = {"name": name, "rights": '{"*": ["read"]}', "_save": "Save"}
+        assert submit(browser, "/admin/wiring/apitoken/add/", fields).status_code == 302
+    revoke(browser, f"{prefix}-revoked")
+    assert listed("apitoken", state="live") == [f"{prefix}-live"]
+    assert listed("apitoken", state="revoked") == [f"{prefix}-revoked"]
 
 
 def test_bad_token_rights_are_a_form_error(browser):

@@ -20,6 +20,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Q
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
@@ -241,19 +242,25 @@ class SelectorInline(admin.TabularInline):
         return False
 
 
-class HasDeadLetter(admin.SimpleListFilter):
-    title = "dead-letter queue"
-    parameter_name = "dead_letter"
+class ChoiceFilter(admin.SimpleListFilter):
+    """A list filter whose every choice is one condition on the rows."""
+
+    # value in the URL -> (label, condition); not `choices`: SimpleListFilter has that method
+    conditions: dict[str, tuple[str, Q]]
 
     def lookups(self, request, model_admin):
-        return [("yes", "set"), ("no", "none")]
+        return [(value, label) for value, (label, _) in self.conditions.items()]
 
     def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.exclude(dead_letter__isnull=True).exclude(dead_letter="")
-        if self.value() == "no":
-            return queryset.filter(dead_letter__isnull=True) | queryset.filter(dead_letter="")
-        return queryset
+        chosen = self.conditions.get(self.value())
+        return queryset if chosen is None else queryset.filter(chosen[1])
+
+
+class HasDeadLetter(ChoiceFilter):
+    title = "dead-letter queue"
+    parameter_name = "dead_letter"
+    _none = Q(dead_letter__isnull=True) | Q(dead_letter="")
+    conditions = {"yes": ("set", ~_none), "no": ("none", _none)}
 
 
 @admin.register(Queue)
@@ -556,19 +563,13 @@ class ApiTokenForm(forms.ModelForm):
         return rights
 
 
-class IsRevoked(admin.SimpleListFilter):
+class IsRevoked(ChoiceFilter):
     title = "state"
     parameter_name = "state"
-
-    def lookups(self, request, model_admin):
-        return [("live", "live"), ("revoked", "revoked")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "live":
-            return queryset.filter(revoked__isnull=True)
-        if self.value() == "revoked":
-            return queryset.filter(revoked__isnull=False)
-        return queryset
+    conditions = {
+        "live": ("live", Q(revoked__isnull=True)),
+        "revoked": ("revoked", Q(revoked__isnull=False)),
+    }
 
 
 @admin.register(ApiToken)
