@@ -132,9 +132,24 @@ class EngineAdmin(admin.ModelAdmin):
         }
 
 
+class ReadOnly:
+    """For an admin or inline that shows rows only: nothing is added, changed or deleted
+    through it (stores are the router's, selectors have their own page, the audit log is
+    never edited)."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 # -- stores ----------------------------------------------------------------------------------
 @admin.register(Store)
-class StoreAdmin(admin.ModelAdmin):
+class StoreAdmin(ReadOnly, admin.ModelAdmin):
     """Stores are the router's: shown, never edited here."""
 
     list_display = ("name", "kind", "shown_url", "queue_count")
@@ -157,15 +172,6 @@ class StoreAdmin(admin.ModelAdmin):
     @admin.display(description="queues")
     def queue_count(self, store: Store) -> int:
         return store.queues.count()
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 # -- queues ----------------------------------------------------------------------------------
@@ -219,7 +225,7 @@ class QueueForm(EngineForm):
         return None
 
 
-class SelectorInline(admin.TabularInline):
+class SelectorInline(ReadOnly, admin.TabularInline):
     """The queue's selectors in routing order, read-only (edit each on its own page)."""
 
     model = Selector
@@ -231,15 +237,6 @@ class SelectorInline(admin.TabularInline):
     @admin.display(description="when → do")
     def describe(self, selector: Selector) -> str:
         return selector.describe()
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class ChoiceFilter(admin.SimpleListFilter):
@@ -645,7 +642,7 @@ def _token_state(token: ApiToken) -> dict[str, Any]:
 
 # -- audit -----------------------------------------------------------------------------------
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnly, admin.ModelAdmin):
     """The audit log: read-only."""
 
     list_display = ("when", "who", "action", "subject")
@@ -654,12 +651,3 @@ class AuditEventAdmin(admin.ModelAdmin):
     date_hierarchy = "when"
     fields = ("when", "who", "action", "subject", "before", "after")
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
