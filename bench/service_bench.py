@@ -53,7 +53,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -254,9 +257,7 @@ async def paced_single_publishes(base: str, token: str, queue: str, total: int) 
 
     await asyncio.gather(*(publisher(offset) for offset in range(4)))
     rate = total / (time.perf_counter() - started)
-    p50, p99 = percentiles(answered)
-    print(f"  (latency run: {rate:,.0f} publishes/s sent; publish -> 202 p50 {p50:.1f} ms, "
-          f"p99 {p99:.1f} ms)", flush=True)  # fmt: skip
+    print_latency("latency run", rate, "202", answered)
 
 
 def paced_publisher(base: str, token: str, queue: str, total: int, ready, go) -> None:
@@ -340,9 +341,7 @@ async def paced_ws_publishes(ws_url: str, token: str, queue: str, total: int) ->
             await socket.send(orjson.dumps(frame).decode())
         rate = total / (time.perf_counter() - started)
         await reader
-    p50, p99 = percentiles(answered)
-    print(f"  (WebSocket latency run: {rate:,.0f} publishes/s sent; publish -> confirm p50 "
-          f"{p50:.1f} ms, p99 {p99:.1f} ms)", flush=True)  # fmt: skip
+    print_latency("WebSocket latency run", rate, "confirm", answered)
 
 
 def paced_ws_publisher(base: str, token: str, queue: str, total: int, ready, go) -> None:
@@ -411,6 +410,25 @@ class Run:
         return total / elapsed, serials, latencies, client_cpu
 
 
+def turns(total: int, paced: bool) -> Iterator[int]:
+    """0 to total - 1, each when its turn comes at RATE a second if `paced` (else at once):
+    the serial numbers of a publisher's messages."""
+    started = time.perf_counter()
+    for n in range(total):
+        if paced:
+            delay = started + n / RATE - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        yield n
+
+
+def print_latency(run: str, rate: float, until: str, answered: list[float]) -> None:
+    """A paced run's line: the rate it sent at, and the p50 and p99 from publish to `until`."""
+    p50, p99 = percentiles(answered)
+    print(f"  ({run}: {rate:,.0f} publishes/s sent; publish -> {until} p50 {p50:.1f} ms, "
+          f"p99 {p99:.1f} ms)", flush=True)  # fmt: skip
+
+
 def percentiles(latencies: list[float]) -> tuple[float, float]:
     if len(latencies) < 2:
         return float("nan"), float("nan")
@@ -418,15 +436,27 @@ def percentiles(latencies: list[float]) -> tuple[float, float]:
     return cuts[49] * 1000, cuts[98] * 1000
 
 
-def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
-    redis_server = RedisServer(directory / "redis")
+@contextmanager
+def worker_service(directory: Path, *redis_options: str) -> Iterator[tuple[Any, RedisServer]]:
+    """The service with routing in a Celery worker, on a redis-server of its own (started
+    with `redis_options`), both under `directory`; stopped on leaving the block."""
     (directory / "redis").mkdir()
+    (directory / "service").mkdir()
+    redis_server = RedisServer(directory / "redis", *redis_options)
     redis_server.start()
     service = None
     try:
-        (directory / "service").mkdir()
         service = start_service(redis_server.url, directory / "service", "worker")
         service.start_worker()
+        yield service, redis_server
+    finally:
+        if service is not None:
+            service.close()
+        redis_server.stop()
+
+
+def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
+    with worker_service(directory) as (service, redis_server):
         pids = {name: process.pid for name, process in service.processes.items()}
         meter = CpuMeter({**pids, "redis": redis_server.process.pid})
         results: dict = {"cpu": {}}
@@ -518,18 +548,15 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
         _, seen, results["cpu"]["latency"] = wolfpack_run(total, paced_publisher, (total,))
         results["p50"], results["p99"] = percentiles(seen)
         return results
-    finally:
-        if service is not None:
-            service.close()
-        redis_server.stop()
 
 
 # -- RabbitMQ ---------------------------------------------------------------------------------
-def rabbit_answers() -> bool:
+def listening(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at host:port (a broker to compare with)."""
     import socket
 
     try:
-        with socket.create_connection(RABBIT, timeout=1):
+        with socket.create_connection((host, port), timeout=1):
             return True
     except OSError:
         return False
@@ -584,18 +611,13 @@ def rabbit_publisher(queue: str, total: int, paced: bool, ready, go) -> None:
     persistent = pika.BasicProperties(delivery_mode=2)
     ready.set()
     go.wait()
-    started = time.perf_counter()
-    for n in range(total):
-        if paced:
-            delay = started + n / RATE - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
+    for n in turns(total, paced):
         channel.basic_publish("", queue, body(n).encode(), persistent)
     connection.close()
 
 
 def bench_rabbit(args: argparse.Namespace) -> dict | None:
-    if not rabbit_answers():
+    if not listening(*RABBIT):
         return None
     results: dict = {}
 

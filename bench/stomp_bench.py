@@ -64,13 +64,15 @@ from bench.service_bench import (
     api,
     body,
     check_once,
+    listening,
     load,
     percentiles,
     rabbit_connection,
+    turns,
     wait_for_counter,
+    worker_service,
 )
-from tests.conftest import RedisServer
-from tests.web.conftest import PYTHON, ROOT, start_service
+from tests.web.conftest import PYTHON, ROOT
 
 HOST = "127.0.0.1"
 RABBIT_STOMP = 61613
@@ -199,11 +201,8 @@ def stomp_publisher(broker: Broker, destination: str, total: int, paced: bool, s
     ready.set()
     go.wait()
     started = time.perf_counter()
-    for n in range(total):
+    for n in turns(total, paced):
         if paced:
-            delay = started + n / RATE - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
             sent[str(n)] = time.perf_counter()
             connection.send(destination, body(n), headers={**headers, "receipt": str(n)})
         else:
@@ -341,14 +340,7 @@ def start_stomp_server(service, port: int, directory: Path) -> None:
 
 
 def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
-    (directory / "redis").mkdir()
-    (directory / "service").mkdir()
-    redis_server = RedisServer(directory / "redis", "--appendfsync", args.appendfsync)
-    redis_server.start()
-    service = None
-    try:
-        service = start_service(redis_server.url, directory / "service", "worker")
-        service.start_worker()
+    with worker_service(directory, "--appendfsync", args.appendfsync) as (service, redis_server):
         start_stomp_server(service, args.xump_port, directory / "service")
         broker = Broker("Xump", args.xump_port, "bench", service.admin_token)
         pids = {name: process.pid for name, process in service.processes.items()}
@@ -372,23 +364,11 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
             wait_for_counter(service, [name], "confirmed", total)
 
         return bench(broker, f"/queue/{queue()}", route, settled, args, meter)
-    finally:
-        if service is not None:
-            service.close()
-        redis_server.stop()
 
 
 # -- RabbitMQ ---------------------------------------------------------------------------------
-def rabbit_stomp_answers() -> bool:
-    try:
-        with socket.create_connection((HOST, RABBIT_STOMP), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 def bench_rabbit(args: argparse.Namespace) -> dict | None:
-    if not rabbit_stomp_answers():
+    if not listening(HOST, RABBIT_STOMP):
         return None
     broker = Broker("RabbitMQ", RABBIT_STOMP, "guest", "guest", vhost="/",
                     send_headers=(("persistent", "true"),))  # fmt: skip

@@ -208,23 +208,28 @@ class Messaging(Rules):
         for qrt, sel, tag in settling:
             self._confirm(qrt, sel, tag)
 
-    def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
+    def _take_back(
+        self,
+        qrt: QueueRuntime,
+        sel: SelectorRuntime,
+        tag: str,
+        counter: str,
+        event: str,
+        detail: str | None = None,
+    ) -> Entry:
+        """Take the outstanding delivery `tag` back from its selector, counted under
+        `counter` and journaled as `event`; its entry, for the caller to finish with."""
         entry = sel.state.outstanding.pop(tag)
-        qrt.counters["confirmed"] += 1
+        qrt.counters[counter] += 1
         journal = qrt.journal
         if journal is not None:
             journal(
-                (
-                    self._clock,
-                    "confirm",
-                    entry.message.mid,
-                    qrt.name,
-                    sel.id,
-                    sel.target,
-                    None,
-                    None,
-                )
+                (self._clock, event, entry.message.mid, qrt.name, sel.id, sel.target, detail, None)
             )
+        return entry
+
+    def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
+        entry = self._take_back(qrt, sel, tag, "confirmed", "confirm")
         self._credit_back(qrt, sel)
         self._processed(qrt, entry)
 
@@ -252,22 +257,7 @@ class Messaging(Rules):
         requeue: bool,
         detail: str | None = None,
     ) -> None:
-        entry = sel.state.outstanding.pop(tag)
-        qrt.counters["rejected"] += 1
-        journal = qrt.journal
-        if journal is not None:
-            journal(
-                (
-                    self._clock,
-                    "reject",
-                    entry.message.mid,
-                    qrt.name,
-                    sel.id,
-                    sel.target,
-                    "requeue" if requeue else None,
-                    None,
-                )
-            )
+        entry = self._take_back(qrt, sel, tag, "rejected", "reject", "requeue" if requeue else None)
         if requeue:
             self._give_back(qrt, sel, [entry], retry=True)
         else:

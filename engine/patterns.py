@@ -80,36 +80,42 @@ def wolfpack(eng: Engine, service: str, worker: str, credit: int = 1) -> Wiring:
     check_name("worker", worker)
     check_count("credit", credit, minimum=-1, maximum=MAX_WIRING)
     private = check_name("worker queue", f"{service}:{worker}")
-    building = Building(eng)
-    try:
-        ensure_queue(building, service)
-        ensure_queue(building, private)
-        deliveries: list[Delivery] = []
-        deliver = _ensure_selector(building, private, "always", None, "deliver", worker, deliveries)
-        move = _ensure_selector(
-            building, service, "always", None, "move", private, deliveries, credit=credit
-        )
-    except BaseException:
-        building.undo()
-        raise
-    return _wiring(private, ((private, deliver.id), (service, move.id)), deliveries, building)
+    return _build(eng, service, private, worker, ("always", None, "move", credit))
 
 
 def _fan_in(eng: Engine, router: str, name: str, match: tuple[str, str, str]) -> Wiring:
     check_name("router queue", router)
     check_pattern(match[0], match[1])
     private = check_name("private queue", f"{router}:{name}")
+    return _build(eng, router, private, name, ("match", match, "copy", None))
+
+
+def _build(
+    eng: Engine,
+    shared: str,
+    private: str,
+    recipient: str,
+    feed: tuple[str, tuple[str, str, str] | None, str, int | None],
+) -> Wiring:
+    """What every pattern builds: `shared` feeds `private` through one selector (`feed`:
+    when, match, move or copy, credit), and `private` DELIVERs to `recipient`. All or
+    nothing: what it made is undone when a step fails."""
+    when, match, action, credit = feed
     building = Building(eng)
     try:
-        ensure_queue(building, router)
+        ensure_queue(building, shared)
         ensure_queue(building, private)
         deliveries: list[Delivery] = []
-        deliver = _ensure_selector(building, private, "always", None, "deliver", name, deliveries)
-        copy = _ensure_selector(building, router, "match", match, "copy", private, deliveries)
+        deliver = _ensure_selector(
+            building, private, "always", None, "deliver", recipient, deliveries
+        )
+        fed = _ensure_selector(
+            building, shared, when, match, action, private, deliveries, credit=credit
+        )
     except BaseException:
         building.undo()
         raise
-    return _wiring(private, ((private, deliver.id), (router, copy.id)), deliveries, building)
+    return _wiring(private, ((private, deliver.id), (shared, fed.id)), deliveries, building)
 
 
 def _wiring(

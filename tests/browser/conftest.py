@@ -15,6 +15,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,32 +83,40 @@ def login_state(browser, console) -> dict[str, Any]:
 @pytest.fixture
 def page(browser, console, login_state, request):
     """A logged-in page; its screenshot is saved when the test ends."""
-    context = browser.new_context(
-        base_url=console.url, storage_state=login_state, viewport={"width": 1400, "height": 900}
-    )
-    opened = context.new_page()
-    opened.set_default_timeout(10_000)
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    opened.errors = errors
-    yield opened
-    try:
-        opened.screenshot(path=str(shot_path(request.node.name)), full_page=True)
-    finally:
-        context.close()
+    with open_page(
+        browser, console.url, request, storage_state=login_state, viewport=WIDE
+    ) as opened:
+        yield opened
 
 
 @pytest.fixture
 def anonymous(browser, console, request):
     """A page of a visitor who has not logged in; its screenshot is saved too."""
-    context = browser.new_context(base_url=console.url)
+    with open_page(browser, console.url, request) as opened:
+        yield opened
+
+
+WIDE = {"width": 1400, "height": 900}  # the viewport of the logged-in pages
+
+
+@contextmanager
+def open_page(browser, base_url: str, request, **options: Any) -> Iterator[Any]:
+    """A page in a browser context of its own (`options`: new_context's, e.g. storage_state
+    or viewport), its JavaScript errors in `page.errors`; on leaving the block its
+    screenshot is saved (named for the test) and the context closed."""
+    context = browser.new_context(base_url=base_url, **options)
     opened = context.new_page()
     opened.set_default_timeout(10_000)
-    yield opened
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.errors = errors
     try:
-        opened.screenshot(path=str(shot_path(request.node.name)), full_page=True)
+        yield opened
     finally:
-        context.close()
+        try:
+            opened.screenshot(path=str(shot_path(request.node.name)), full_page=True)
+        finally:
+            context.close()
 
 
 def shot_path(test_name: str) -> Path:

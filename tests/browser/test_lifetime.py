@@ -10,7 +10,7 @@ import time
 import pytest
 
 from engine.message import Message
-from tests.browser.conftest import axe_scan, log_in, make_queue, publish, shot_path, unique
+from tests.browser.conftest import WIDE, axe_scan, log_in, make_queue, open_page, publish, unique
 from tests.web.test_subscribe import send, subscribe, take
 
 PASSWORD = "lifetime-password-1"
@@ -33,20 +33,11 @@ def operator(console) -> str:
 
 @pytest.fixture
 def operator_page(browser, console, operator, request):
-    context = browser.new_context(base_url=console.url, viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto("/login/")
-    log_in(page, operator, PASSWORD)
-    page.wait_for_url(console.url + "/")
-    page.errors = errors
-    yield page
-    try:
-        page.screenshot(path=str(shot_path(request.node.name)), full_page=True)
-    finally:
-        context.close()
+    with open_page(browser, console.url, request, viewport=WIDE) as page:
+        page.goto("/login/")
+        log_in(page, operator, PASSWORD)
+        page.wait_for_url(console.url + "/")
+        yield page
 
 
 def test_a_poison_message_reaches_the_inspector_under_delivery_limit(operator_page, console, relay):

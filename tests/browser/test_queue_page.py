@@ -29,30 +29,19 @@ def test_history_pages_forward_and_back(page, relay):
     queue = history_queue(relay, 45)  # pages of 20: 45..26, 25..6, 5..1
     page.goto(f"/queues/{queue}/")
     assert seqs_shown(page) == list(range(45, 25, -1))  # latest first
-    page.get_by_role("link", name="← Older").click()
-    page.wait_for_function(
-        "() => document.querySelector('#history tbody td.num a').textContent === '25'"
-    )
-    assert seqs_shown(page) == list(range(25, 5, -1))
-    page.get_by_role("link", name="← Older").click()
-    page.wait_for_function(
-        "() => document.querySelector('#history tbody td.num a').textContent === '5'"
-    )
-    assert seqs_shown(page) == [5, 4, 3, 2, 1]
-    page.get_by_role("link", name="Newer →").click()
-    page.wait_for_function(
-        "() => document.querySelector('#history tbody td.num a').textContent === '25'"
-    )
-    assert seqs_shown(page) == list(range(25, 5, -1))
-    page.get_by_role("link", name="Oldest").click()
-    page.wait_for_function(
-        "() => document.querySelector('#history tbody td.num a').textContent === '20'"
-    )
-    assert seqs_shown(page) == list(range(20, 0, -1))
-    page.get_by_role("link", name="Latest").click()
-    page.wait_for_function(
-        "() => document.querySelector('#history tbody td.num a').textContent === '45'"
-    )
+    for link, shown in [
+        ("← Older", list(range(25, 5, -1))),
+        ("← Older", [5, 4, 3, 2, 1]),
+        ("Newer →", list(range(25, 5, -1))),
+        ("Oldest", list(range(20, 0, -1))),
+        ("Latest", list(range(45, 25, -1))),
+    ]:
+        page.get_by_role("link", name=link).click()
+        page.wait_for_function(
+            "first => document.querySelector('#history tbody td.num a').textContent === first",
+            arg=str(shown[0]),
+        )
+        assert seqs_shown(page) == shown, link
     assert not page.errors
 
 

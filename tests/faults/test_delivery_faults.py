@@ -33,7 +33,7 @@ import redis
 
 from tests.conftest import RedisServer
 from tests.figures import report
-from tests.web.conftest import PYTHON, ROOT, Service, start_service
+from tests.web.conftest import PYTHON, ROOT, Service, start_service, wait_for
 
 MESSAGES = int(os.environ.get("XUMP_FAULT_MESSAGES", "20000"))
 RATE = float(os.environ.get("XUMP_FAULT_RATE", "2500"))  # messages a second, publishing
@@ -42,15 +42,6 @@ WORKERS = ("w1", "w2")  # the wolfpack's destinations; two subscriber processes 
 ROWS: list[dict] = []
 
 pytestmark = pytest.mark.slow
-
-
-def wait_until(check, within: float, every: float = 0.05):
-    deadline = time.monotonic() + within
-    while True:
-        found = check()
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(every)
 
 
 # -- the system under test ------------------------------------------------------------------
@@ -288,7 +279,7 @@ def check(system: System, publisher: Publisher, name: str, started: float) -> di
     def arrived() -> bool:
         return accepted <= set(read_records(system, time.time()).received)
 
-    everything = wait_until(arrived, within=180, every=0.5)
+    everything = wait_for(arrived, within=180, every=0.5)
     time.sleep(2 * TIMEOUT)  # a duplicate still on its way would show now
     for subscriber in list(system.subscribers):
         system.stop_subscriber(subscriber)
@@ -360,7 +351,7 @@ def run_with_fault(system: System, name: str, fault, hold: int = 0,
         system.start_subscriber(f"{worker}-b", worker, stomp=f"{worker}-b" in stomp)
     publisher = Publisher(system, "jobs", MESSAGES)
     publisher.start()
-    assert wait_until(lambda: publisher.published >= MESSAGES // 3 or publisher.failure,
+    assert wait_for(lambda: publisher.published >= MESSAGES // 3 or publisher.failure,
                       within=120)  # fmt: skip
     fault()
     publisher.join(timeout=300)
@@ -399,14 +390,14 @@ def test_sigstop_of_the_routing_worker_past_its_lease(system):
     system.service.start_worker("second")
 
     def fault() -> None:
-        holder = wait_until(system.lease_pid, within=30)
+        holder = wait_for(system.lease_pid, within=30)
         stopped = next(
             name for name, process in system.service.processes.items() if process.pid == holder
         )
         process = system.service.processes[stopped]
         process.send_signal(signal.SIGSTOP)
         try:  # the other worker takes the lease over while this one sleeps
-            assert wait_until(lambda: system.lease_pid() not in (None, holder), within=60)
+            assert wait_for(lambda: system.lease_pid() not in (None, holder), within=60)
         finally:
             process.send_signal(signal.SIGCONT)
 
@@ -422,7 +413,7 @@ def test_kill_9_of_a_subscriber_holding_unacked_deliveries(system):
     def fault() -> None:
         holder = system.subscribers["w1-a"]
         holder.process.send_signal(signal.SIGUSR1)
-        assert wait_until(lambda: "holding" in holder.log.read_text(), within=60)
+        assert wait_for(lambda: "holding" in holder.log.read_text(), within=60)
         system.kill_subscriber("w1-a")
         system.start_subscriber("w1-a", "w1")  # a new process, which acks as usual
 
@@ -451,7 +442,7 @@ def test_kill_9_of_the_stomp_server_while_subscribers_hold_unacked_deliveries(sy
     def fault() -> None:
         holder = system.subscribers["w1-a"]
         holder.process.send_signal(signal.SIGUSR1)
-        assert wait_until(lambda: "holding" in holder.log.read_text(), within=60)
+        assert wait_for(lambda: "holding" in holder.log.read_text(), within=60)
         system.service.stop("stomp", kill=True)
         time.sleep(1.0)  # subscribers meet a dead port for a while
         system.start_stomp()

@@ -111,11 +111,21 @@ def test_history_trimming_deletes_rows(tmp_path) -> None:
     assert database.execute("SELECT COUNT(*) FROM xump_body").fetchall() == [(3,)]
 
 
-def test_unreachable_database_raises_store_error_with_the_password_masked() -> None:
+@pytest.mark.parametrize(
+    "kind, url, password",
+    [
+        ("sql", "postgresql://xump:s3cret@127.0.0.1:1/xump", "s3cret"),
+        ("redis", "redis://:hunter2@127.0.0.1:1/0", "hunter2"),
+    ],
+    ids=["sql", "redis"],
+)
+def test_unreachable_store_raises_store_error_with_the_password_masked(
+    kind: str, url: str, password: str
+) -> None:
     engine = Engine()
     with pytest.raises(StoreError) as raised:
-        engine.store_create("sql", "pg", url="postgresql://xump:s3cret@127.0.0.1:1/xump")
-    assert "s3cret" not in str(raised.value)
+        engine.store_create(kind, "unreachable", url=url)
+    assert password not in str(raised.value)
     assert "***" in str(raised.value)
     assert "check" in str(raised.value)
     assert [s.name for s in engine.stores()] == ["ram"]

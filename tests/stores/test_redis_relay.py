@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,6 +35,13 @@ def shared(redis_server):
     client.delete("results", "stop")
 
 
+@pytest.fixture
+def client(shared):
+    """A relay client of the `shared` store, as an application holds one."""
+    with closing(RelayClient(*shared)) as made:
+        yield made
+
+
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(PROCESSES), *args], stdout=subprocess.PIPE, text=True
@@ -51,6 +58,20 @@ def wait_until(condition, seconds: float = 90) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def take_and_confirm(
+    client: RelayClient, destination: str, total: int, count: int
+) -> list[Delivery]:
+    """What the application receives, `count` at most at a time and confirmed as it goes,
+    until `total` came or 120 s passed."""
+    got: list[Delivery] = []
+    deadline = time.monotonic() + 120
+    while len(got) < total and time.monotonic() < deadline:
+        batch = client.deliveries(destination, count=count, wait=1)
+        client.confirm(batch)
+        got += batch
+    return got
 
 
 def router_engine(url: str, name: str, **options) -> tuple[Engine, RelayRouter]:
@@ -155,9 +176,9 @@ def test_a_router_that_stalled_past_its_lease_with_no_successor_takes_it_back(sh
 
 def test_killed_router_mid_batch_second_router_delivers_every_message_exactly_once(
     shared,
+    client,
 ) -> None:
     url, name = shared
-    client = RelayClient(url, name)
     total = 20_000
     sent: list[str] = []  # the mids, in publishing order
     for start_at in range(0, total, 100):
@@ -179,12 +200,7 @@ def test_killed_router_mid_batch_second_router_delivers_every_message_exactly_on
         wait_ready(second)
         second_token = notes.get(lease).decode()
         assert int(second_token.split("#")[1]) == int(first_token.split("#")[1]) + 1
-        got: list[Delivery] = []  # what the application receives, confirmed as it goes
-        deadline = time.monotonic() + 120
-        while len(got) < total and time.monotonic() < deadline:
-            batch = client.deliveries("w1", count=500, wait=1)
-            client.confirm(batch)
-            got += batch
+        got = take_and_confirm(client, "w1", total, 500)
         assert client.deliveries("w1", wait=0.5) == []  # nothing more, ever
         assert len(got) == total
         assert [d.message.mid for d in got] == sent  # each id once, none twice, in order
@@ -198,9 +214,9 @@ def test_killed_router_mid_batch_second_router_delivers_every_message_exactly_on
 
 def test_router_killed_inside_one_20000_message_step_leaves_it_whole_for_the_next(
     shared,
+    client,
 ) -> None:
     url, name = shared
-    client = RelayClient(url, name)
     total = 20_000
     sent = client.publish_many("jobs", [Message(body=str(n).encode()) for n in range(total)])
     notes = redis.Redis.from_url(url)
@@ -217,12 +233,7 @@ def test_router_killed_inside_one_20000_message_step_leaves_it_whole_for_the_nex
     second = start("router", url, name, "w1", "1")
     try:
         wait_ready(second)
-        got: list[Delivery] = []
-        deadline = time.monotonic() + 120
-        while len(got) < total and time.monotonic() < deadline:
-            batch = client.deliveries("w1", count=1000, wait=1)
-            client.confirm(batch)
-            got += batch
+        got = take_and_confirm(client, "w1", total, 1000)
         assert client.deliveries("w1", wait=0.5) == []
         assert [d.message.mid for d in got] == sent  # every message once, in order
     finally:
@@ -331,9 +342,8 @@ def test_headers_at_the_edge_of_what_json_carries_cross_the_relay_unchanged(shar
     ids=["nan", "infinity", "beyond-64-bits", "surrogate-address", "surrogate-return",
          "surrogate-header"],
 )  # fmt: skip
-def test_the_client_refuses_what_a_later_stage_could_not_carry(shared, message) -> None:
-    url, name = shared
-    client = RelayClient(url, name)
+def test_the_client_refuses_what_a_later_stage_could_not_carry(shared, client, message) -> None:
+    url, _ = shared
     with pytest.raises(InvalidArgument):
         client.publish_many("q", [Message(body=b"good"), message])
     assert redis.Redis.from_url(url).llen(client.inbox) == 0  # nothing of the batch sent
@@ -411,9 +421,10 @@ def test_a_step_that_fails_half_way_is_rolled_back_and_only_its_culprit_set_asid
     assert (again.stats("q")["published"], again.stats("q")["routed"]) == (10, 10)
 
 
-def test_threads_sharing_a_client_publish_in_their_order_with_fewer_round_trips(shared) -> None:
+def test_threads_sharing_a_client_publish_in_their_order_with_fewer_round_trips(
+    shared, client
+) -> None:
     url, name = shared
-    client = RelayClient(url, name)
     pushes_before = _rpush_calls(url)
     returned: dict[int, list[str]] = {}
 

@@ -16,12 +16,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
+from engine.relay import RelayClient
 from tests.conftest import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +48,17 @@ class Service:
             text=True, timeout=120,
         )  # fmt: skip
 
+    def shell(self, code: str) -> str:
+        """Run `code` in `manage.py shell` (Django set up on the service's database); what it
+        printed, its last line first to hand (a token's secret, say)."""
+        made = self.manage("shell", "-c", code)
+        assert made.returncode == 0, made.stderr
+        return made.stdout.strip()
+
+    def relay(self) -> RelayClient:
+        """A client sending the relay commands the API itself sends (close it when done)."""
+        return RelayClient(self.env["XUMP_REDIS_URL"], self.env["XUMP_STORE"])
+
     def start_worker(self, name: str = "worker") -> subprocess.Popen:
         """A Celery worker process (threads pool), logging to the service's directory."""
         log = open(Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log", "ab")  # noqa: SIM115
@@ -57,6 +70,19 @@ class Service:
         )  # fmt: skip
         self.processes[name] = process
         return process
+
+    def start_web(self, name: str) -> Service:
+        """Another web process (ASGI server) of this service, on a free port, over the same
+        database, Redis and store; a Service that reaches it, its process under "server"."""
+        port = free_port()
+        log = Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log"
+        process = _serve(self.env, port, log)
+        other = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", self.env,
+                        {"server": process}, self.admin_token)  # fmt: skip
+        if not _answers(other.url, process):
+            other.stop("server", kill=True)
+            raise RuntimeError(f"the web process {name} did not start; see {log}")
+        return other
 
     def start_stomp(self, name: str = "stomp", port: int | None = None, **settings: str) -> int:
         """The STOMP TCP server (`manage.py stomp_server`) on `port` (default: a free one,
@@ -99,6 +125,31 @@ class Service:
             self.stop(name)
 
 
+def _serve(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen:
+    """The ASGI server (uvicorn) on `port`, logging to `log_path`."""
+    log = open(log_path, "ab")  # noqa: SIM115
+    return subprocess.Popen(
+        [PYTHON, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def _answers(url: str, process: subprocess.Popen, within: float = 30.0) -> bool:
+    """Whether the server at `url` answers /api/health before `within` seconds pass (and
+    before its process ends)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            if httpx.get(url + "/api/health", timeout=2).status_code < 500:
+                return True
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            return False
+        time.sleep(0.1)
+
+
 def _environment(redis_url: str, directory: Path, routing: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XUMP_", "DJANGO_"))}
     env.update(
@@ -126,32 +177,17 @@ def start_service(redis_url: str, directory: Path, routing: str, **settings: str
     service = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", env)
     migrated = service.manage("migrate", "--noinput", "--verbosity", "0")
     assert migrated.returncode == 0, migrated.stderr
-    made = service.manage(
-        "shell", "-c",
+    printed = service.shell(
         "from xumpweb.wiring.models import ApiToken\n"
         "from django.contrib.auth.models import User\n"
         "User.objects.create_superuser('admin', '', 'admin-password')\n"
-        "print(ApiToken.issue('tests', {'*': ['publish', 'consume', 'manage']})[1])",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    service.admin_token = made.stdout.strip().splitlines()[-1]
-    log = open(directory / "server.log", "ab")  # noqa: SIM115
-    service.processes["server"] = subprocess.Popen(
-        [PYTHON, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning", "--no-access-log"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(service.url + "/api/health", timeout=2).status_code < 500:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or service.processes["server"].poll() is not None:
-            service.close()
-            raise RuntimeError(f"the server did not start; see {directory / 'server.log'}")
-        time.sleep(0.1)
+        "print(ApiToken.issue('tests', {'*': ['publish', 'consume', 'manage']})[1])"
+    )
+    service.admin_token = printed.splitlines()[-1]
+    service.processes["server"] = _serve(env, port, directory / "server.log")
+    if not _answers(service.url, service.processes["server"]):
+        service.close()
+        raise RuntimeError(f"the server did not start; see {directory / 'server.log'}")
     return service
 
 
@@ -161,6 +197,22 @@ def service(redis_server, tmp_path_factory):
     running = start_service(redis_server.url, tmp_path_factory.mktemp("service"), "inline")
     yield running
     running.close()
+
+
+@pytest.fixture
+def relay(service) -> Iterator[RelayClient]:
+    """A relay client on `service`'s store."""
+    with closing(service.relay()) as client:
+        yield client
+
+
+def take_from_relay(relay: RelayClient, destination: str, count: int, within: float = 30.0) -> list:
+    """Up to `count` deliveries to `destination`, waiting at most `within` seconds for them."""
+    found: list = []
+    deadline = time.monotonic() + within
+    while len(found) < count and time.monotonic() < deadline:
+        found.extend(relay.deliveries(destination, count=count - len(found), wait=0.5))
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -189,6 +241,17 @@ def service_with_own_redis(directory: Path) -> Iterator[tuple[Service, RedisServ
     yield running, redis_server
     running.close()
     redis_server.stop()
+
+
+def wait_for(check, within: float = 10.0, every: float = 0.1):
+    """`check()`'s first true answer, asked every `every` seconds; its last (false) answer
+    once `within` seconds have passed."""
+    deadline = time.monotonic() + within
+    while True:
+        found = check()
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(every)
 
 
 def unique(prefix: str = "q") -> str:

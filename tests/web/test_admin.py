@@ -7,15 +7,13 @@ from __future__ import annotations
 import html
 import json
 import re
-import time
 
 import httpx
 import pytest
 
 from engine import Message
 from engine.errors import NotFound
-from engine.relay import RelayClient
-from tests.web.conftest import unique
+from tests.web.conftest import take_from_relay, unique
 
 HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
 
@@ -30,13 +28,6 @@ def browser(service):
         answer = client.post("/admin/login/", data=form)
         assert answer.status_code == 302 and answer.headers["location"] == "/admin/"
         yield client
-
-
-@pytest.fixture(scope="module")
-def relay(service):
-    client = RelayClient(service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"])
-    yield client
-    client.close()
 
 
 def submit(browser: httpx.Client, path: str, fields: dict) -> httpx.Response:
@@ -57,17 +48,17 @@ def row_id(browser: httpx.Client, model: str, search: str) -> str:
     return found
 
 
+def revoke(browser: httpx.Client, token: str) -> None:
+    """Revoke the token named `token` with the list's action, as an operator does."""
+    chosen = row_id(browser, "apitoken", token)
+    answer = submit(browser, "/admin/wiring/apitoken/",
+                    {"action": "revoke", "_selected_action": chosen})  # fmt: skip
+    assert answer.status_code == 302
+
+
 def audit_actions(browser: httpx.Client, subject: str) -> list[str]:
     page = browser.get("/admin/wiring/auditevent/", params={"q": subject})
     return re.findall(r'<td class="field-action">([^<]+)</td>', page.text)
-
-
-def take(relay: RelayClient, destination: str, count: int, within: float = 20.0) -> list:
-    found: list = []
-    deadline = time.monotonic() + within
-    while len(found) < count and time.monotonic() < deadline:
-        found.extend(relay.deliveries(destination, count=count - len(found), wait=0.5))
-    return found
 
 
 def test_it_requires_login(service):
@@ -132,7 +123,7 @@ def test_a_selector_saved_in_the_admin_routes_and_deleting_it_stops(browser, rel
         Message(address="orders.eu", headers={"priority": 7}, body=b"taken"),
         Message(address="orders.eu", headers={"priority": 1}, body=b"not taken"),
     ])  # fmt: skip
-    [delivery] = take(relay, destination, 1)
+    [delivery] = take_from_relay(relay, destination, 1)
     assert delivery.message.body == b"taken"
     relay.confirm([delivery])
 
@@ -166,7 +157,7 @@ def test_a_pattern_builds_its_wiring_and_deleting_it_removes_what_it_built(brows
     private = relay.call("queue_get", name=f"{router}:{subscriber}")
     assert [s["action"] for s in private["selectors"]] == ["deliver"]
     relay.publish(router, Message(address="sport.tennis", body=b"match point"))
-    [delivery] = take(relay, subscriber, 1)
+    [delivery] = take_from_relay(relay, subscriber, 1)
     assert delivery.message.body == b"match point"
     relay.confirm([delivery])
 
@@ -188,13 +179,31 @@ def test_a_token_shows_its_secret_once_and_can_be_revoked(browser):
     assert len(re.findall(r"xump_[0-9a-f]{8}_[\w-]+", shown)) == 1
     assert not re.search(r"xump_[0-9a-f]{8}_[\w-]+", browser.get("/admin/wiring/apitoken/").text)
 
-    token = row_id(browser, "apitoken", name)
-    answer = submit(browser, "/admin/wiring/apitoken/",
-                    {"action": "revoke", "_selected_action": token})  # fmt: skip
-    assert answer.status_code == 302
+    revoke(browser, name)
     listed = browser.get("/admin/wiring/apitoken/", params={"q": name}).text
     assert "revoked" in listed
     assert audit_actions(browser, name) == ["token.revoke", "token.create"]
+
+
+def test_the_lists_filter_queues_by_dead_letter_queue_and_tokens_by_state(browser, relay):
+    prefix = unique("filtered")
+    relay.call("queue_create", name=f"{prefix}-plain")
+    relay.call("queue_create", name=f"{prefix}-guarded", dead_letter=f"{prefix}-plain")
+
+    def listed(model: str, **chosen: str) -> list[str]:
+        page = browser.get(f"/admin/wiring/{model}/", params={"q": prefix, **chosen})
+        assert page.status_code == 200
+        return sorted(re.findall(rf'class="field-name"><a [^>]*>({prefix}-\w+)</a>', page.text))
+
+    assert listed("queue") == [f"{prefix}-guarded", f"{prefix}-plain"]
+    assert listed("queue", dead_letter="yes") == [f"{prefix}-guarded"]
+    assert listed("queue", dead_letter="no") == [f"{prefix}-plain"]
+    for name in (f"{prefix}-live", f"{prefix}-revoked"):
+        fields = {"name": name, "rights": '{"*": ["read"]}', "_save": "Save"}
+        assert submit(browser, "/admin/wiring/apitoken/add/", fields).status_code == 302
+    revoke(browser, f"{prefix}-revoked")
+    assert listed("apitoken", state="live") == [f"{prefix}-live"]
+    assert listed("apitoken", state="revoked") == [f"{prefix}-revoked"]
 
 
 def test_bad_token_rights_are_a_form_error(browser):

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from engine.relay import RelayClient
 from tests.web.conftest import unique
-
-
-@pytest.fixture
-def relay(service):
-    client = RelayClient(service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"])
-    yield client
-    client.close()
 
 
 def delivering_queue(client, destination: str, **settings) -> str:

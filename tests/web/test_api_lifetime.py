@@ -5,10 +5,12 @@ and bad input refused with nothing changed."""
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import pytest
 
 from engine.relay import RelayClient
+from tests.web import conftest
 from tests.web.conftest import unique
 
 LIFETIME = {
@@ -19,13 +21,6 @@ LIFETIME = {
     "ttl": 3600.0,
     "priorities": 10,
 }
-
-
-@pytest.fixture
-def relay(service):
-    client = RelayClient(service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"])
-    yield client
-    client.close()
 
 
 def deliver_to(client, queue: str, destination: str) -> None:
@@ -41,14 +36,8 @@ def create(client, **settings) -> str:
     return name
 
 
-def wait_for(check, within: float = 30.0):
-    """`check()`'s first true answer, looked for until `within` seconds pass."""
-    deadline = time.monotonic() + within
-    while True:
-        found = check()
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+# delays and backoffs take seconds here: look more often, and for longer, than the default
+wait_for = partial(conftest.wait_for, within=30.0, every=0.05)
 
 
 def test_queue_options_are_accepted_returned_and_changed(service) -> None:

@@ -10,8 +10,7 @@ import time
 import pytest
 import redis
 
-from tests.conftest import RedisServer
-from tests.web.conftest import start_service, unique
+from tests.web.conftest import service_with_own_redis, start_service, unique
 
 
 def wait_for(condition, seconds: float = 60):
@@ -75,14 +74,8 @@ def test_publish_past_the_inbox_limit_answers_503_inbox_full_with_retry_after(bo
 @pytest.fixture
 def cramped(tmp_path):
     """A service routing inline on a redis-server of its own, which the test may starve."""
-    (tmp_path / "redis").mkdir()
-    (tmp_path / "service").mkdir()
-    redis_server = RedisServer(tmp_path / "redis")
-    redis_server.start()
-    running = start_service(redis_server.url, tmp_path / "service", "inline")
-    yield running, redis.Redis(port=redis_server.port)
-    running.close()
-    redis_server.stop()
+    for running, redis_server in service_with_own_redis(tmp_path):
+        yield running, redis.Redis(port=redis_server.port)
 
 
 def test_publish_to_a_redis_at_maxmemory_answers_503_store_full_and_keeps_what_it_took(cramped):

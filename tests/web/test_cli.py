@@ -23,13 +23,6 @@ def xump(service):
     return run
 
 
-@pytest.fixture(scope="module")
-def relay(service):
-    client = RelayClient(service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"])
-    yield client
-    client.close()
-
-
 def wolfpack(relay: RelayClient, worker: str) -> str:
     """A service queue whose messages are delivered to `worker`."""
     service = unique("jobs")

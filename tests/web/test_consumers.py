@@ -4,16 +4,10 @@ an operator asks, their unsettled deliveries going back."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from tests.conftest import free_port
-from tests.web.conftest import ROOT, Service, unique
+from tests.web.conftest import unique
 from tests.web.test_subscribe import issue_token, receive, send, subscribe, take, wait_for, xump
 
 __all__ = ["xump"]  # the fixture
@@ -102,27 +96,12 @@ def test_closing_needs_manage_on_the_destination_and_a_real_id(service, xump):
             assert xump.http.delete(f"/api/consumers/{bad}").status_code == 404
 
 
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code < 500
-    except httpx.HTTPError:
-        return False
-
-
 def test_subscribers_of_another_web_process_are_listed_closed_and_gone_when_it_dies(service, xump):
     """The registry is in Redis: this process lists and closes another's subscribers, and
     those of a process killed -9 (no chance to say so) leave by themselves."""
-    port = free_port()
-    log = open(Path(service.env["XUMP_TEST_DIR"]) / "consumers-web.log", "ab")  # noqa: SIM115
-    second = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning", "--no-access-log"],
-        cwd=ROOT, env=service.env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    elsewhere = service.start_web("consumers-web")
+    second = elsewhere.processes["server"]
     try:
-        assert wait_for(lambda: _answers(f"http://127.0.0.1:{port}/api/health"), within=30)
-        elsewhere = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", service.env,
-                            admin_token=service.admin_token)  # fmt: skip
         closed_one, killed_one = unique("d"), unique("d")
         with subscribe(elsewhere, closed_one) as socket, subscribe(elsewhere, killed_one):
             found = wait_for(lambda: listed(xump.http, closed_one))
@@ -138,6 +117,4 @@ def test_subscribers_of_another_web_process_are_listed_closed_and_gone_when_it_d
             second.wait()
             assert wait_for(lambda: not listed(xump.http, killed_one))
     finally:
-        if second.poll() is None:
-            second.kill()
-            second.wait()
+        elsewhere.stop("server", kill=True)

@@ -19,12 +19,10 @@ LIMIT = 5  # the default XUMP_LOGIN_FAILURES
 
 def make_user(service, staff: bool = False) -> str:
     name = unique("user")
-    made = service.manage(
-        "shell", "-c",
+    service.shell(
         "from django.contrib.auth.models import User\n"
-        f"User.objects.create_user({name!r}, '', 'right-password', is_staff={staff!r})",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
+        f"User.objects.create_user({name!r}, '', 'right-password', is_staff={staff!r})"
+    )
     return name
 
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -20,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
-from tests.web.conftest import ROOT, Service, start_service, unique
+from tests.web.conftest import ROOT, start_service, unique
 from tests.web.test_subscribe import Xump, send, session_cookie, subscribe, take, wait_for
 
 
@@ -246,18 +243,10 @@ def test_a_second_web_process_counts_until_it_is_killed(metered) -> None:
     """Subscribers of another web process show in this one's /metrics (one metrics
     directory); once it is killed (kill -9, no chance to say so) its live gauges go."""
     secret = token(metered, {"*": ["metrics"]})
-    port = free_port()
-    log = open(Path(metered.env["XUMP_TEST_DIR"]) / "second-web.log", "ab")  # noqa: SIM115
-    second = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning", "--no-access-log"],
-        cwd=ROOT, env=metered.env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    elsewhere = metered.start_web("second-web")
+    second = elsewhere.processes["server"]
     try:
-        assert wait_for(lambda: _answers(f"http://127.0.0.1:{port}/api/health"), within=30)
         destination = unique("d")
-        elsewhere = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", metered.env,
-                            admin_token=metered.admin_token)  # fmt: skip
         with subscribe(elsewhere, destination) as socket:
             send(socket, {"type": "credit", "n": 7})
 
@@ -275,13 +264,4 @@ def test_a_second_web_process_counts_until_it_is_killed(metered) -> None:
         assert one(figures, "xump_destination_subscribers", destination=destination) is None
         assert one(figures, "xump_destination_credit", destination=destination) is None
     finally:
-        if second.poll() is None:
-            second.kill()
-            second.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code < 500
-    except httpx.HTTPError:
-        return False
+        elsewhere.stop("server", kill=True)

@@ -9,26 +9,21 @@ import time
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from tests.conftest import RedisServer
-from tests.web.conftest import start_service, unique
+from tests.web.conftest import service_with_own_redis, unique
 from tests.web.test_subscribe import (
-    Xump,
     closing,
     issue_token,
+    next_frame,
     receive,
     send,
     session_cookie,
     subscribe,
     take,
+    xump,
 )
 from xumpweb.live.monitor import EVERY, QUIET_EVERY
 
-
-@pytest.fixture
-def xump(service):
-    found = Xump(service)
-    yield found
-    found.close()
+__all__ = ["xump"]  # the fixture
 
 
 CLOCKS = 0.05  # the hub paces itself on the monotonic clock, stamps frames with time.time()
@@ -85,13 +80,8 @@ def test_it_shows_recent_deliveries_and_delivery_rates(service, xump):
 
 def monitor_frames(socket: ClientConnection, count: int, within: float = 30.0) -> list[dict]:
     """The next `count` monitor frames (heartbeats skipped)."""
-    found: list[dict] = []
     deadline = time.monotonic() + within
-    while len(found) < count:
-        frame = receive(socket, timeout=max(0.1, deadline - time.monotonic()))
-        if frame["type"] == "monitor":
-            found.append(frame)
-    return found
+    return [next_frame(socket, "monitor", deadline - time.monotonic()) for _ in range(count)]
 
 
 def test_it_pushes_at_most_every_half_second(service, xump):
@@ -154,19 +144,10 @@ def test_a_watch_frame_cuts_frames_to_the_queues_a_page_shows(service, xump):
         frame = frame_where(socket, lambda f: f["totals"]["depth"] >= 3)
         assert [q["name"] for q in frame["queues"]] == [shown]
         send(socket, {"type": "watch", "queues": "everything"})  # refused, nothing changes
-        refused = frame_where_or_error(socket)
+        refused = next_frame(socket, "error", within=15.0)
         assert refused["type"] == "error" and refused["error"] == "invalid_argument"
         frame = frame_where(socket, lambda f: True)
         assert [q["name"] for q in frame["queues"]] == [shown] and frame["view"] == 7
-
-
-def frame_where_or_error(socket: ClientConnection, within: float = 15.0) -> dict:
-    """The next error frame (monitor frames and heartbeats before it skipped)."""
-    deadline = time.monotonic() + within
-    while True:
-        frame = receive(socket, timeout=max(0.1, deadline - time.monotonic()))
-        if frame["type"] == "error":
-            return frame
 
 
 def test_only_tokens_that_read_every_queue_may_watch(service):
@@ -196,28 +177,24 @@ def test_the_console_session_may_watch(service):
             receive(socket, timeout=0.5)  # no session, no token: nothing shown
 
 
-def test_it_says_redis_is_down_and_since_when_instead_of_falling_silent(tmp_path):
-    (tmp_path / "redis").mkdir()
-    (tmp_path / "service").mkdir()
-    redis_server = RedisServer(tmp_path / "redis")
-    redis_server.start()
-    lonely = start_service(redis_server.url, tmp_path / "service", "inline")
-    try:
-        with monitor(lonely) as socket:
-            frame = frame_where(socket, lambda f: f["snapshot_time"] is not None)
-            assert frame["status"] == {"redis": {"ok": True}, "routing": {"ok": True}}
-            redis_server.kill()
-            down = frame_where(socket, lambda f: not f["status"]["redis"]["ok"])
-            assert "queues" not in down  # the numbers it had are not repeated as news
-            assert down["status"]["redis"]["since"] > frame["time"]  # the first failed read
-            assert down["status"]["redis"]["detail"]
-            assert down["snapshot_time"] >= frame["snapshot_time"]  # the last one it read
-            [again] = monitor_frames(socket, 1)  # not silent while it lasts
-            assert again["status"]["redis"]["since"] == down["status"]["redis"]["since"]
-            redis_server.start()
-            frame_where(
-                socket, lambda f: f["status"]["redis"]["ok"] and f["status"]["routing"]["ok"]
-            )
-    finally:
-        lonely.close()
-        redis_server.stop()
+@pytest.fixture
+def lonely(tmp_path):
+    """A service on a redis-server of its own, which the test kills and starts again."""
+    yield from service_with_own_redis(tmp_path)
+
+
+def test_it_says_redis_is_down_and_since_when_instead_of_falling_silent(lonely):
+    lonely, redis_server = lonely
+    with monitor(lonely) as socket:
+        frame = frame_where(socket, lambda f: f["snapshot_time"] is not None)
+        assert frame["status"] == {"redis": {"ok": True}, "routing": {"ok": True}}
+        redis_server.kill()
+        down = frame_where(socket, lambda f: not f["status"]["redis"]["ok"])
+        assert "queues" not in down  # the numbers it had are not repeated as news
+        assert down["status"]["redis"]["since"] > frame["time"]  # the first failed read
+        assert down["status"]["redis"]["detail"]
+        assert down["snapshot_time"] >= frame["snapshot_time"]  # the last one it read
+        [again] = monitor_frames(socket, 1)  # not silent while it lasts
+        assert again["status"]["redis"]["since"] == down["status"]["redis"]["since"]
+        redis_server.start()
+        frame_where(socket, lambda f: f["status"]["redis"]["ok"] and f["status"]["routing"]["ok"])

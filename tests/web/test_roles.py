@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 
-from tests.web.test_subscribe import closing, receive, subscribe
+from tests.web.test_subscribe import closing, next_frame, receive, subscribe
 
 ROOT = Path(__file__).resolve().parents[2]
 U = uuid.uuid4().hex[:6]
@@ -556,7 +556,7 @@ def test_a_revoked_token_closes_its_open_websockets(world) -> None:
         assert revoked.status_code == 200
         started = time.monotonic()
         for socket in (subscriber, watcher):
-            frame = next_error(socket)
+            frame = next_frame(socket, "error")
             assert frame["error"] == "unauthorized" and "revoked" in frame["detail"]
             with pytest.raises(ConnectionClosed):
                 while True:  # monitor frames sent before the close
@@ -581,19 +581,10 @@ def test_a_user_whose_role_is_taken_away_loses_their_websockets(world) -> None:
             "from django.contrib.auth.models import User\n"
             f"User.objects.get(username={name!r}).groups.clear()"))  # fmt: skip
         assert taken.returncode == 0, taken.stderr
-        frame = next_error(socket)
+        frame = next_frame(socket, "error")
         assert frame["error"] == "forbidden"
         with pytest.raises(ConnectionClosed):
             while True:
                 socket.recv(timeout=10)
         assert socket.close_code == 4403
     session.close()
-
-
-def next_error(socket: ClientConnection, within: float = 10.0) -> dict:
-    """The next error frame, skipping monitor frames and heartbeats."""
-    deadline = time.monotonic() + within
-    while True:
-        frame = receive(socket, timeout=max(0.1, deadline - time.monotonic()))
-        if frame["type"] == "error":
-            return frame

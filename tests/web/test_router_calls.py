@@ -8,15 +8,7 @@ import redis
 
 from engine import Message
 from engine.errors import InvalidSelector, NotFound
-from engine.relay import RelayClient
 from tests.web.conftest import unique
-
-
-@pytest.fixture
-def relay(service):
-    client = RelayClient(service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"])
-    yield client
-    client.close()
 
 
 def wiring_version(service) -> int:

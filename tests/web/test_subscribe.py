@@ -25,9 +25,11 @@ from websockets.sync.client import ClientConnection, connect
 
 from engine import Message
 from engine.relay import RelayClient, delivery_from_json
-from tests.web.conftest import ROOT, unique
+from tests.web.conftest import ROOT, unique, wait_for
 from xumpweb.live.frames import delivery_frame
 from xumpweb.router.codec import delivery_out
+
+__all__ = ["wait_for"]  # shared with the modules that import their helpers from here
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -156,6 +158,15 @@ def take(socket: ClientConnection, count: int, within: float = 20.0) -> list[dic
     return found
 
 
+def next_frame(socket: ClientConnection, kind: str, within: float = 10.0) -> dict:
+    """The next frame of type `kind`, skipping any other (heartbeats, monitor frames)."""
+    deadline = time.monotonic() + within
+    while True:
+        frame = receive(socket, timeout=max(0.1, deadline - time.monotonic()))
+        if frame["type"] == kind:
+            return frame
+
+
 def silent(socket: ClientConnection, seconds: float) -> bool:
     """Whether nothing but heartbeats arrives for `seconds`."""
     deadline = time.monotonic() + seconds
@@ -173,23 +184,12 @@ def bodies(deliveries: list[dict]) -> list[str]:
     return [d["message"]["body"] for d in deliveries]
 
 
-def wait_for(check, within: float = 10.0, every: float = 0.1):
-    deadline = time.monotonic() + within
-    while True:
-        found = check()
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(every)
-
-
 def issue_token(service, rights: dict) -> str:
-    made = service.manage(
-        "shell", "-c",
+    printed = service.shell(
         "from xumpweb.wiring.models import ApiToken\n"
-        f"print(ApiToken.issue('ws-test', {rights!r})[1])",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip().splitlines()[-1]
+        f"print(ApiToken.issue('ws-test', {rights!r})[1])"
+    )
+    return printed.splitlines()[-1]
 
 
 def session_cookie(service) -> str:

@@ -4,21 +4,19 @@ is lost or routed twice."""
 
 from __future__ import annotations
 
-import time
+from contextlib import closing
 
 import pytest
 from celery import Celery
 
 from engine import Message
-from engine.relay import RelayClient
-from tests.web.conftest import unique
+from tests.web.conftest import take_from_relay, unique
 
 
 @pytest.fixture
 def relay(worker_service):
-    client = RelayClient(worker_service.env["XUMP_REDIS_URL"], worker_service.env["XUMP_STORE"])
-    yield client
-    client.close()
+    with closing(worker_service.relay()) as client:
+        yield client
 
 
 @pytest.fixture
@@ -30,14 +28,6 @@ def kick(worker_service):
     app.close()
 
 
-def take(relay: RelayClient, destination: str, count: int, within: float = 30.0) -> list:
-    found: list = []
-    deadline = time.monotonic() + within
-    while len(found) < count and time.monotonic() < deadline:
-        found.extend(relay.deliveries(destination, count=count - len(found), wait=1.0))
-    return found
-
-
 def test_a_second_worker_takes_over_where_the_first_stopped(worker_service, relay, kick):
     queue, destination = unique(), unique("d")
     kick()
@@ -46,14 +36,14 @@ def test_a_second_worker_takes_over_where_the_first_stopped(worker_service, rela
                target=destination, enabled=True)  # fmt: skip
     relay.publish_many(queue, [Message(body=b"a%d" % n) for n in range(100)])
     kick()
-    first = take(relay, destination, 100)
+    first = take_from_relay(relay, destination, 100)
     assert [d.message.body for d in first] == [b"a%d" % n for n in range(100)]
 
     worker_service.stop("worker")  # lets its lease go
     worker_service.start_worker("second")
     relay.publish_many(queue, [Message(body=b"b%d" % n) for n in range(100)])
     kick()
-    second = take(relay, destination, 100)
+    second = take_from_relay(relay, destination, 100)
     assert [d.message.body for d in second] == [b"b%d" % n for n in range(100)]
     assert [d.message.seq for d in second] == list(range(101, 201))
 

@@ -17,14 +17,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from tests.web.conftest import ROOT, unique
-from tests.web.test_subscribe import Xump, bodies, issue_token, receive, send, subscribe, take
+from tests.web.test_subscribe import bodies, issue_token, receive, send, subscribe, take, xump
 
-
-@pytest.fixture
-def xump(service):
-    found = Xump(service)
-    yield found
-    found.close()
+__all__ = ["xump"]  # the fixture
 
 
 @contextmanager

@@ -149,15 +149,21 @@ def _archive_or_fail() -> str:
     return str(path)
 
 
+def _run_job(job: Callable[..., Any], run: AnalyticsRun, arguments: dict[str, Any]) -> Any:
+    """`job` (a Spark job of engine/pipeline) over the archive, writing into the run's
+    output directory, emptied first; the job's answer."""
+    archive = _archive_or_fail()
+    out = _fresh_output(run)
+    return job(
+        archive, str(out), master=settings.XUMP_SPARK_MASTER, progress=_progress(run),
+        **arguments,
+    )  # fmt: skip
+
+
 def run_report(run: AnalyticsRun) -> dict[str, Any]:
     from engine.pipeline import traffic
 
-    archive = _archive_or_fail()
-    out = _fresh_output(run)
-    return traffic.run(
-        archive, str(out), master=settings.XUMP_SPARK_MASTER, progress=_progress(run),
-        **_when(run.parameters),
-    )  # fmt: skip
+    return _run_job(traffic.run, run, _when(run.parameters))
 
 
 def _backtest_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -172,12 +178,7 @@ def _backtest_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
 def run_backtest(run: AnalyticsRun) -> dict[str, Any]:
     from engine.pipeline import backtest
 
-    archive = _archive_or_fail()
-    out = _fresh_output(run)
-    return backtest.run(
-        archive, str(out), master=settings.XUMP_SPARK_MASTER, progress=_progress(run),
-        **_backtest_arguments(run.parameters),
-    )  # fmt: skip
+    return _run_job(backtest.run, run, _backtest_arguments(run.parameters))
 
 
 def run_replay(run: AnalyticsRun) -> dict[str, Any]:
@@ -188,16 +189,13 @@ def run_replay(run: AnalyticsRun) -> dict[str, Any]:
     service = runtime.service()
     if target not in service.queue_names():
         raise XumpError(f"queue {target!r} does not exist")
-    archive = _archive_or_fail()
+    _archive_or_fail()  # before anything, even a resumed replay: the archive must be there
     done = run.result or {}  # a replay started again resumes after what it published
     already = int(done.get("published", 0))
     selected = done.get("selection")
     if not selected or not Path(selected).is_dir():
         already = 0
-        selected = replay.select(
-            archive, str(_fresh_output(run)), master=settings.XUMP_SPARK_MASTER,
-            progress=_progress(run), **_backtest_arguments(source.parameters),
-        )  # fmt: skip
+        selected = _run_job(replay.select, run, _backtest_arguments(source.parameters))
         _save(run, {"published": 0, "queue": target, "selection": selected})
     published = skipped = 0
     started = time.monotonic()

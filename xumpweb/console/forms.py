@@ -41,6 +41,11 @@ class Form(forms.Form):
         super().__init__(*args, **kwargs)
 
 
+def optional_seconds(help_text: str) -> forms.FloatField:
+    """A number of seconds that may be left empty (no such wait or expiry)."""
+    return forms.FloatField(required=False, min_value=0, max_value=MAX_SECONDS, help_text=help_text)
+
+
 class QueueSettingsForm(Form):
     limit = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_WIRING,
@@ -63,22 +68,15 @@ class QueueSettingsForm(Form):
         required=False, min_value=1, max_value=MAX_WIRING,
         help_text="deliveries before a message is dead-lettered (delivery-limit); empty: no limit",
     )  # fmt: skip
-    redelivery_delay = forms.FloatField(
-        required=False, min_value=0, max_value=MAX_SECONDS,
-        help_text="seconds a rejected or timed-out message waits; empty: none",
-    )  # fmt: skip
+    redelivery_delay = optional_seconds(
+        "seconds a rejected or timed-out message waits; empty: none"
+    )
     redelivery_backoff = forms.FloatField(
         required=False, min_value=1, max_value=1000, initial=1.0,
         help_text="the wait's multiplier per delivery (1: constant)",
     )  # fmt: skip
-    redelivery_delay_max = forms.FloatField(
-        required=False, min_value=0, max_value=MAX_SECONDS,
-        help_text="the wait's cap in seconds; empty: none",
-    )  # fmt: skip
-    ttl = forms.FloatField(
-        required=False, min_value=0, max_value=MAX_SECONDS,
-        help_text="seconds before an unprocessed message expires; empty: never",
-    )  # fmt: skip
+    redelivery_delay_max = optional_seconds("the wait's cap in seconds; empty: none")
+    ttl = optional_seconds("seconds before an unprocessed message expires; empty: never")
 
     def engine_settings(self) -> dict[str, Any]:
         data = dict(self.cleaned_data)

@@ -35,20 +35,36 @@ def fetch_selector(queue: str, number: int) -> dict[str, Any]:
         raise Http404(str(error)) from None
 
 
+def _saved(
+    request: HttpRequest, form: SelectorForm, name: str, selector: dict[str, Any] | None
+) -> bool:
+    """Create a selector of queue `name` from the form (`selector` None), or update
+    `selector` with it; audited and told once saved. False when the form or the engine
+    refuses it (the form then carries the error)."""
+    if not form.is_valid():
+        return False
+    try:
+        if selector is None:
+            after = call("selector_create", queue=name, **form.engine_settings())
+        else:
+            after = call("selector_update", queue=name, id=selector["id"], **form.engine_settings())
+    except CallFailed as error:
+        form.add_error(None, str(error))
+        return False
+    number = after["id"] if selector is None else selector["id"]
+    action, done = ("create", "created") if selector is None else ("update", "saved")
+    audit(request, f"selector.{action}", f"{name}#{number}", selector, after)
+    messages.success(request, f"Selector {number} {done}.")
+    return True
+
+
 @requires("manage-selectors", queue="name")
 def selector_new(request: HttpRequest, name: str) -> HttpResponse:
     queue = fetch_queue(name)
     if request.method == "POST":
         form = SelectorForm(request.POST)
-        if form.is_valid():
-            try:
-                created = call("selector_create", queue=name, **form.engine_settings())
-            except CallFailed as error:
-                form.add_error(None, str(error))
-            else:
-                audit(request, "selector.create", f"{name}#{created['id']}", None, created)
-                messages.success(request, f"Selector {created['id']} created.")
-                return redirect("console:queue", name=name)
+        if _saved(request, form, name, None):
+            return redirect("console:queue", name=name)
     else:
         form = SelectorForm(initial={"when": "match", "action": "copy", "credit": -1})
     return render(
@@ -63,15 +79,8 @@ def selector_edit(request: HttpRequest, name: str, number: int) -> HttpResponse:
     if request.method == "POST":
         check(request, "manage-selectors", name)
         form = SelectorForm(request.POST)
-        if form.is_valid():
-            try:
-                changed = call("selector_update", queue=name, id=number, **form.engine_settings())
-            except CallFailed as error:
-                form.add_error(None, str(error))
-            else:
-                audit(request, "selector.update", f"{name}#{number}", selector, changed)
-                messages.success(request, f"Selector {number} saved.")
-                return redirect("console:queue", name=name)
+        if _saved(request, form, name, selector):
+            return redirect("console:queue", name=name)
     else:
         form = SelectorForm(initial=SelectorForm.initial_from(selector))
     context = {"queue": queue, "form": form, "selector": selector}

@@ -423,36 +423,35 @@ def pattern_build(
 def pattern_unbuild(engine: Engine, queues: list[str], selectors: list[list[Any]]) -> Answer:
     """Take down what one pattern_build made (its answer's made_queues and made_selectors),
     when the pattern's record could not be written: the build is all or nothing."""
-    deliveries: list[Delivery] = []
-    for owner, number in reversed(selectors):
-        if owner not in queues:
-            try:
-                deliveries.extend(engine.selector_delete(owner, number))
-            except NotFound:
-                pass
-    for queue in reversed(queues):
-        try:
-            deliveries.extend(engine.queue_delete(queue))
-        except NotFound:
-            pass
-    return {"removed": queues}, deliveries
+    kept = [(owner, number) for owner, number in reversed(selectors) if owner not in queues]
+    return {"removed": queues}, _take_down(engine, kept, list(reversed(queues)))
 
 
 def pattern_remove(engine: Engine, queue: str, selectors: list[list[Any]]) -> Answer:
     """Delete the selectors a pattern built and its private queue (the router stays: other
     patterns share it)."""
+    kept = [(owner, number) for owner, number in selectors if owner != queue]
+    return {"removed": queue}, _take_down(engine, kept, [queue])
+
+
+def _take_down(
+    engine: Engine, selectors: list[tuple[str, int]], queues: list[str]
+) -> list[Delivery]:
+    """Delete these selectors (owner queue, number), then these queues, in this order, each
+    one that is still there: taking down what a pattern or subscription built may meet
+    parts an operator already removed. What went back to be routed again."""
     deliveries: list[Delivery] = []
     for owner, number in selectors:
-        if owner != queue:
-            try:
-                deliveries.extend(engine.selector_delete(owner, number))
-            except NotFound:
-                pass
-    try:
-        deliveries.extend(engine.queue_delete(queue))
-    except NotFound:
-        pass
-    return {"removed": queue}, deliveries
+        try:
+            deliveries.extend(engine.selector_delete(owner, number))
+        except NotFound:
+            pass
+    for queue in queues:
+        try:
+            deliveries.extend(engine.queue_delete(queue))
+        except NotFound:
+            pass
+    return deliveries
 
 
 # -- STOMP /topic/ subscriptions (xumpweb/stompgate/topics.py) ---------------------------
@@ -512,18 +511,15 @@ def _topic_router(engine: Engine, building: patterns.Building, router: str) -> l
 def stomp_topic_close(engine: Engine, queue: str, router: str) -> Answer:
     """Take down what stomp_topic_open made: the router's COPY into `queue`, then the
     queue (what it still holds goes with it, as a subscription's private queue should)."""
-    deliveries: list[Delivery] = []
     try:
-        for selector in engine.selectors(router):
-            if selector.spec.action == "copy" and selector.spec.target == queue:
-                deliveries.extend(engine.selector_delete(router, selector.id))
-    except NotFound:
-        pass
-    try:
-        deliveries.extend(engine.queue_delete(queue))
-    except NotFound:
-        pass
-    return {"removed": queue}, deliveries
+        copies = [
+            (router, selector.id)
+            for selector in engine.selectors(router)
+            if selector.spec.action == "copy" and selector.spec.target == queue
+        ]
+    except NotFound:  # the router is gone, and its selectors with it
+        copies = []
+    return {"removed": queue}, _take_down(engine, copies, [queue])
 
 
 # -- definitions ---------------------------------------------------------------------------

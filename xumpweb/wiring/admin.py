@@ -20,6 +20,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Q
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
@@ -131,9 +132,24 @@ class EngineAdmin(admin.ModelAdmin):
         }
 
 
+class ReadOnly:
+    """For an admin or inline that shows rows only: nothing is added, changed or deleted
+    through it (stores are the router's, selectors have their own page, the audit log is
+    never edited)."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 # -- stores ----------------------------------------------------------------------------------
 @admin.register(Store)
-class StoreAdmin(admin.ModelAdmin):
+class StoreAdmin(ReadOnly, admin.ModelAdmin):
     """Stores are the router's: shown, never edited here."""
 
     list_display = ("name", "kind", "shown_url", "queue_count")
@@ -156,15 +172,6 @@ class StoreAdmin(admin.ModelAdmin):
     @admin.display(description="queues")
     def queue_count(self, store: Store) -> int:
         return store.queues.count()
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 # -- queues ----------------------------------------------------------------------------------
@@ -218,7 +225,7 @@ class QueueForm(EngineForm):
         return None
 
 
-class SelectorInline(admin.TabularInline):
+class SelectorInline(ReadOnly, admin.TabularInline):
     """The queue's selectors in routing order, read-only (edit each on its own page)."""
 
     model = Selector
@@ -231,29 +238,26 @@ class SelectorInline(admin.TabularInline):
     def describe(self, selector: Selector) -> str:
         return selector.describe()
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+class ChoiceFilter(admin.SimpleListFilter):
+    """A list filter whose every choice is one condition on the rows."""
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class HasDeadLetter(admin.SimpleListFilter):
-    title = "dead-letter queue"
-    parameter_name = "dead_letter"
+    # value in the URL -> (label, condition); not `choices`: SimpleListFilter has that method
+    conditions: dict[str, tuple[str, Q]]
 
     def lookups(self, request, model_admin):
-        return [("yes", "set"), ("no", "none")]
+        return [(value, label) for value, (label, _) in self.conditions.items()]
 
     def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.exclude(dead_letter__isnull=True).exclude(dead_letter="")
-        if self.value() == "no":
-            return queryset.filter(dead_letter__isnull=True) | queryset.filter(dead_letter="")
-        return queryset
+        chosen = self.conditions.get(self.value())
+        return queryset if chosen is None else queryset.filter(chosen[1])
+
+
+class HasDeadLetter(ChoiceFilter):
+    title = "dead-letter queue"
+    parameter_name = "dead_letter"
+    _none = Q(dead_letter__isnull=True) | Q(dead_letter="")
+    conditions = {"yes": ("set", ~_none), "no": ("none", _none)}
 
 
 @admin.register(Queue)
@@ -556,19 +560,13 @@ class ApiTokenForm(forms.ModelForm):
         return rights
 
 
-class IsRevoked(admin.SimpleListFilter):
+class IsRevoked(ChoiceFilter):
     title = "state"
     parameter_name = "state"
-
-    def lookups(self, request, model_admin):
-        return [("live", "live"), ("revoked", "revoked")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "live":
-            return queryset.filter(revoked__isnull=True)
-        if self.value() == "revoked":
-            return queryset.filter(revoked__isnull=False)
-        return queryset
+    conditions = {
+        "live": ("live", Q(revoked__isnull=True)),
+        "revoked": ("revoked", Q(revoked__isnull=False)),
+    }
 
 
 @admin.register(ApiToken)
@@ -644,7 +642,7 @@ def _token_state(token: ApiToken) -> dict[str, Any]:
 
 # -- audit -----------------------------------------------------------------------------------
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnly, admin.ModelAdmin):
     """The audit log: read-only."""
 
     list_display = ("when", "who", "action", "subject")
@@ -653,12 +651,3 @@ class AuditEventAdmin(admin.ModelAdmin):
     date_hierarchy = "when"
     fields = ("when", "who", "action", "subject", "before", "after")
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
