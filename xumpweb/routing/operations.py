@@ -526,6 +526,34 @@ def stomp_topic_close(engine: Engine, queue: str, router: str) -> Answer:
     return {"removed": queue}, deliveries
 
 
+def stomp_mailbox(engine: Engine, name: str, history: int = 0) -> Answer:
+    """The mailbox `name` for a SEND or SUBSCRIBE to /queue/<name> (SPEC §9): when no queue
+    `name` exists and no DELIVER selector feeds destination `name`, a queue of that name
+    whose one selector DELIVERs to destination `name` (credit unlimited). Inside the
+    router's step, so concurrent first uses make one mailbox; an existing queue is never
+    rewired. `created` says whether this call made it."""
+    try:
+        engine.queue_fetch(name)
+        return {"queue": name, "created": False}, NONE
+    except NotFound:
+        pass
+    for info in engine.queues():
+        for selector in engine.selectors(info.name):
+            if selector.spec.action == "deliver" and selector.spec.target == name:
+                return {"queue": name, "created": False}, NONE
+    building = patterns.Building(engine)
+    try:
+        engine.queue_create(name, history=history)
+        building.queues.append(name)
+        deliver = engine.selector_create(name).when_always().do_deliver(name)
+        building.selectors.append((name, deliver.id))
+        deliveries = list(deliver.enable())
+    except BaseException:
+        building.undo()
+        raise
+    return {"queue": name, "created": True}, deliveries
+
+
 # -- definitions ---------------------------------------------------------------------------
 def definitions_apply(
     engine: Engine,
@@ -604,7 +632,7 @@ CALLS = {
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
         "dead_letter_send", "definitions_apply", "messages_operate", "scheduled", "cancel",
-        "stomp_topic_open", "stomp_topic_close", "stomp_topic_router",
+        "stomp_topic_open", "stomp_topic_close", "stomp_topic_router", "stomp_mailbox",
     }
 }  # fmt: skip
 
@@ -613,4 +641,5 @@ WIRING_CALLS = {
     "queue_create", "queue_update", "queue_delete", "selector_create", "selector_update",
     "selector_delete", "pattern_build", "pattern_remove", "pattern_unbuild",
     "definitions_apply", "stomp_topic_open", "stomp_topic_close", "stomp_topic_router",
+    "stomp_mailbox",
 }  # fmt: skip

@@ -75,7 +75,7 @@ from xumpweb.stomp.connection import (
     Subscribe,
     Unsubscribe,
 )
-from xumpweb.stompgate import topics
+from xumpweb.stompgate import mailboxes, topics
 
 logger = logging.getLogger("xump.stomp")
 
@@ -275,6 +275,7 @@ class StompSession:
         self.rights: dict[tuple[str, str], bool] = {}
         self.subscriptions: dict[str, _Subscription] = {}
         self.topic_serial = 0
+        self.mailboxes: set[str] = set()  # /queue/ names this connection asked about
         self.slots: deque[_Slot] = deque()
         self.wake = asyncio.Event()
         self.router_answers = RouterAnswers()
@@ -323,10 +324,14 @@ class StompSession:
             elif kind is Publish:
                 if action.queue is None:  # type: ignore[attr-defined]
                     await self._topic_router()
+                else:
+                    await self._mailbox(action.queue)  # type: ignore[attr-defined]
                 self._publish(action)  # type: ignore[arg-type]
             elif kind is Settle:
                 await self._settle(action)  # type: ignore[arg-type]
             elif kind is Subscribe:
+                if action.kind == "queue":  # type: ignore[attr-defined]
+                    await self._mailbox(action.destination)  # type: ignore[attr-defined]
                 await self._subscribe(action)  # type: ignore[arg-type]
             elif kind is Unsubscribe:
                 await self._unsubscribe(action)  # type: ignore[arg-type]
@@ -475,6 +480,15 @@ class StompSession:
                 _error_message(error), str(error), action.receipt)))  # fmt: skip
             return
         group_commit().submit(_StompPending(self, queue, message, action.receipt, slot))
+
+    async def _mailbox(self, name: str) -> None:
+        """/queue/<name>: make the mailbox <name> when it is missing and the caller may
+        manage it (mailboxes.py); asked once per name and connection."""
+        if name in self.mailboxes or mailboxes.is_private(name):
+            return
+        self.mailboxes.add(name)
+        if self._may("manage", name):
+            await mailboxes.ensure(self.service, name, self.who)
 
     async def _topic_router(self) -> None:
         """SEND /topic/: the router must exist before the publish (topics.py); when it
