@@ -952,9 +952,10 @@ def test_a_frozen_consumer_is_dropped_and_its_messages_go_to_the_others(service,
         frozen.wait()
 
 
-def test_a_send_to_a_queue_that_does_not_exist_is_an_error_naming_it(clients):
+def test_a_send_to_a_queue_that_does_not_exist_is_an_error_naming_it(http, clients):
+    """Without the manage right (with it, the SEND makes a mailbox: test_stomp_peers.py)."""
     missing = unique("missing")
-    client = clients()
+    client = clients(token=issue_token(http, {"*": ["publish", "consume"]}))
     client.send(f"/queue/{missing}", "lost?", receipt="r")
     client.wait(lambda: client.errors and client.disconnected, "an ERROR and the close")
     [error] = client.errors

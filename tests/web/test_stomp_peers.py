@@ -10,8 +10,9 @@ Each test uses names of its own; waiting is for events with generous deadlines.
 from __future__ import annotations
 
 import threading
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
+import pytest
 import stomp
 
 from tests.web.conftest import unique
@@ -31,6 +32,7 @@ from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
     transport,
     waiting,
 )
+from tests.web.test_stomp_protocol import websocket
 
 
 def queue_answer(http, name: str) -> dict:
@@ -168,3 +170,269 @@ def test_stomp_py_connection_class_for_rabbitmq_tutorials_works_as_is(service, s
     conn.send(body="hello, world", destination=f"/queue/{name}")
     assert got.wait(WITHIN) and seen == ["hello, world"]
     conn.disconnect()
+
+
+# -- STOMP 1.0 and 1.1 --------------------------------------------------------------------------
+def connect_version(service, stomp_port, version: str) -> Client:
+    """A stomp.py client of that version over TCP."""
+    kind = {"1.0": stomp.Connection10, "1.1": stomp.Connection11}[version]
+    connection = kind([("127.0.0.1", stomp_port)])
+    client = Client(connection)
+    connection.set_listener("test", client)
+    connection.connect("tests", service.admin_token, wait=True)
+    return client
+
+
+def test_a_stomp_10_client_publishes_subscribes_and_acks_by_message_id(service, stomp_port, http):
+    queue = unique("v10")
+    client = connect_version(service, stomp_port, "1.0")
+    client.connection.subscribe(f"/queue/{queue}", ack="client", headers={"receipt": "s"})
+    client.receipt("s")
+    client.connection.send(f"/queue/{queue}", "old \\ school", headers={"receipt": "r"})
+    client.receipt("r")
+    [frame] = client.take(1)
+    assert frame.body == "old \\ school"
+    client.connection.ack(frame.headers["message-id"], receipt="a")
+    client.receipt("a")
+    eventually(lambda: queue_answer(http, queue)["stats"]["confirmed"] == 1, "the ack")
+    client.connection.disconnect()
+
+
+def test_a_stomp_10_client_gets_an_error_for_nack_and_its_message_comes_back(service,
+                                                                           stomp_port):  # fmt: skip
+    queue = unique("v10")
+    client = connect_version(service, stomp_port, "1.0")
+    client.connection.subscribe(f"/queue/{queue}", id="a", ack="client", headers={"receipt": "s"})
+    client.receipt("s")
+    client.connection.send(f"/queue/{queue}", "once", headers={"receipt": "r"})
+    client.receipt("r")
+    [frame] = client.take(1)
+    client.connection.send_frame("NACK", {"message-id": frame.headers["message-id"]})
+    client.wait(lambda: client.errors, "an ERROR")
+    assert client.errors[0].headers["message"] == "unexpected NACK"
+    again = connect_version(service, stomp_port, "1.1")
+    again.connection.subscribe(f"/queue/{queue}", id="b", ack="auto")
+    [back] = again.take(1)
+    assert back.body == "once" and back.headers["redelivered"] == "true"
+    again.connection.disconnect()
+
+
+def test_stomp_10_over_websocket(service):
+    queue = unique("ws")
+    with websocket(service, "") as client:
+        client.send(f"CONNECT\nlogin:tests\npasscode:{service.admin_token}\n\n\x00".encode())
+        assert client.expect("CONNECTED").headers["version"] == "1.0"
+        client.send(f"SUBSCRIBE\ndestination:/queue/{queue}\nreceipt:s\n\n\x00".encode())
+        assert client.expect("RECEIPT").headers["receipt-id"] == "s"
+        client.send(f"SEND\ndestination:/queue/{queue}\n\nover 1.0\x00".encode())
+        message = client.expect("MESSAGE")
+        assert message.body == b"over 1.0"
+        assert message.headers["subscription"] == f"/queue/{queue}"
+
+
+# -- /temp-queue/ request/reply -----------------------------------------------------------------
+def test_request_reply_through_a_temp_queue(clients):
+    service_queue = unique("rpc")
+    server, caller = clients(), clients()
+    server.subscribe(f"/queue/{service_queue}")  # a mailbox
+    caller.send(f"/queue/{service_queue}", "2+2?", receipt="r",
+                **{"reply-to": "/temp-queue/answers"})  # fmt: skip
+    caller.receipt("r")
+    [request] = server.take(1)
+    reply_to = request.headers["reply-to"]
+    assert reply_to.startswith("/queue/stomp:")
+    server.send(reply_to, "4", receipt="back")
+    server.receipt("back")
+    server.ack(request)
+    [answer] = caller.take(1)  # no SUBSCRIBE: the reply reaches the connection
+    assert answer.body == "4" and answer.headers["destination"] == "/temp-queue/answers"
+
+
+def test_a_subscribe_to_a_temp_queue_receives_its_replies(clients):
+    service_queue = unique("rpc")
+    server, caller = clients(auto_ack=True), clients()
+    server.subscribe(f"/queue/{service_queue}")
+    caller.subscribe("/temp-queue/mine", sid="replies", ack="client-individual")
+    caller.send(f"/queue/{service_queue}", "ping", **{"reply-to": "/temp-queue/mine"})
+    [request] = server.take(1)
+    server.send(request.headers["reply-to"], "pong")
+    [answer] = caller.take(1)
+    assert answer.body == "pong" and answer.headers["subscription"] == "replies"
+    caller.ack(answer, receipt="a")
+
+
+def test_a_temp_queue_goes_with_its_connection_and_nobody_else_reads_it(http, clients):
+    service_queue = unique("rpc")
+    server, caller = clients(), clients()
+    server.subscribe(f"/queue/{service_queue}")
+    caller.send(f"/queue/{service_queue}", "q", receipt="r", **{"reply-to": "/temp-queue/t"})
+    caller.receipt("r")
+    [request] = server.take(1)
+    private = request.headers["reply-to"][len("/queue/") :]
+    assert private in queue_names(http)
+    thief = clients()
+    thief.connection.subscribe(f"/queue/{private}", "x", headers={"receipt": "s"})
+    thief.wait(lambda: thief.errors, "an ERROR")
+    assert "private" in thief.errors[0].body
+    caller.disconnect()
+    eventually(lambda: private not in queue_names(http), "the temp queue to go")
+    server.send(f"/queue/{private}", "too late", receipt="late")
+    server.wait(lambda: server.errors, "an ERROR")
+    assert server.errors[0].headers["message"] == "not found"
+
+
+def test_temp_queue_naming_another_connections_queue_is_an_error(http, clients):
+    before = queue_names(http)
+    client = clients()
+    client.connection.subscribe("/temp-queue/stomp:abc:temp:x", "x", headers={"receipt": "s"})
+    client.wait(lambda: client.errors, "an ERROR")
+    assert client.errors[0].headers["message"] == "bad destination"
+    assert queue_names(http) - before == set()
+
+
+# -- durable topic subscriptions ----------------------------------------------------------------
+RABBIT = {"durable": "true", "auto-delete": "false"}
+
+
+@pytest.fixture
+def durable_client(service, stomp_port):
+    """Connect stomp.py clients with a client-id over a transport: the Client, or None when
+    the server refused the CONNECT; all are disconnected at the end of the test."""
+    made: list[Client] = []
+    ws_port = urlsplit(service.ws_url).port
+
+    def make(over: str, client_id: str, auto_ack: bool = False) -> Client | None:
+        if over == "tcp":
+            connection = stomp.Connection12([("127.0.0.1", stomp_port)])
+        else:
+            connection = stomp.WSStompConnection(
+                [("127.0.0.1", ws_port)], ws_path="/ws/stomp/",
+                header={"Sec-WebSocket-Protocol": "v12.stomp"},
+            )  # fmt: skip
+        client = Client(connection, auto_ack)
+        connection.set_listener("test", client)
+        made.append(client)
+        try:
+            connection.connect(
+                "tests", service.admin_token, headers={"client-id": client_id}, wait=True
+            )
+        except stomp.exception.StompException:
+            return None
+        return None if client.errors else client
+
+    yield make
+    for client in made:
+        if client.connection.is_connected():
+            try:
+                client.connection.disconnect()
+            except Exception:  # the test may have broken it on purpose
+                pass
+
+
+def test_a_durable_subscription_keeps_what_is_published_while_away_rabbitmq_dialect(
+    http, connect, durable_client, transport
+):
+    topic, client_id = unique("news"), unique("app")
+    first = durable_client(transport, client_id)
+    first.subscribe(f"/topic/{topic}.*", sid="news", ack="client-individual", **RABBIT)
+    first.disconnect()
+    producer = connect(transport)
+    for n in range(3):
+        producer.send(f"/topic/{topic}.eu", f"away {n}", receipt=f"r{n}")
+        producer.receipt(f"r{n}")
+    back = eventually(
+        lambda: durable_client(transport, client_id, auto_ack=True), "the client-id to be free"
+    )
+    back.subscribe(f"/topic/{topic}.*", sid="news", ack="client-individual", **RABBIT)
+    assert sorted(bodies(back.take(3))) == ["away 0", "away 1", "away 2"]
+    durable = [n for n in queue_names(http) if n.startswith("stomp-durable:") and client_id in n]
+    assert len(durable) == 1
+    receipt = "gone"
+    back.connection.unsubscribe("news", headers={"durable": "true", "receipt": receipt})
+    back.receipt(receipt)
+    assert durable[0] not in queue_names(http)
+
+
+def test_a_durable_subscription_activemq_dialect(http, connect, durable_client, transport):
+    topic, client_id = unique("news"), unique("app")
+    named = {"activemq.subscriptionName": "mine"}
+    first = durable_client(transport, client_id)
+    first.subscribe(f"/topic/{topic}", sid="1", **named)
+    first.drop()  # gone without a word
+    producer = connect(transport)
+    producer.send(f"/topic/{topic}", "while away", receipt="r")
+    producer.receipt("r")
+    back = eventually(lambda: durable_client(transport, client_id), "the client-id to be free")
+    back.subscribe(f"/topic/{topic}", sid="2", ack="auto", **named)
+    assert bodies(back.take(1)) == ["while away"]
+    back.connection.unsubscribe("2", headers={**named, "receipt": "u"})
+    back.receipt("u")
+    assert not [n for n in queue_names(http) if client_id in n]
+
+
+def test_a_second_live_connection_with_the_same_client_id_is_refused(durable_client, transport):
+    client_id = unique("app")
+    assert durable_client(transport, client_id) is not None
+    other = "websocket" if transport == "tcp" else "tcp"
+    assert durable_client(other, client_id) is None  # refused: ERROR client-id in use
+
+
+def test_durable_without_an_id_and_a_bad_client_id_are_errors(http, service, stomp_port):
+    before = queue_names(http)
+    client = connect_version(service, stomp_port, "1.0")
+    client.connection.send_frame("SUBSCRIBE", {"destination": "/topic/x", "durable": "true"})
+    client.wait(lambda: client.errors, "an ERROR")
+    assert client.errors[0].headers["message"] == "missing id header"
+    bad = stomp.Connection12([("127.0.0.1", stomp_port)])
+    listener = Client(bad)
+    bad.set_listener("", listener)
+    bad.connect("tests", service.admin_token, headers={"client-id": "a\tb"}, wait=False)
+    listener.wait(lambda: listener.errors, "an ERROR")
+    assert listener.errors[0].headers["message"] == "bad header"
+    assert queue_names(http) - before == set()
+
+
+def test_a_durable_subscription_survives_a_restart_of_the_stomp_server(service, http):
+    """What a killed server's connection held unacknowledged comes back after the delivery
+    timeout (docs/stomp.md); here the subscriber has taken (ack:auto) what came before."""
+    topic, client_id = unique("news"), unique("app")
+    port = service.start_stomp("stomp-durable")
+    try:
+        first = _stomp_client(service, port, client_id)
+        first.subscribe(f"/topic/{topic}", sid="d", ack="auto", **RABBIT)
+        first.send(f"/topic/{topic}", "before", receipt="r0")
+        assert bodies(first.take(1)) == ["before"]
+        service.stop("stomp-durable", kill=True)
+        first.wait(lambda: first.disconnected, "the end of the connection")
+        producer = _stomp_client(service, service.start_stomp("stomp-durable", port=port), None)
+        for n in range(3):
+            producer.send(f"/topic/{topic}", f"during {n}", receipt=f"r{n}")
+            producer.receipt(f"r{n}")
+        back = eventually(
+            lambda: _stomp_client(service, port, client_id, quiet=True), "the client-id"
+        )
+        back.subscribe(f"/topic/{topic}", sid="d", **RABBIT)
+        assert sorted(bodies(back.take(3))) == ["during 0", "during 1", "during 2"]
+        back.connection.unsubscribe("d", headers={"durable": "true", "receipt": "u"})
+        back.receipt("u")
+        assert not [n for n in queue_names(http) if client_id in n]
+        back.connection.disconnect()
+        producer.connection.disconnect()
+    finally:
+        service.stop("stomp-durable")
+
+
+def _stomp_client(service, port: int, client_id: str | None, quiet: bool = False):
+    connection = stomp.Connection12([("127.0.0.1", port)])
+    client = Client(connection)
+    connection.set_listener("", client)
+    headers = {"client-id": client_id} if client_id else {}
+    try:
+        connection.connect("tests", service.admin_token, headers=headers, wait=True)
+    except Exception:
+        if quiet:
+            return None
+        raise
+    if client.errors:
+        return None
+    return client

@@ -457,16 +457,29 @@ def pattern_remove(engine: Engine, queue: str, selectors: list[list[Any]]) -> An
 
 # -- STOMP /topic/ subscriptions (xumpweb/stompgate/topics.py) ---------------------------
 def stomp_topic_open(
-    engine: Engine, queue: str, router: str, pattern: str, filter: str | None = None
+    engine: Engine,
+    queue: str,
+    router: str,
+    pattern: str,
+    filter: str | None = None,
+    durable: bool = False,
 ) -> Answer:
     """A /topic/<pattern> subscription's private wiring, all or nothing: `queue`
     (self-destructing) delivering to the destination of the same name, fed by a COPY of
     what the router queue `router` receives whose address matches `pattern` (and
-    `filter`, when given), from now on."""
+    `filter`, when given), from now on. `durable`: a durable subscription's queue, not
+    self-destructing, kept as it is when it exists already (what it holds waits for the
+    subscriber's return)."""
+    if durable:
+        try:
+            engine.queue_fetch(queue)
+            return {"queue": queue, "selectors": [], "existing": True}, NONE
+        except NotFound:
+            pass
     building = patterns.Building(engine)
     try:
         deliveries = _topic_router(engine, building, router)
-        engine.queue_create(queue, self_destruct=True)
+        engine.queue_create(queue, self_destruct=not durable)
         building.queues.append(queue)
         deliver = engine.selector_create(queue).when_always().do_deliver(queue)
         building.selectors.append((queue, deliver.id))
