@@ -100,3 +100,16 @@ def test_a_client_id_with_control_characters_is_refused() -> None:
     conn = StompConnection()
     error = error_of(conn.receive_data(b"CONNECT\naccept-version:1.2\nclient-id:a\x07b\n\n\x00"))
     assert error.headers["message"] == "bad header"
+
+
+def test_header_values_written_as_decimal_numbers_become_numbers() -> None:
+    conn = connected()
+    headers = {"amount": "700", "price": "12.5", "neg": "-3", "zip": "007", "big": "1e3",
+               "cents": "12.50", "region": "eu", "plus": "+5"}  # fmt: skip
+    (publish,) = conn.receive_data(frame("SEND", b"x", destination="/queue/q", **headers))
+    typed = {"amount": 700, "price": 12.5, "neg": -3}
+    assert publish.headers == {**headers, **typed}
+    conn.receive_data(frame("SUBSCRIBE", id="s", destination="/queue/w"))
+    send, _ = conn.deliver("s", delivery("t", headers=publish.headers))
+    (message,) = server_frames([send])  # the same text comes out
+    assert {k: message.headers[k] for k in headers} == headers

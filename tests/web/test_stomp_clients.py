@@ -401,7 +401,7 @@ def test_a_queue_selector_takes_only_matching_messages_and_leaves_the_rest(http,
     queue, destination = unique(), unique("d")
     deliver(http, queue, destination)
     picky, producer = clients(), clients()
-    # STOMP headers are text: a selector compares them as text (JMS: no coercion)
+    # text headers compare as text; decimal numbers become numbers (test_stomp_peers.py)
     picky.subscribe(f"/queue/{destination}", selector="color = 'red' AND size IN ('L', 'XL')")
     for n, (color, size) in enumerate([("red", "L"), ("blue", "L"), ("red", "S"), ("red", "XL")]):
         producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}", color=color, size=size)

@@ -436,3 +436,22 @@ def _stomp_client(service, port: int, client_id: str | None, quiet: bool = False
     if client.errors:
         return None
     return client
+
+
+# -- numbers in headers -------------------------------------------------------------------------
+def test_a_selector_compares_a_stomp_header_written_as_a_number_as_a_number(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    big, producer = clients(auto_ack=True), clients()
+    big.subscribe(f"/queue/{destination}", selector="amount > 500 AND price < 20.5")
+    for n, (amount, price) in enumerate(
+        [("700", "12.5"), ("90", "1"), ("0700", "1"), ("501", "20")]
+    ):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}", amount=amount, price=price)
+    producer.receipt("r3")
+    found = big.take(2)
+    assert bodies(found) == ["m0", "m3"]
+    assert [f.headers["amount"] for f in found] == ["700", "501"]  # the text sent
+    rest = clients()
+    rest.subscribe(f"/queue/{destination}")
+    assert sorted(f.headers["amount"] for f in rest.take(2)) == ["0700", "90"]

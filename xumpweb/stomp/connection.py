@@ -44,6 +44,7 @@ frame. Once closed, the connection ignores further input.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -484,7 +485,7 @@ class StompConnection:
                 raise ProtocolError("bad header", str(error)) from None
             if "\x00" in value:  # STOMP frames end at a NUL: no client meant this one
                 raise ProtocolError("bad header", f"header {name!r} holds a NUL octet")
-            message_headers[name] = value
+            message_headers[name] = _typed(value)
         if "priority" in message_headers:
             try:
                 message_headers["priority"] = check_priority(headers["priority"].strip())
@@ -740,6 +741,21 @@ class StompConnection:
 
     def _receipt(self, receipt: str) -> bytes:
         return serialize_parts("RECEIPT", [("receipt-id", receipt)], escaped=self._escaped)
+
+
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]+)?")
+
+
+def _typed(value: str) -> HeaderValue:
+    """A header value written as a decimal number (as JSON writes one, so it comes out as
+    the same text) becomes that number, for selectors to compare as a number
+    (`amount > 500`); any other text stays text ("007", "1e3", "12.50", "+5")."""
+    if not _DECIMAL.fullmatch(value):
+        return value
+    if "." not in value:
+        return int(value)
+    number = float(value)
+    return number if repr(number) == value else value
 
 
 def _required(frame: Frame, header: str) -> str:
