@@ -82,3 +82,10 @@ def test_stomp_11_acks_by_message_id_with_the_subscription() -> None:
     (message,) = server_frames(conn.deliver("s", delivery("t1")))
     ack = f"ACK\nsubscription:s\nmessage-id:{message.headers['message-id']}\n\n\x00".encode()
     assert conn.receive_data(ack) == [Settle("s", ("t1",), accept=True)]
+
+
+def test_stomp_10_has_no_heart_beats() -> None:
+    conn = StompConnection()
+    conn.receive_data(b"CONNECT\nlogin:me\npasscode:t\nheart-beat:1000,1000\n\n\x00")
+    (connected,) = server_frames(conn.accept(principal="me", session="s-1"))
+    assert connected.headers["heart-beat"] == "0,0" and conn.heartbeat == (0, 0)

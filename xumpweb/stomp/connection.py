@@ -280,6 +280,8 @@ class StompConnection:
         self.session = session
         self.state = State.CONNECTED
         sx, sy = self.config.heartbeat
+        if self.version == "1.0":  # 1.0 has no heart-beating: "0,0", as RabbitMQ says
+            sx = sy = 0
         cx, cy = self._client_heartbeat
         # spec "Heart-beating": each side uses the slower of what one can do and the other wants
         self.heartbeat = (
