@@ -161,13 +161,6 @@ def test_a_frame_before_connect_is_an_error() -> None:
     assert error.headers["receipt-id"] == "r"
 
 
-def test_a_client_offering_only_stomp_10_is_refused_with_the_versions_we_speak() -> None:
-    conn = StompConnection()
-    error = error_of(conn.receive_data(b"CONNECT\nlogin:a\n\n\x00"))
-    assert error.headers["message"] == "unsupported version"
-    assert error.headers["version"] == "1.1,1.2"
-
-
 def test_a_bad_heartbeat_header_is_an_error() -> None:
     conn = StompConnection()
     error = error_of(conn.receive_data(frame("CONNECT", accept_version="1.2", heart_beat="x")))

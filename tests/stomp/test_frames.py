@@ -89,6 +89,12 @@ def test_unknown_commands_are_errors(command: bytes) -> None:
     assert parse_error(command + b"\n\n\x00").message == "unknown command"
 
 
+def test_an_eol_before_the_nul_of_a_frame_without_a_body_is_no_body() -> None:
+    parser = FrameParser()
+    parser.receive_data(b"CONNECT\nlogin:a\n\n\n\x00")
+    assert parser.next_frame() == Frame("CONNECT", {"login": "a"}, b"")
+
+
 def test_only_send_may_carry_a_body() -> None:
     error = parse_error(b"SUBSCRIBE\nid:1\nreceipt:r1\n\nbody\x00")
     assert error.message == "a SUBSCRIBE frame must not have a body"

@@ -401,7 +401,7 @@ def test_a_queue_selector_takes_only_matching_messages_and_leaves_the_rest(http,
     queue, destination = unique(), unique("d")
     deliver(http, queue, destination)
     picky, producer = clients(), clients()
-    # STOMP headers are text: a selector compares them as text (JMS: no coercion)
+    # text headers compare as text; decimal numbers become numbers (test_stomp_peers.py)
     picky.subscribe(f"/queue/{destination}", selector="color = 'red' AND size IN ('L', 'XL')")
     for n, (color, size) in enumerate([("red", "L"), ("blue", "L"), ("red", "S"), ("red", "XL")]):
         producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}", color=color, size=size)
@@ -952,9 +952,10 @@ def test_a_frozen_consumer_is_dropped_and_its_messages_go_to_the_others(service,
         frozen.wait()
 
 
-def test_a_send_to_a_queue_that_does_not_exist_is_an_error_naming_it(clients):
+def test_a_send_to_a_queue_that_does_not_exist_is_an_error_naming_it(http, clients):
+    """Without the manage right (with it, the SEND makes a mailbox: test_stomp_peers.py)."""
     missing = unique("missing")
-    client = clients()
+    client = clients(token=issue_token(http, {"*": ["publish", "consume"]}))
     client.send(f"/queue/{missing}", "lost?", receipt="r")
     client.wait(lambda: client.errors and client.disconnected, "an ERROR and the close")
     [error] = client.errors

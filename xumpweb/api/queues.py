@@ -10,6 +10,7 @@ from xumpweb.api.auth import allowed, need
 from xumpweb.api.common import call, record
 from xumpweb.api.errors import ApiError
 from xumpweb.api.schemas import ErrorOut, QueueCreate, QueueUpdate
+from xumpweb.stompgate import mailboxes
 
 router = Router(tags=["queues"])
 ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
@@ -23,6 +24,9 @@ def queue_list(request: HttpRequest):
         queue for queue in call("queues")
         if any(allowed(request, right, queue["name"]) for right in ("read", "publish"))
     ]  # fmt: skip
+    marked = mailboxes.names()
+    for queue in found:
+        queue["mailbox"] = queue["name"] in marked
     return {"queues": found}
 
 
@@ -75,9 +79,12 @@ def scheduled_cancel(request: HttpRequest, queue: str, mid: str):
 
 @router.get("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Read a queue")
 def queue_get(request: HttpRequest, queue: str):
-    """The queue's settings, state and counters, with its selectors in routing order."""
+    """The queue's settings, state and counters, with its selectors in routing order;
+    `mailbox` is true for a queue a STOMP SEND or SUBSCRIBE made (docs/stomp.md)."""
     need(request, queue, "read")
-    return call("queue_get", name=queue)
+    answer = call("queue_get", name=queue)
+    answer["mailbox"] = answer["name"] in mailboxes.names()
+    return answer
 
 
 @router.patch("/queues/{path:queue}", response={200: dict, **ERRORS}, summary="Change a queue")

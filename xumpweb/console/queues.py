@@ -30,6 +30,7 @@ from xumpweb.console.common import (
 )
 from xumpweb.console.forms import PublishForm, QueueSettingsForm
 from xumpweb.runtime import service
+from xumpweb.stompgate import mailboxes
 
 PAGE = 20
 WAITING_SHOWN = 20
@@ -38,9 +39,11 @@ MODES = ("latest", "oldest", "before", "after", "since")
 
 def fetch_queue(name: str) -> dict[str, Any]:
     try:
-        return call("queue_get", name=name)
+        queue = call("queue_get", name=name)
     except CallFailed as error:
         raise Http404(str(error)) from None
+    queue["mailbox"] = name in mailboxes.names()
+    return queue
 
 
 SETTINGS = (

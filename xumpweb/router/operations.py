@@ -456,16 +456,29 @@ def _take_down(
 
 # -- STOMP /topic/ subscriptions (xumpweb/stompgate/topics.py) ---------------------------
 def stomp_topic_open(
-    engine: Engine, queue: str, router: str, pattern: str, filter: str | None = None
+    engine: Engine,
+    queue: str,
+    router: str,
+    pattern: str,
+    filter: str | None = None,
+    durable: bool = False,
 ) -> Answer:
     """A /topic/<pattern> subscription's private wiring, all or nothing: `queue`
     (self-destructing) delivering to the destination of the same name, fed by a COPY of
     what the router queue `router` receives whose address matches `pattern` (and
-    `filter`, when given), from now on."""
+    `filter`, when given), from now on. `durable`: a durable subscription's queue, not
+    self-destructing, kept as it is when it exists already (what it holds waits for the
+    subscriber's return)."""
+    if durable:
+        try:
+            engine.queue_fetch(queue)
+            return {"queue": queue, "selectors": [], "existing": True}, NONE
+        except NotFound:
+            pass
     building = patterns.Building(engine)
     try:
         deliveries = _topic_router(engine, building, router)
-        engine.queue_create(queue, self_destruct=True)
+        engine.queue_create(queue, self_destruct=not durable)
         building.queues.append(queue)
         deliver = engine.selector_create(queue).when_always().do_deliver(queue)
         building.selectors.append((queue, deliver.id))
@@ -520,6 +533,34 @@ def stomp_topic_close(engine: Engine, queue: str, router: str) -> Answer:
     except NotFound:  # the router is gone, and its selectors with it
         copies = []
     return {"removed": queue}, _take_down(engine, copies, [queue])
+
+
+def stomp_mailbox(engine: Engine, name: str, history: int = 0) -> Answer:
+    """The mailbox `name` for a SEND or SUBSCRIBE to /queue/<name> (SPEC §9): when no queue
+    `name` exists and no DELIVER selector feeds destination `name`, a queue of that name
+    whose one selector DELIVERs to destination `name` (credit unlimited). Inside the
+    router's step, so concurrent first uses make one mailbox; an existing queue is never
+    rewired. `created` says whether this call made it."""
+    try:
+        engine.queue_fetch(name)
+        return {"queue": name, "created": False}, NONE
+    except NotFound:
+        pass
+    for info in engine.queues():
+        for selector in engine.selectors(info.name):
+            if selector.spec.action == "deliver" and selector.spec.target == name:
+                return {"queue": name, "created": False}, NONE
+    building = patterns.Building(engine)
+    try:
+        engine.queue_create(name, history=history)
+        building.queues.append(name)
+        deliver = engine.selector_create(name).when_always().do_deliver(name)
+        building.selectors.append((name, deliver.id))
+        deliveries = list(deliver.enable())
+    except BaseException:
+        building.undo()
+        raise
+    return {"queue": name, "created": True}, deliveries
 
 
 # -- definitions ---------------------------------------------------------------------------
@@ -600,7 +641,7 @@ CALLS = {
         "selector_credit", "browse", "since", "peek", "stats", "confirm", "reject", "expire",
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
         "dead_letter_send", "definitions_apply", "messages_operate", "scheduled", "cancel",
-        "stomp_topic_open", "stomp_topic_close", "stomp_topic_router",
+        "stomp_topic_open", "stomp_topic_close", "stomp_topic_router", "stomp_mailbox",
     }
 }  # fmt: skip
 
@@ -609,4 +650,5 @@ WIRING_CALLS = {
     "queue_create", "queue_update", "queue_delete", "selector_create", "selector_update",
     "selector_delete", "pattern_build", "pattern_remove", "pattern_unbuild",
     "definitions_apply", "stomp_topic_open", "stomp_topic_close", "stomp_topic_router",
+    "stomp_mailbox",
 }  # fmt: skip

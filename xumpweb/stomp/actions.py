@@ -62,15 +62,30 @@ class Subscribe:
     selector: str | None = None
     credit: int | None = None
     receipt: str | None = None
+    durable: str | None = None  # a durable topic subscription's name (kind "topic")
 
 
 @dataclass(frozen=True, slots=True)
 class Unsubscribe:
-    """End a subscription; `unsettled` are its delivery tags never ACKed/NACKed (requeue)."""
+    """End a subscription; `unsettled` are its delivery tags never ACKed/NACKed (requeue).
+    `durable`: also remove the durable topic subscription of that name (its queue)."""
 
     subscription: str
     unsettled: tuple[str, ...] = ()
     receipt: str | None = None
+    durable: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TempQueue:
+    """Make the connection's private queue `queue` for /temp-queue/`name` (its first use),
+    delivering to the destination of the same name, and take it down when the connection
+    ends. `reader`: the subscription id under which the transport reads it (deliveries go
+    to `deliver(reader, ...)`, ack:auto), when no SUBSCRIBE reads it (a reply-to)."""
+
+    name: str
+    queue: str
+    reader: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,4 +115,15 @@ class Commit:
     receipt: str | None = None
 
 
-Action = Send | Close | Authenticate | Publish | Subscribe | Unsubscribe | Settle | Barrier | Commit
+Action = (
+    Send
+    | Close
+    | Authenticate
+    | Publish
+    | Subscribe
+    | Unsubscribe
+    | Settle
+    | Barrier
+    | Commit
+    | TempQueue
+)

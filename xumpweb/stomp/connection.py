@@ -44,6 +44,7 @@ frame. Once closed, the connection ignores further input.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -69,6 +70,7 @@ from xumpweb.stomp.actions import (
     Send,
     Settle,
     Subscribe,
+    TempQueue,
     Unsubscribe,
 )
 from xumpweb.stomp.frames import (
@@ -96,10 +98,11 @@ __all__ = [
     "StompConfig",
     "StompConnection",
     "Subscribe",
+    "TempQueue",
     "Unsubscribe",
 ]
 
-VERSIONS = ("1.2", "1.1")  # best first
+VERSIONS = ("1.2", "1.1", "1.0")  # best first
 ACK_MODES = frozenset({"auto", "client", "client-individual"})
 # SEND headers that are STOMP's own: not copied into the message
 _SEND_OWN = frozenset(
@@ -184,6 +187,10 @@ class StompConnection:
         self._transactions: dict[str, list[Frame]] = {}
         self._disconnect_receipt: str | None = None
         self._connect_receipt: str | None = None  # for refuse(): every ERROR names it
+        self._escaped = True  # header escapes in frames we send (not in STOMP 1.0)
+        self.session = ""
+        self.client_id: str | None = None  # CONNECT's client-id (durable subscriptions)
+        self._temp: dict[str, str] = {}  # /temp-queue/<name> -> its private queue
 
     # ---- input --------------------------------------------------------------------------
 
@@ -248,6 +255,14 @@ class StompConnection:
                     receipt,
                 )
             return self._error(problem)
+        if frame.command == "NACK" and self.version == "1.0":
+            return self._error(
+                ProtocolError(
+                    "unexpected NACK",
+                    "STOMP 1.0 has no NACK (connect with accept-version:1.1 or 1.2 to use it)",
+                    receipt,
+                )
+            )
         try:
             return _HANDLERS[frame.command](self, frame, receipt)
         except ProtocolError as error:
@@ -262,8 +277,11 @@ class StompConnection:
         if self.state is not State.AUTHENTICATING:
             raise RuntimeError(f"accept() while the connection is {self.state.value}")
         self.principal = principal
+        self.session = session
         self.state = State.CONNECTED
         sx, sy = self.config.heartbeat
+        if self.version == "1.0":  # 1.0 has no heart-beating: "0,0", as RabbitMQ says
+            sx = sy = 0
         cx, cy = self._client_heartbeat
         # spec "Heart-beating": each side uses the slower of what one can do and the other wants
         self.heartbeat = (
@@ -287,11 +305,17 @@ class StompConnection:
             raise RuntimeError(f"refuse() while the connection is {self.state.value}")
         return self._error(ProtocolError("access refused", reason, self._connect_receipt))
 
+    def refuse_as(self, message: str, reason: str) -> list[Action]:
+        """Like `refuse`, with an ERROR `message` of its own (a client-id in use, ...)."""
+        if self.state is not State.AUTHENTICATING:
+            raise RuntimeError(f"refuse_as() while the connection is {self.state.value}")
+        return self._error(ProtocolError(message, reason, self._connect_receipt))
+
     def receipt_done(self, receipt: str) -> list[Action]:
         """The action carrying `receipt` (or a Barrier) is done: the RECEIPT frame."""
         if self.state is State.CLOSED:
             return []
-        actions: list[Action] = [Send(serialize_parts("RECEIPT", [("receipt-id", receipt)]))]
+        actions: list[Action] = [Send(self._receipt(receipt))]
         if self.state is State.DISCONNECTING and receipt == self._disconnect_receipt:
             self._close_state()
             actions.append(Close())
@@ -335,6 +359,8 @@ class StompConnection:
         message = delivery.message
         if sub.kind == "topic" and message.address:
             destination = "/topic/" + message.address
+        elif sub.kind == "temp":
+            destination = sub.destination
         elif sub.kind == "queue":
             destination = "/queue/" + delivery.destination
         else:
@@ -358,7 +384,7 @@ class StompConnection:
         for name, value in message.headers.items():
             if name not in ours and name != "content-length":
                 headers.append((name, _header_text(value)))
-        data = serialize_parts("MESSAGE", headers, message.body)
+        data = serialize_parts("MESSAGE", headers, message.body, escaped=self._escaped)
         if sub.ack == "auto":
             return [Send(data), Settle(sub.id, (delivery.tag,), accept=True)]
         sub.unsettled[ack_id] = delivery.tag
@@ -393,7 +419,7 @@ class StompConnection:
             headers.append(("version", ",".join(sorted(VERSIONS))))
         headers.append(("content-type", "text/plain"))
         body = error.detail.encode("utf-8", errors="replace")
-        data = serialize_parts("ERROR", headers, body)
+        data = serialize_parts("ERROR", headers, body, escaped=self._escaped)
         self._close_state()
         return [Send(data), Close()]
 
@@ -405,13 +431,14 @@ class StompConnection:
 
     def _on_connect(self, frame: Frame, receipt: str | None) -> list[Action]:
         headers = frame.headers
+        # no accept-version: a 1.0 client (STOMP 1.2 "Protocol Negotiation")
         offered = [v.strip() for v in headers.get("accept-version", "1.0").split(",")]
         version = next((v for v in VERSIONS if v in offered), None)
         if version is None:
             raise ProtocolError(
                 "unsupported version",
-                f"the client offers STOMP {', '.join(offered)}; this server speaks "
-                f"{' and '.join(reversed(VERSIONS))} (send accept-version:1.2)",
+                f"the client offers STOMP {', '.join(offered)}"[:200] + "; this server "
+                f"speaks {', '.join(reversed(VERSIONS))} (send accept-version:1.2)",
             )
         beat = headers.get("heart-beat", "0,0")
         parts = [part.strip() for part in beat.split(",")]
@@ -421,7 +448,14 @@ class StompConnection:
                 f"heart-beat must be two non-negative integers `cx,cy` (ms), not {beat!r}"[:300],
             )
         self._client_heartbeat = (int(parts[0]), int(parts[1]))
+        client_id = headers.get("client-id")
+        if client_id is not None:
+            try:
+                self.client_id = check_name("client-id", client_id)
+            except XumpError as error:
+                raise ProtocolError("bad header", str(error)) from None
         self.version = version
+        self._escaped = self._parser.escapes = version != "1.0"
         self._connect_receipt = receipt
         self.state = State.AUTHENTICATING
         return [
@@ -436,7 +470,12 @@ class StompConnection:
 
     def _on_send(self, frame: Frame, receipt: str | None) -> list[Action]:
         headers = frame.headers
-        queue, address = _send_target(_required(frame, "destination"))
+        made: list[Action] = []
+        destination = _required(frame, "destination")
+        if destination.startswith(TEMP):
+            queue, address = self._temp_queue(destination, made), ""
+        else:
+            queue, address = _send_target(destination)
         message_headers: dict[str, HeaderValue] = {}
         for name, value in headers.items():
             if name in _SEND_OWN:
@@ -446,14 +485,18 @@ class StompConnection:
                 check_text(f"header {name!r}", value)
             except XumpError as error:
                 raise ProtocolError("bad header", str(error)) from None
-            message_headers[name] = value
+            if "\x00" in value:  # STOMP frames end at a NUL: no client meant this one
+                raise ProtocolError("bad header", f"header {name!r} holds a NUL octet")
+            message_headers[name] = _typed(value)
         if "priority" in message_headers:
             try:
                 message_headers["priority"] = check_priority(headers["priority"].strip())
             except XumpError as error:
                 raise ProtocolError("bad header", str(error)) from None
         return_address = headers.get("reply-to")
-        if return_address is not None:
+        if return_address is not None and return_address.startswith(TEMP):
+            return_address = self._temp_queue(return_address, made)
+        elif return_address is not None:
             return_address = _queue_of(return_address, "reply-to", header="reply-to")
         expires = _integer(headers, "expires", minimum=0) if "expires" in headers else 0
         delay = _integer(headers, "delay", minimum=0) if "delay" in headers else 0
@@ -472,11 +515,12 @@ class StompConnection:
             receipt=receipt,
             address=address,
         )
-        return self._maybe_in_transaction(frame, receipt, [publish])
+        # the private queue is made now even in a transaction: a reply may come any time
+        return [*made, *self._maybe_in_transaction(frame, receipt, [publish])]
 
     def _on_subscribe(self, frame: Frame, receipt: str | None) -> list[Action]:
         headers = frame.headers
-        sid = _required(frame, "id")
+        sid = self._subscription_id(frame)
         if sid in self._subscriptions:
             raise ProtocolError(
                 "duplicate subscription id",
@@ -489,7 +533,12 @@ class StompConnection:
                 f"a connection may hold {self.config.max_subscriptions} subscriptions",
             )
         destination = _required(frame, "destination")
-        kind, name = _destination_of(destination)
+        made: list[Action] = []
+        if destination.startswith(TEMP):
+            kind, name = "temp", self._temp_queue(destination, made, reader=False)
+        else:
+            kind, name = _destination_of(destination)
+        durable = self._durable_name(frame, sid) if kind == "topic" else None
         ack = headers.get("ack", "auto")
         if ack not in ACK_MODES:
             raise ProtocolError(
@@ -505,18 +554,21 @@ class StompConnection:
         if selector is not None and not selector.strip():
             selector = None
         self._subscriptions[sid] = _Subscription(sid, destination, kind, ack, selector, credit)
-        return [Subscribe(sid, kind, name, ack, selector, credit, receipt)]
+        return [*made, Subscribe(sid, kind, name, ack, selector, credit, receipt, durable)]
 
     def _on_unsubscribe(self, frame: Frame, receipt: str | None) -> list[Action]:
-        sid = _required(frame, "id")
+        sid = self._subscription_id(frame)
+        durable = self._durable_name(frame, sid)
         sub = self._subscriptions.pop(sid, None)
         if sub is None:
+            if durable is not None:  # removing a durable subscription while away
+                return [Unsubscribe(sid, (), receipt, durable)]
             raise ProtocolError(
                 "unknown subscription", f"this connection has no subscription with id {sid!r}"
             )
         for ack_id in sub.unsettled:
             del self._ack_owner[ack_id]
-        return [Unsubscribe(sid, tuple(sub.unsettled.values()), receipt)]
+        return [Unsubscribe(sid, tuple(sub.unsettled.values()), receipt, durable)]
 
     def _on_ack(self, frame: Frame, receipt: str | None) -> list[Action]:
         ack_id = frame.headers.get("id") or frame.headers.get("message-id")
@@ -594,6 +646,67 @@ class StompConnection:
 
     # ---- helpers --------------------------------------------------------------------------
 
+    def _temp_queue(self, written: str, made: list[Action], *, reader: bool = True) -> str:
+        """/temp-queue/<name> → the connection's private queue for it; its first use adds
+        a TempQueue to `made` (with an implicit reader unless a SUBSCRIBE reads it)."""
+        name = written[len(TEMP) :]
+        if not name:
+            raise ProtocolError("bad destination", "/temp-queue/ needs a name after it")
+        if name.startswith("stomp:"):
+            raise ProtocolError(
+                "bad destination",
+                f"{written!r}"[:200] + " names a private queue: /temp-queue/<name> takes a "
+                "name of this connection's own; another connection's private queue cannot "
+                "be read",
+            )
+        queue = self._temp.get(name)
+        if queue is not None:
+            return queue
+        queue = _checked("temp queue", f"stomp:{self.session}:temp:{name}")
+        reader_id = None
+        if reader and written not in self._subscriptions:
+            reader_id = written
+            self._subscriptions[written] = _Subscription(
+                written, written, "temp", "auto", None, None
+            )
+        self._temp[name] = queue
+        made.append(TempQueue(name, queue, reader_id))
+        return queue
+
+    def _durable_name(self, frame: Frame, sid: str) -> str | None:
+        """The durable topic subscription a SUBSCRIBE or UNSUBSCRIBE names: ActiveMQ's
+        `activemq.subscriptionName` (with the connection's client-id), or RabbitMQ's
+        `durable:true` (`persistent:true` of old) with the subscription id; None if not
+        durable."""
+        headers = frame.headers
+        name = headers.get("activemq.subscriptionName")
+        if name is not None:
+            if self.client_id is None:
+                raise ProtocolError(
+                    "missing client-id",
+                    "a durable subscription (activemq.subscriptionName) needs the "
+                    "connection's client-id header in CONNECT",
+                )
+        elif "true" in (headers.get("durable"), headers.get("persistent")):
+            if headers.get("auto-delete") == "true":
+                return None
+            if not headers.get("id"):
+                raise ProtocolError(
+                    "missing id header",
+                    "a durable subscription (durable:true) is named by its `id` header",
+                )
+            name = sid
+        else:
+            return None
+        return _checked("durable subscription", name)
+
+    def _subscription_id(self, frame: Frame) -> str:
+        """SUBSCRIBE's and UNSUBSCRIBE's `id`; STOMP 1.0 makes it optional: the
+        destination then stands for it, as RabbitMQ and ActiveMQ do."""
+        if self.version == "1.0" and not frame.headers.get("id"):
+            return _required(frame, "destination")
+        return _required(frame, "id")
+
     def _open_transaction(self, frame: Frame) -> str:
         tx = _required(frame, "transaction")
         if tx not in self._transactions:
@@ -623,11 +736,28 @@ class StompConnection:
         headers = {k: v for k, v in frame.headers.items() if k not in ("transaction", "receipt")}
         return self._on_send(Frame("SEND", headers, frame.body), None)
 
-    @staticmethod
-    def _receipt_now(receipt: str | None) -> list[Action]:
+    def _receipt_now(self, receipt: str | None) -> list[Action]:
         if receipt is None:
             return []
-        return [Send(serialize_parts("RECEIPT", [("receipt-id", receipt)]))]
+        return [Send(self._receipt(receipt))]
+
+    def _receipt(self, receipt: str) -> bytes:
+        return serialize_parts("RECEIPT", [("receipt-id", receipt)], escaped=self._escaped)
+
+
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]+)?")
+
+
+def _typed(value: str) -> HeaderValue:
+    """A header value written as a decimal number (as JSON writes one, so it comes out as
+    the same text) becomes that number, for selectors to compare as a number
+    (`amount > 500`); any other text stays text ("007", "1e3", "12.50", "+5")."""
+    if not _DECIMAL.fullmatch(value):
+        return value
+    if "." not in value:
+        return int(value)
+    number = float(value)
+    return number if repr(number) == value else value
 
 
 def _required(frame: Frame, header: str) -> str:
@@ -686,6 +816,7 @@ def _send_target(destination: str) -> tuple[str | None, str]:
     return _queue_of(destination, "SEND"), ""
 
 
+TEMP = "/temp-queue/"
 _SUBSCRIBE_PREFIXES = (("/queue/", "queue", "destination"), ("/topic/", "topic", "topic pattern"))
 
 

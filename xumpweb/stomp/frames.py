@@ -114,20 +114,33 @@ def escape(text: str) -> str:
     return text.translate(_ESCAPES) if _NEEDS_ESCAPE.search(text) else text
 
 
+def _unbroken(text: str) -> str:
+    return text.replace("\r", " ").replace("\n", " ") if _NEEDS_ESCAPE.search(text) else text
+
+
 def serialize(frame: Frame) -> bytes:
     """A frame as bytes. Frames with a body (or ERROR/MESSAGE) get a `content-length`."""
     return serialize_parts(frame.command, frame.headers.items(), frame.body)
 
 
-def serialize_parts(command: str, headers: object, body: bytes = b"") -> bytes:
+def serialize_parts(
+    command: str, headers: object, body: bytes = b"", *, escaped: bool = True
+) -> bytes:
     """Like `serialize`, from a command, an iterable of (name, value) pairs and a body;
-    a `content-length` among the headers is replaced by the body's real length."""
+    a `content-length` among the headers is replaced by the body's real length.
+    `escaped=False` for STOMP 1.0, which has no escapes: a line break in a header (which
+    1.0 cannot carry) becomes a space."""
     raw = command in UNESCAPED_COMMANDS
     lines = [command]
     for name, value in headers:  # type: ignore[attr-defined]
         if name == "content-length":
             continue
-        lines.append(f"{name}:{value}" if raw else f"{escape(name)}:{escape(value)}")
+        if raw:
+            lines.append(f"{name}:{value}")
+        elif escaped:
+            lines.append(f"{escape(name)}:{escape(value)}")
+        else:
+            lines.append(f"{_unbroken(name)}:{_unbroken(value)}")
     if body or command in BODY_COMMANDS:
         lines.append(f"content-length:{len(body)}")
     lines.append("")
@@ -150,6 +163,8 @@ class FrameParser:
         self.max_frame_size = max_frame_size
         self.max_headers = max_headers
         self.max_header_length = max_header_length
+        # False for STOMP 1.0 (no header escapes: a backslash is a backslash)
+        self.escapes = True
         self._buffer = bytearray()
         # where the next frame starts in the buffer: consumed frames are dropped in one cut
         # when the buffer runs dry, not one memmove per frame
@@ -257,6 +272,8 @@ class FrameParser:
         self._pos = self._scan = end + 1
         self._head = None
         if body and command not in BODY_COMMANDS:
+            if not body.strip(b"\r\n"):  # an extra EOL before the NUL (RabbitMQ takes it)
+                return Frame(command, headers, b"")
             raise ProtocolError(
                 f"a {command} frame must not have a body",
                 f"only SEND, MESSAGE and ERROR frames carry a body; this {command} frame "
@@ -349,7 +366,9 @@ class FrameParser:
         """The common case, fast: a short head with no CR, no escapes, valid UTF-8, a known
         command and well-formed headers. None when any of that does not hold: the head is
         then read line by line (`_checked_head`), which says what is wrong."""
-        if len(head) > self.max_header_length or b"\r" in head or b"\\" in head:
+        if len(head) > self.max_header_length or b"\r" in head:
+            return None
+        if self.escapes and b"\\" in head:
             return None
         try:
             lines = head.decode("utf-8").split("\n")
@@ -388,7 +407,7 @@ class FrameParser:
                 f"{self.max_headers}",
             )
         # headers are read even after a problem, for the receipt-id of the ERROR frame
-        raw = command in UNESCAPED_COMMANDS
+        raw = command in UNESCAPED_COMMANDS or not self.escapes
         headers: dict[str, str] = {}
         for line in lines[1 : self.max_headers + 1]:
             line = line.removesuffix(b"\r")

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 
 import redis
 import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from engine.errors import InvalidSelector, MessageTooLarge, XumpError
@@ -73,9 +74,10 @@ from xumpweb.stomp.connection import (
     StompConfig,
     StompConnection,
     Subscribe,
+    TempQueue,
     Unsubscribe,
 )
-from xumpweb.stompgate import topics
+from xumpweb.stompgate import clients, mailboxes, topics
 
 logger = logging.getLogger("xump.stomp")
 
@@ -150,7 +152,10 @@ class _Subscription:
         self.kind = action.kind
         self.ack = action.ack
         self.destination = destination  # the outbox it reads
-        self.topic_queue = destination if action.kind == "topic" else None
+        # the private queue to take down at the end (a durable one stays)
+        self.topic_queue = (
+            destination if action.kind == "topic" and action.durable is None else None
+        )
         self.reader = reader
         self.credit = action.credit or session.default_prefetch
         self.window_open = asyncio.Event()
@@ -275,6 +280,9 @@ class StompSession:
         self.rights: dict[tuple[str, str], bool] = {}
         self.subscriptions: dict[str, _Subscription] = {}
         self.topic_serial = 0
+        self.mailboxes: set[str] = set()  # /queue/ names this connection asked about
+        self.temp_queues: list[str] = []  # its /temp-queue/ queues, removed at the end
+        self.client_id: str | None = None  # CONNECT's client-id, held in Redis while here
         self.slots: deque[_Slot] = deque()
         self.wake = asyncio.Event()
         self.router_answers = RouterAnswers()
@@ -323,10 +331,14 @@ class StompSession:
             elif kind is Publish:
                 if action.queue is None:  # type: ignore[attr-defined]
                     await self._topic_router()
+                else:
+                    await self._mailbox(action.queue)  # type: ignore[attr-defined]
                 self._publish(action)  # type: ignore[arg-type]
             elif kind is Settle:
                 await self._settle(action)  # type: ignore[arg-type]
             elif kind is Subscribe:
+                if action.kind == "queue":  # type: ignore[attr-defined]
+                    await self._mailbox(action.destination)  # type: ignore[attr-defined]
                 await self._subscribe(action)  # type: ignore[arg-type]
             elif kind is Unsubscribe:
                 await self._unsubscribe(action)  # type: ignore[arg-type]
@@ -339,6 +351,8 @@ class StompSession:
                 self._answer([action])
             elif kind is Authenticate:
                 await self._authenticate(action)  # type: ignore[arg-type]
+            elif kind is TempQueue:
+                await self._temp_queue(action)  # type: ignore[arg-type]
         # counted per batch of input, not per action: a labelled inc costs ~1 us
         metrics.stomp_actions(self.kind, counts, time.perf_counter() - started)
 
@@ -415,6 +429,14 @@ class StompSession:
         else:
             return self._answer(self._refusal(self.connection.refuse(
                 "give an API token as the passcode header (login may be anything)")))  # fmt: skip
+        client_id = action.headers.get("client-id")
+        if client_id is not None:
+            if self.redis is None:
+                self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
+            if not await clients.claim(self, client_id):
+                return self._answer(self._refusal(self.connection.refuse_as(
+                    "client-id in use", f"another connection is connected with client-id "
+                    f"{client_id!r}; one connection per client-id")))  # fmt: skip
         self.principal = principal
         watch(self)
         actions = self.connection.accept(principal, session=self.id)
@@ -447,7 +469,7 @@ class StompSession:
         self.rights.clear()
         for sub in list(self.subscriptions.values()):
             queue = sub.destination if sub.kind == "queue" else topics.router()
-            if not self._may("consume", queue):
+            if sub.kind != "temp" and not self._may("consume", queue):
                 return await self._fail("access revoked", f"no consume right on {queue!r} now")
 
     def _may(self, right: str, queue: str) -> bool:
@@ -475,6 +497,15 @@ class StompSession:
                 _error_message(error), str(error), action.receipt)))  # fmt: skip
             return
         group_commit().submit(_StompPending(self, queue, message, action.receipt, slot))
+
+    async def _mailbox(self, name: str) -> None:
+        """/queue/<name>: make the mailbox <name> when it is missing and the caller may
+        manage it (mailboxes.py); asked once per name and connection."""
+        if name in self.mailboxes or mailboxes.is_private(name):
+            return
+        self.mailboxes.add(name)
+        if self._may("manage", name):
+            await mailboxes.ensure(self.service, name, self.who)
 
     async def _topic_router(self) -> None:
         """SEND /topic/: the router must exist before the publish (topics.py); when it
@@ -524,7 +555,11 @@ class StompSession:
     # -- SUBSCRIBE / UNSUBSCRIBE / ACK / NACK --------------------------------------------------
     async def _subscribe(self, action: Subscribe) -> None:
         queue = action.destination if action.kind == "queue" else topics.router()
-        if not self._may("consume", queue):
+        if action.kind == "queue" and self._foreign(action.destination):
+            return self._answer(self._refusal(self.connection.refuse_subscription(
+                action.subscription, f"{action.destination!r} is another connection's "
+                "private queue", receipt=action.receipt)))  # fmt: skip
+        if action.kind != "temp" and not self._may("consume", queue):
             what = "destination" if action.kind == "queue" else "topic router queue"
             return self._answer(self._refusal(self.connection.refuse_subscription(
                 action.subscription, f"this caller may not consume from {what} {queue!r}",
@@ -537,15 +572,18 @@ class StompSession:
                 return self._answer(self._refusal(self.connection.refuse_subscription(
                     action.subscription, str(error), column=error.column or 1,
                     receipt=action.receipt)))  # fmt: skip
-            if action.kind == "queue":
+            if action.kind != "topic":
                 wanted = _wanted(selects)
         destination = action.destination
         if action.kind == "topic":
-            self.topic_serial += 1
-            destination = topics.queue_name(self.id, self.topic_serial)
+            if action.durable is not None:
+                destination = topics.durable_name(self.client_id or self.who, action.durable)
+            else:
+                self.topic_serial += 1
+                destination = topics.queue_name(self.id, self.topic_serial)
             try:
                 await topics.open_topic(self.service, destination, action.destination,
-                                        action.selector)  # fmt: skip
+                                        action.selector, action.durable is not None)  # fmt: skip
             except XumpError as error:
                 column = getattr(error, "column", None)
                 refused = self.connection.refuse_subscription(
@@ -561,6 +599,26 @@ class StompSession:
         if action.receipt is not None:
             self._add_slot(_Slot(barrier=action.receipt))
 
+    def _foreign(self, destination: str) -> bool:
+        """A private queue (topic or temp) of another connection: nobody else reads it."""
+        return destination.startswith(topics.PREFIX) and not destination.startswith(
+            f"{topics.PREFIX}{self.id}:"
+        )
+
+    async def _temp_queue(self, action: TempQueue) -> None:
+        """/temp-queue/<name>'s first use: the private queue (delivering to the destination
+        of its name), and its reader when no SUBSCRIBE reads it (replies to a reply-to)."""
+        try:
+            await sync_to_async(self.service.call, thread_sensitive=False)(
+                "stomp_mailbox", name=action.queue
+            )
+        except XumpError as error:
+            return self._answer(self._refusal(self.connection.fail(
+                _error_message(error), str(error))))  # fmt: skip
+        self.temp_queues.append(action.queue)
+        if action.reader is not None:
+            await self._subscribe(Subscribe(action.reader, "temp", action.queue, "auto"))
+
     async def _store_problem(self, detail: str) -> None:
         logger.warning("STOMP session %s: %s", self.id, detail)
 
@@ -568,6 +626,12 @@ class StompSession:
         sub = self.subscriptions.pop(action.subscription, None)
         if sub is not None:
             await sub.stop()
+        if action.durable is not None:  # UNSUBSCRIBE durable:true: the queue goes too
+            queue = topics.durable_name(self.client_id or self.who, action.durable)
+            try:
+                await topics.close_topic(self.service, queue)
+            except XumpError as problem:
+                logger.warning("cannot remove durable subscription %r: %s", queue, problem)
         if action.receipt is not None:
             self._add_slot(_Slot(barrier=action.receipt))
 
@@ -623,6 +687,12 @@ class StompSession:
                 task.cancel()
         subs, self.subscriptions = list(self.subscriptions.values()), {}
         await asyncio.gather(*(sub.stop() for sub in subs), return_exceptions=True)
+        for queue in self.temp_queues:  # a temp queue's messages go with its connection
+            try:
+                await topics.close_topic(self.service, queue)
+            except XumpError as problem:  # the sweep takes it down later
+                logger.warning("cannot remove temp queue %r: %s", queue, problem)
+        await clients.release(self)
         if self.redis is not None:
             await self.redis.aclose()
 

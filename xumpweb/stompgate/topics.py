@@ -30,6 +30,7 @@ from xumpweb.runtime import Service
 logger = logging.getLogger("xump.stomp")
 
 PREFIX = "stomp:"
+DURABLE_PREFIX = "stomp-durable:"  # not swept: they outlive their connections
 SWEEP_EVERY = 30.0
 
 
@@ -53,11 +54,21 @@ async def ensure_router(found: Service) -> None:
     _ready.add(key)
 
 
-async def open_topic(found: Service, queue: str, pattern: str, expression: str | None) -> None:
-    """Build the subscription's wiring (XumpError when the router refuses it)."""
+async def open_topic(
+    found: Service, queue: str, pattern: str, expression: str | None, durable: bool = False
+) -> None:
+    """Build the subscription's wiring (XumpError when the router refuses it); a durable
+    one's is kept when it exists (the subscriber is back)."""
     await sync_to_async(found.call, thread_sensitive=False)(
-        "stomp_topic_open", queue=queue, router=router(), pattern=pattern, filter=expression
-    )
+        "stomp_topic_open", queue=queue, router=router(), pattern=pattern, filter=expression,
+        durable=durable,
+    )  # fmt: skip
+
+
+def durable_name(owner: str, name: str) -> str:
+    """The queue of the durable subscription `name` of `owner` (the connection's
+    client-id, else who connected): found again by both on the subscriber's return."""
+    return f"{DURABLE_PREFIX}{owner}:{name}"
 
 
 async def close_topic(found: Service, queue: str) -> None:

@@ -1,4 +1,4 @@
-"""/ws/stomp/: STOMP over WebSocket (subprotocols v12.stomp, v11.stomp), in the ASGI app.
+"""/ws/stomp/: STOMP over WebSocket (subprotocols v12.stomp, v11.stomp, v10.stomp), in the ASGI app.
 
 Only I/O: each WebSocket message (text or binary) goes to the session (session.py) as one
 message of whole frames; what the session writes goes out as one message, text when it is
@@ -19,7 +19,7 @@ from xumpweb import metrics
 from xumpweb.live.security import session_user
 from xumpweb.stompgate.session import StompSession
 
-SUBPROTOCOLS = ("v12.stomp", "v11.stomp")
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 KIND = "stomp-websocket"
 
 

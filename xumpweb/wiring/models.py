@@ -58,6 +58,11 @@ class Queue(models.Model):
         default=1, help_text="priority levels 1-10, fixed at creation"
     )
     last_selector_id = models.PositiveIntegerField(default=0, editable=False)
+    mailbox = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="made by a STOMP SEND or SUBSCRIBE to /queue/<name> (SPEC §9)",
+    )
     created = models.DateTimeField(auto_now_add=True)
     changed = models.DateTimeField(auto_now=True)
 

@@ -1,0 +1,457 @@
+# ruff: noqa: F811  (the fixtures of test_stomp_clients.py, imported, are parameters here)
+"""Programs written for other brokers work unchanged (SPEC §9, issue 24): stomp.py clients
+as a RabbitMQ or ActiveMQ tutorial writes them, against the running service over both
+transports. /queue/ mailboxes made by a first SEND or SUBSCRIBE, STOMP 1.0 and 1.1
+clients, /temp-queue/ request/reply, durable topic subscriptions, numbers in headers.
+
+Each test uses names of its own; waiting is for events with generous deadlines.
+"""
+
+from __future__ import annotations
+
+import threading
+from urllib.parse import quote, urlsplit
+
+import pytest
+import stomp
+
+from tests.web.conftest import unique
+from tests.web.test_api_queues import audit_entries
+from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
+    WITHIN,
+    Client,
+    bodies,
+    clients,
+    connect,
+    deliver,
+    eventually,
+    http,
+    issue_token,
+    make_queue,
+    queue_names,
+    transport,
+    waiting,
+)
+from tests.web.test_stomp_protocol import websocket
+
+
+def queue_answer(http, name: str) -> dict:
+    answer = http.get(f"/api/queues/{quote(name, safe='')}")
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+# -- mailboxes ----------------------------------------------------------------------------------
+def test_send_to_a_new_queue_makes_a_mailbox_that_a_subscriber_then_reads(service, http,
+                                                                         clients):  # fmt: skip
+    name = unique("mb")
+    producer = clients()
+    producer.send(f"/queue/{name}", "hello", receipt="r")
+    producer.receipt("r")
+    queue = queue_answer(http, name)
+    assert queue["mailbox"] is True
+    [selector] = queue["selectors"]
+    assert (selector["when"], selector["action"], selector["target"]) == ("always", "deliver", name)
+    assert selector["enabled"] is True and selector["credit"] == -1
+    listed = {q["name"]: q for q in http.get("/api/queues").json()["queues"]}
+    assert listed[name]["mailbox"] is True
+    consumer = clients()
+    consumer.subscribe(f"/queue/{name}")
+    [frame] = consumer.take(1)
+    assert frame.body == "hello" and frame.headers["destination"] == f"/queue/{name}"
+    [entry] = audit_entries(service, name)
+    assert entry["action"] == "queue.create" and entry["who"] == "token:tests"
+    assert entry["after"]["mailbox"] is True
+
+
+def test_subscribe_to_a_new_queue_makes_the_mailbox_and_a_later_send_meets_it(http, clients):
+    name = unique("mb")
+    consumer = clients()
+    consumer.subscribe(f"/queue/{name}")
+    assert queue_answer(http, name)["mailbox"] is True
+    producer = clients()
+    producer.send(f"/queue/{name}", "one", receipt="r")
+    producer.receipt("r")
+    assert bodies(consumer.take(1)) == ["one"]
+
+
+def test_twenty_connections_sending_to_one_new_queue_at_once_make_one_mailbox(service, http,
+                                                                            connect,
+                                                                            transport):  # fmt: skip
+    name = unique("mb")
+    producers = [connect(transport) for _ in range(20)]
+    start = threading.Barrier(len(producers))
+
+    def send(n: int) -> None:
+        start.wait(timeout=WITHIN)
+        producers[n].send(f"/queue/{name}", f"m{n}", receipt=f"r{n}")
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WITHIN)
+    for n, producer in enumerate(producers):
+        producer.receipt(f"r{n}")
+    queue = queue_answer(http, name)
+    assert len(queue["selectors"]) == 1 and queue["mailbox"] is True
+    assert [e["action"] for e in audit_entries(service, name)] == ["queue.create"]
+    consumer = connect(transport, auto_ack=True)
+    consumer.subscribe(f"/queue/{name}")
+    got = consumer.take(20)
+    assert sorted(bodies(got)) == sorted(f"m{n}" for n in range(20))
+    receipt = "after"
+    consumer.connection.send(f"/queue/{name}", "last", headers={"receipt": receipt})
+    consumer.wait(lambda: len(consumer.messages) == 21, "the last message")
+    assert len(consumer.messages) == 21  # every one once
+
+
+def test_a_caller_without_manage_gets_todays_error_and_nothing_is_made(http, clients):
+    name = unique("mb")
+    token = issue_token(http, {"*": ["publish", "consume"]})
+    producer = clients(token=token)
+    producer.send(f"/queue/{name}", "lost", receipt="r")
+    producer.wait(lambda: producer.errors, "an ERROR")
+    [error] = producer.errors
+    assert error.headers["message"] == "not found" and error.headers["receipt-id"] == "r"
+    assert name not in queue_names(http)
+    consumer = clients(token=token)
+    consumer.subscribe(f"/queue/{name}")  # a destination may be fed later: no error
+    assert name not in queue_names(http)
+
+
+def test_an_existing_queue_is_never_rewired(http, clients):
+    name = unique("mb")
+    make_queue(http, name)
+    producer = clients()
+    producer.send(f"/queue/{name}", "waits", receipt="r")
+    producer.receipt("r")
+    queue = queue_answer(http, name)
+    assert queue["selectors"] == [] and queue["mailbox"] is False
+    assert [m["body"] for m in waiting(http, name)] == ["waits"]
+
+
+def test_a_destination_that_wiring_feeds_gets_no_mailbox(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    consumer = clients()
+    consumer.subscribe(f"/queue/{destination}")
+    assert destination not in queue_names(http)
+    producer = clients()
+    producer.send(f"/queue/{queue}", "via wiring", receipt="r")
+    producer.receipt("r")
+    assert bodies(consumer.take(1)) == ["via wiring"]
+
+
+def test_a_bad_queue_name_is_an_error_and_nothing_is_made(http, clients):
+    before = queue_names(http)
+    producer = clients()
+    producer.send("/queue/$reserved", "x", receipt="r")
+    producer.wait(lambda: producer.errors, "an ERROR")
+    assert producer.errors[0].headers["message"] == "bad destination"
+    assert queue_names(http) - before == set()
+
+
+def test_stomp_py_connection_class_for_rabbitmq_tutorials_works_as_is(service, stomp_port):
+    """The first lines of a RabbitMQ STOMP tutorial, unchanged but for the passcode."""
+    name = unique("greetings")
+    got = threading.Event()
+    seen: list[str] = []
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame):
+            seen.append(frame.body)
+            got.set()
+
+    conn = stomp.Connection([("127.0.0.1", stomp_port)])
+    conn.set_listener("", Listener())
+    conn.connect("guest", service.admin_token, wait=True)
+    conn.subscribe(destination=f"/queue/{name}", id=1, ack="auto")
+    conn.send(body="hello, world", destination=f"/queue/{name}")
+    assert got.wait(WITHIN) and seen == ["hello, world"]
+    conn.disconnect()
+
+
+# -- STOMP 1.0 and 1.1 --------------------------------------------------------------------------
+def connect_version(service, stomp_port, version: str) -> Client:
+    """A stomp.py client of that version over TCP."""
+    kind = {"1.0": stomp.Connection10, "1.1": stomp.Connection11}[version]
+    connection = kind([("127.0.0.1", stomp_port)])
+    client = Client(connection)
+    connection.set_listener("test", client)
+    connection.connect("tests", service.admin_token, wait=True)
+    return client
+
+
+def test_a_stomp_10_client_publishes_subscribes_and_acks_by_message_id(service, stomp_port, http):
+    queue = unique("v10")
+    client = connect_version(service, stomp_port, "1.0")
+    client.connection.subscribe(f"/queue/{queue}", ack="client", headers={"receipt": "s"})
+    client.receipt("s")
+    client.connection.send(f"/queue/{queue}", "old \\ school", headers={"receipt": "r"})
+    client.receipt("r")
+    [frame] = client.take(1)
+    assert frame.body == "old \\ school"
+    client.connection.ack(frame.headers["message-id"], receipt="a")
+    client.receipt("a")
+    eventually(lambda: queue_answer(http, queue)["stats"]["confirmed"] == 1, "the ack")
+    client.connection.disconnect()
+
+
+def test_a_stomp_10_client_gets_an_error_for_nack_and_its_message_comes_back(service,
+                                                                           stomp_port):  # fmt: skip
+    queue = unique("v10")
+    client = connect_version(service, stomp_port, "1.0")
+    client.connection.subscribe(f"/queue/{queue}", id="a", ack="client", headers={"receipt": "s"})
+    client.receipt("s")
+    client.connection.send(f"/queue/{queue}", "once", headers={"receipt": "r"})
+    client.receipt("r")
+    [frame] = client.take(1)
+    client.connection.send_frame("NACK", {"message-id": frame.headers["message-id"]})
+    client.wait(lambda: client.errors, "an ERROR")
+    assert client.errors[0].headers["message"] == "unexpected NACK"
+    again = connect_version(service, stomp_port, "1.1")
+    again.connection.subscribe(f"/queue/{queue}", id="b", ack="auto")
+    [back] = again.take(1)
+    assert back.body == "once" and back.headers["redelivered"] == "true"
+    again.connection.disconnect()
+
+
+def test_stomp_10_over_websocket(service):
+    queue = unique("ws")
+    with websocket(service, "") as client:
+        client.send(f"CONNECT\nlogin:tests\npasscode:{service.admin_token}\n\n\x00".encode())
+        assert client.expect("CONNECTED").headers["version"] == "1.0"
+        client.send(f"SUBSCRIBE\ndestination:/queue/{queue}\nreceipt:s\n\n\x00".encode())
+        assert client.expect("RECEIPT").headers["receipt-id"] == "s"
+        client.send(f"SEND\ndestination:/queue/{queue}\n\nover 1.0\x00".encode())
+        message = client.expect("MESSAGE")
+        assert message.body == b"over 1.0"
+        assert message.headers["subscription"] == f"/queue/{queue}"
+
+
+# -- /temp-queue/ request/reply -----------------------------------------------------------------
+def test_request_reply_through_a_temp_queue(clients):
+    service_queue = unique("rpc")
+    server, caller = clients(), clients()
+    server.subscribe(f"/queue/{service_queue}")  # a mailbox
+    caller.send(f"/queue/{service_queue}", "2+2?", receipt="r",
+                **{"reply-to": "/temp-queue/answers"})  # fmt: skip
+    caller.receipt("r")
+    [request] = server.take(1)
+    reply_to = request.headers["reply-to"]
+    assert reply_to.startswith("/queue/stomp:")
+    server.send(reply_to, "4", receipt="back")
+    server.receipt("back")
+    server.ack(request)
+    [answer] = caller.take(1)  # no SUBSCRIBE: the reply reaches the connection
+    assert answer.body == "4" and answer.headers["destination"] == "/temp-queue/answers"
+
+
+def test_a_subscribe_to_a_temp_queue_receives_its_replies(clients):
+    service_queue = unique("rpc")
+    server, caller = clients(auto_ack=True), clients()
+    server.subscribe(f"/queue/{service_queue}")
+    caller.subscribe("/temp-queue/mine", sid="replies", ack="client-individual")
+    caller.send(f"/queue/{service_queue}", "ping", **{"reply-to": "/temp-queue/mine"})
+    [request] = server.take(1)
+    server.send(request.headers["reply-to"], "pong")
+    [answer] = caller.take(1)
+    assert answer.body == "pong" and answer.headers["subscription"] == "replies"
+    caller.ack(answer, receipt="a")
+
+
+def test_a_temp_queue_goes_with_its_connection_and_nobody_else_reads_it(http, clients):
+    service_queue = unique("rpc")
+    server, caller = clients(), clients()
+    server.subscribe(f"/queue/{service_queue}")
+    caller.send(f"/queue/{service_queue}", "q", receipt="r", **{"reply-to": "/temp-queue/t"})
+    caller.receipt("r")
+    [request] = server.take(1)
+    private = request.headers["reply-to"][len("/queue/") :]
+    assert private in queue_names(http)
+    thief = clients()
+    thief.connection.subscribe(f"/queue/{private}", "x", headers={"receipt": "s"})
+    thief.wait(lambda: thief.errors, "an ERROR")
+    assert "private" in thief.errors[0].body
+    caller.disconnect()
+    eventually(lambda: private not in queue_names(http), "the temp queue to go")
+    server.send(f"/queue/{private}", "too late", receipt="late")
+    server.wait(lambda: server.errors, "an ERROR")
+    assert server.errors[0].headers["message"] == "not found"
+
+
+def test_temp_queue_naming_another_connections_queue_is_an_error(http, clients):
+    before = queue_names(http)
+    client = clients()
+    client.connection.subscribe("/temp-queue/stomp:abc:temp:x", "x", headers={"receipt": "s"})
+    client.wait(lambda: client.errors, "an ERROR")
+    assert client.errors[0].headers["message"] == "bad destination"
+    assert queue_names(http) - before == set()
+
+
+# -- durable topic subscriptions ----------------------------------------------------------------
+RABBIT = {"durable": "true", "auto-delete": "false"}
+
+
+@pytest.fixture
+def durable_client(service, stomp_port):
+    """Connect stomp.py clients with a client-id over a transport: the Client, or None when
+    the server refused the CONNECT; all are disconnected at the end of the test."""
+    made: list[Client] = []
+    ws_port = urlsplit(service.ws_url).port
+
+    def make(over: str, client_id: str, auto_ack: bool = False) -> Client | None:
+        if over == "tcp":
+            connection = stomp.Connection12([("127.0.0.1", stomp_port)])
+        else:
+            connection = stomp.WSStompConnection(
+                [("127.0.0.1", ws_port)], ws_path="/ws/stomp/",
+                header={"Sec-WebSocket-Protocol": "v12.stomp"},
+            )  # fmt: skip
+        client = Client(connection, auto_ack)
+        connection.set_listener("test", client)
+        made.append(client)
+        try:
+            connection.connect(
+                "tests", service.admin_token, headers={"client-id": client_id}, wait=True
+            )
+        except stomp.exception.StompException:
+            return None
+        return None if client.errors else client
+
+    yield make
+    for client in made:
+        if client.connection.is_connected():
+            try:
+                client.connection.disconnect()
+            except Exception:  # the test may have broken it on purpose
+                pass
+
+
+def test_a_durable_subscription_keeps_what_is_published_while_away_rabbitmq_dialect(
+    http, connect, durable_client, transport
+):
+    topic, client_id = unique("news"), unique("app")
+    first = durable_client(transport, client_id)
+    first.subscribe(f"/topic/{topic}.*", sid="news", ack="client-individual", **RABBIT)
+    first.disconnect()
+    producer = connect(transport)
+    for n in range(3):
+        producer.send(f"/topic/{topic}.eu", f"away {n}", receipt=f"r{n}")
+        producer.receipt(f"r{n}")
+    back = eventually(
+        lambda: durable_client(transport, client_id, auto_ack=True), "the client-id to be free"
+    )
+    back.subscribe(f"/topic/{topic}.*", sid="news", ack="client-individual", **RABBIT)
+    assert sorted(bodies(back.take(3))) == ["away 0", "away 1", "away 2"]
+    durable = [n for n in queue_names(http) if n.startswith("stomp-durable:") and client_id in n]
+    assert len(durable) == 1
+    receipt = "gone"
+    back.connection.unsubscribe("news", headers={"durable": "true", "receipt": receipt})
+    back.receipt(receipt)
+    assert durable[0] not in queue_names(http)
+
+
+def test_a_durable_subscription_activemq_dialect(http, connect, durable_client, transport):
+    topic, client_id = unique("news"), unique("app")
+    named = {"activemq.subscriptionName": "mine"}
+    first = durable_client(transport, client_id)
+    first.subscribe(f"/topic/{topic}", sid="1", **named)
+    first.drop()  # gone without a word
+    producer = connect(transport)
+    producer.send(f"/topic/{topic}", "while away", receipt="r")
+    producer.receipt("r")
+    back = eventually(lambda: durable_client(transport, client_id), "the client-id to be free")
+    back.subscribe(f"/topic/{topic}", sid="2", ack="auto", **named)
+    assert bodies(back.take(1)) == ["while away"]
+    back.connection.unsubscribe("2", headers={**named, "receipt": "u"})
+    back.receipt("u")
+    assert not [n for n in queue_names(http) if client_id in n]
+
+
+def test_a_second_live_connection_with_the_same_client_id_is_refused(durable_client, transport):
+    client_id = unique("app")
+    assert durable_client(transport, client_id) is not None
+    other = "websocket" if transport == "tcp" else "tcp"
+    assert durable_client(other, client_id) is None  # refused: ERROR client-id in use
+
+
+def test_durable_without_an_id_and_a_bad_client_id_are_errors(http, service, stomp_port):
+    before = queue_names(http)
+    client = connect_version(service, stomp_port, "1.0")
+    client.connection.send_frame("SUBSCRIBE", {"destination": "/topic/x", "durable": "true"})
+    client.wait(lambda: client.errors, "an ERROR")
+    assert client.errors[0].headers["message"] == "missing id header"
+    bad = stomp.Connection12([("127.0.0.1", stomp_port)])
+    listener = Client(bad)
+    bad.set_listener("", listener)
+    bad.connect("tests", service.admin_token, headers={"client-id": "a\tb"}, wait=False)
+    listener.wait(lambda: listener.errors, "an ERROR")
+    assert listener.errors[0].headers["message"] == "bad header"
+    assert queue_names(http) - before == set()
+
+
+def test_a_durable_subscription_survives_a_restart_of_the_stomp_server(service, http):
+    """What a killed server's connection held unacknowledged comes back after the delivery
+    timeout (docs/stomp.md); here the subscriber has taken (ack:auto) what came before."""
+    topic, client_id = unique("news"), unique("app")
+    port = service.start_stomp("stomp-durable")
+    try:
+        first = _stomp_client(service, port, client_id)
+        first.subscribe(f"/topic/{topic}", sid="d", ack="auto", **RABBIT)
+        first.send(f"/topic/{topic}", "before", receipt="r0")
+        assert bodies(first.take(1)) == ["before"]
+        service.stop("stomp-durable", kill=True)
+        first.wait(lambda: first.disconnected, "the end of the connection")
+        producer = _stomp_client(service, service.start_stomp("stomp-durable", port=port), None)
+        for n in range(3):
+            producer.send(f"/topic/{topic}", f"during {n}", receipt=f"r{n}")
+            producer.receipt(f"r{n}")
+        back = eventually(
+            lambda: _stomp_client(service, port, client_id, quiet=True), "the client-id"
+        )
+        back.subscribe(f"/topic/{topic}", sid="d", **RABBIT)
+        assert sorted(bodies(back.take(3))) == ["during 0", "during 1", "during 2"]
+        back.connection.unsubscribe("d", headers={"durable": "true", "receipt": "u"})
+        back.receipt("u")
+        assert not [n for n in queue_names(http) if client_id in n]
+        back.connection.disconnect()
+        producer.connection.disconnect()
+    finally:
+        service.stop("stomp-durable")
+
+
+def _stomp_client(service, port: int, client_id: str | None, quiet: bool = False):
+    connection = stomp.Connection12([("127.0.0.1", port)])
+    client = Client(connection)
+    connection.set_listener("", client)
+    headers = {"client-id": client_id} if client_id else {}
+    try:
+        connection.connect("tests", service.admin_token, headers=headers, wait=True)
+    except Exception:
+        if quiet:
+            return None
+        raise
+    if client.errors:
+        return None
+    return client
+
+
+# -- numbers in headers -------------------------------------------------------------------------
+def test_a_selector_compares_a_stomp_header_written_as_a_number_as_a_number(http, clients):
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination)
+    big, producer = clients(auto_ack=True), clients()
+    big.subscribe(f"/queue/{destination}", selector="amount > 500 AND price < 20.5")
+    for n, (amount, price) in enumerate(
+        [("700", "12.5"), ("90", "1"), ("0700", "1"), ("501", "20")]
+    ):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}", amount=amount, price=price)
+    producer.receipt("r3")
+    found = big.take(2)
+    assert bodies(found) == ["m0", "m3"]
+    assert [f.headers["amount"] for f in found] == ["700", "501"]  # the text sent
+    rest = clients()
+    rest.subscribe(f"/queue/{destination}")
+    assert sorted(f.headers["amount"] for f in rest.take(2)) == ["0700", "90"]
