@@ -4,7 +4,7 @@ A SEND or SUBSCRIBE to /queue/<name> by a caller with `manage` on <name>, where 
 <name> exists and no DELIVER selector feeds destination <name>, first creates the mailbox
 <name>: a queue of that name whose one selector DELIVERs to destination <name>, as a
 RabbitMQ or ActiveMQ queue behaves. The check and the creation are one router operation
-(routing/operations.py stomp_mailbox), so concurrent first uses make one mailbox; the one
+(router/operations.py stomp_mailbox), so concurrent first uses make one mailbox; the one
 call that made it marks the queue as a mailbox (the wiring's Queue.mailbox, shown by the
 API and the console) and writes the audit entry. A caller without `manage` is never asked
 about: its SEND or SUBSCRIBE goes on as before (a SEND to a missing queue is an ERROR).
