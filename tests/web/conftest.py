@@ -40,7 +40,10 @@ class Service:
 
     def client(self, token: str | None = None, **options) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token or self.admin_token}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30, **options)
+        # a generous deadline, not a margin: on a loaded machine a first call that waits for
+        # a Celery worker to boot and take the lease took more than 30 s
+        options.setdefault("timeout", 120)
+        return httpx.Client(base_url=self.url, headers=headers, **options)
 
     def manage(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
