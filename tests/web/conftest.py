@@ -254,6 +254,19 @@ def wait_for(check, within: float = 10.0, every: float = 0.1):
         time.sleep(every)
 
 
+def eventually(check, what: str, within: float = 20.0, every: float = 0.05):
+    """`check()`'s first true answer, asked every `every` seconds; fails, naming `what`,
+    once `within` seconds have passed."""
+    deadline = time.monotonic() + within
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {within} s for {what}")
+        time.sleep(every)
+
+
 def unique(prefix: str = "q") -> str:
     """A queue or destination name no other test uses."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
