@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +266,18 @@ def eventually(check, what: str, within: float = 20.0, every: float = 0.05):
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {within} s for {what}")
         time.sleep(every)
+
+
+def create_queues(redis_url: str, store: str, names: list[str], threads: int = 8) -> None:
+    """Create the queues through `threads` relay clients at once (one per thread)."""
+
+    def create(chunk: list[str]) -> None:
+        with closing(RelayClient(redis_url, store)) as client:
+            for name in chunk:
+                client.call("queue_create", name=name)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, [names[i::threads] for i in range(threads)]))
 
 
 def unique(prefix: str = "q") -> str:
