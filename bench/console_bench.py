@@ -32,32 +32,17 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.relay import RelayClient
 from tests.conftest import RedisServer
-from tests.web.conftest import start_service
+from tests.web.conftest import create_queues, start_service
 from tests.web.test_subscribe import session_cookie
 
 TARGET_MS = 300.0
-
-
-def create_queues(url: str, store: str, names: list[str]) -> None:
-    def create(chunk: list[str]) -> None:
-        client = RelayClient(url, store)
-        try:
-            for name in chunk:
-                client.call("queue_create", name=name)
-        finally:
-            client.close()
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(create, [names[i::8] for i in range(8)]))
 
 
 def timed(client: httpx.Client, path: str, rounds: int) -> list[float]:

@@ -66,6 +66,7 @@ import orjson
 from websockets.sync.client import connect
 
 from tests.conftest import RedisServer
+from tests.faults.subscriber import deliveries
 from tests.web.conftest import start_service
 
 PAD = "x" * 73  # a body: 17 characters of send time, 10 of serial number, 73 of padding
@@ -174,14 +175,7 @@ def ws_subscriber(url: str, counter, results, ready, go, done) -> None:
         socket.send(json.dumps({"type": "credit", "n": SUBSCRIBER_CREDIT,
                                 "batch": SUBSCRIBER_BATCH}))  # fmt: skip
         ready.set()
-        while not done.is_set():
-            try:
-                frame = orjson.loads(socket.recv(timeout=0.2, decode=False))
-            except TimeoutError:
-                continue
-            items = frame.get("items") or ([frame] if frame["type"] == "delivery" else [])
-            if not items:
-                continue
+        for items in deliveries(socket, done.is_set, 0.2, orjson.loads):
             now = time.time()
             for item in items:
                 text = item["message"]["body"]

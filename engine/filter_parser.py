@@ -25,23 +25,8 @@ from typing import Any
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
+from engine import filter_ast
 from engine.errors import InvalidSelector
-from engine.filter_ast import (
-    CONDITIONS,
-    And,
-    Arithmetic,
-    Between,
-    Compare,
-    Identifier,
-    In,
-    IsNull,
-    Like,
-    Literal,
-    Negate,
-    Node,
-    Not,
-    Or,
-)
 
 MAX_LENGTH = 10 * 1024
 MAX_DEPTH = 100
@@ -53,29 +38,29 @@ class _Deep(Exception):
     """Raised from inside the builder when the tree passes MAX_DEPTH."""
 
 
-def _kind(node: Node) -> str | None:
+def _kind(node: filter_ast.Node) -> str | None:
     """What a node yields, when the text alone tells: 'string', 'number', 'boolean'."""
-    if isinstance(node, Literal):
+    if isinstance(node, filter_ast.Literal):
         value = node.value
         if value.__class__ is bool:
             return "boolean"
         return "string" if value.__class__ is str else "number"
-    if isinstance(node, (Arithmetic, Negate)):
+    if isinstance(node, (filter_ast.Arithmetic, filter_ast.Negate)):
         return "number"
-    if isinstance(node, CONDITIONS):
+    if isinstance(node, filter_ast.CONDITIONS):
         return "boolean"
     return None  # a header: any kind, known only per message
 
 
-def _describe(node: Node) -> str:
-    if isinstance(node, Literal):
+def _describe(node: filter_ast.Node) -> str:
+    if isinstance(node, filter_ast.Literal):
         if node.value.__class__ is str:
             text = repr(node.value) if len(node.value) <= 20 else repr(node.value[:17] + "...")
             return f"the string {text}"
         if node.value.__class__ is bool:
             return "TRUE" if node.value else "FALSE"
         return f"the number {node.value!r}"
-    if isinstance(node, (Arithmetic, Negate)):
+    if isinstance(node, (filter_ast.Arithmetic, filter_ast.Negate)):
         return "arithmetic"
     return "a condition"
 
@@ -110,40 +95,40 @@ class _ToAst:
         column = self.column_of(node)
         return InvalidSelector(f"{message} at column {column}", column)
 
-    def _need_condition(self, node: Node) -> None:
+    def _need_condition(self, node: filter_ast.Node) -> None:
         if _kind(node) in ("string", "number"):
             raise self._refuse(f"expected a condition, not {_describe(node)},", node)
 
-    def _need_number(self, node: Node, operator: str) -> None:
+    def _need_number(self, node: filter_ast.Node, operator: str) -> None:
         if _kind(node) in ("string", "boolean"):
             raise self._refuse(f"{operator} takes numbers, not {_describe(node)},", node)
 
     # values
-    def string(self, token: Token) -> Literal:
-        return self._node(Literal(str(token)[1:-1].replace("''", "'")))
+    def string(self, token: Token) -> filter_ast.Literal:
+        return self._node(filter_ast.Literal(str(token)[1:-1].replace("''", "'")))
 
-    def number(self, token: Token) -> Literal:
+    def number(self, token: Token) -> filter_ast.Literal:
         value = _number(token)
-        literal = self._node(Literal(value))
+        literal = self._node(filter_ast.Literal(value))
         if value.__class__ is int and value == -_LONG_MIN:  # fits once negated: wait for '-'
             self.unsigned_min[id(literal)] = token.start_pos + 1
         elif value.__class__ is int and value > _LONG_MAX:
             raise _too_big(token, token.start_pos + 1)
         return literal
 
-    def true(self, _: Token) -> Literal:
-        return self._node(Literal(True))
+    def true(self, _: Token) -> filter_ast.Literal:
+        return self._node(filter_ast.Literal(True))
 
-    def false(self, _: Token) -> Literal:
-        return self._node(Literal(False))
+    def false(self, _: Token) -> filter_ast.Literal:
+        return self._node(filter_ast.Literal(False))
 
-    def identifier(self, token: Token) -> Identifier:
+    def identifier(self, token: Token) -> filter_ast.Identifier:
         name = str(token)
         if name.startswith('"'):
             name = name[1:-1].replace('""', '"')
-        return self._node(Identifier(name))
+        return self._node(filter_ast.Identifier(name))
 
-    def primary(self, items: list) -> Node:
+    def primary(self, items: list) -> filter_ast.Node:
         inner = items[1]  # ( expression ): parentheses count as a level of nesting
         node, depth, column = self.info[id(inner)]
         if depth + 1 > MAX_DEPTH:
@@ -151,24 +136,24 @@ class _ToAst:
         self.info[id(inner)] = (node, depth + 1, column)
         return inner
 
-    def sign(self, items: list) -> Node:
+    def sign(self, items: list) -> filter_ast.Node:
         op, operand = items
         self._need_number(operand, f"'{op}'")
         if op == "+":
             return operand
-        if isinstance(operand, Literal) and operand.value.__class__ in (int, float):
+        if isinstance(operand, filter_ast.Literal) and operand.value.__class__ in (int, float):
             value = -operand.value  # type: ignore[operator]
             self.unsigned_min.pop(id(operand), None)
             if value.__class__ is float or _LONG_MIN <= value <= _LONG_MAX:
-                return self._node(Literal(value), operand)  # literals stay 64-bit
-        return self._node(Negate(operand), operand)
+                return self._node(filter_ast.Literal(value), operand)  # literals stay 64-bit
+        return self._node(filter_ast.Negate(operand), operand)
 
-    def signed_number(self, items: list) -> Literal:
+    def signed_number(self, items: list) -> filter_ast.Literal:
         op, token = items
         literal = self.number(token)
         return self.sign([op, literal]) if op == "-" else literal  # type: ignore[return-value]
 
-    def arith(self, items: list) -> Node:
+    def arith(self, items: list) -> filter_ast.Node:
         left, op, right = items
         for operand in (left, right):
             if op == "+" and _kind(operand) == "string":
@@ -177,9 +162,9 @@ class _ToAst:
                     operand,
                 )
             self._need_number(operand, f"'{op}'")
-        return self._node(Arithmetic(str(op), left, right), left, right)
+        return self._node(filter_ast.Arithmetic(str(op), left, right), left, right)
 
-    def compare(self, items: list) -> Node:
+    def compare(self, items: list) -> filter_ast.Node:
         left, op, right = items
         op_text = "<>" if str(op) == "!=" else str(op)
         if op_text in ("=", "<>"):
@@ -193,16 +178,18 @@ class _ToAst:
         else:
             self._need_number(left, f"'{op_text}'")
             self._need_number(right, f"'{op_text}'")
-        return self._node(Compare(op_text, left, right), left, right)
+        return self._node(filter_ast.Compare(op_text, left, right), left, right)
 
     # conditions
-    def or_(self, items: list) -> Node:
-        return self._junction(Or, items)
+    def or_(self, items: list) -> filter_ast.Node:
+        return self._junction(filter_ast.Or, items)
 
-    def and_(self, items: list) -> Node:
-        return self._junction(And, items)
+    def and_(self, items: list) -> filter_ast.Node:
+        return self._junction(filter_ast.And, items)
 
-    def _junction(self, kind: type[And] | type[Or], items: list) -> Node:
+    def _junction(
+        self, kind: type[filter_ast.And] | type[filter_ast.Or], items: list
+    ) -> filter_ast.Node:
         left, _, right = items
         self._need_condition(left)
         self._need_condition(right)
@@ -211,35 +198,35 @@ class _ToAst:
             return self._node(kind((*left.operands, right)), depth=depth)
         return self._node(kind((left, right)), left, right)
 
-    def not_(self, items: list) -> Node:
+    def not_(self, items: list) -> filter_ast.Node:
         operand = items[1]
         self._need_condition(operand)
-        return self._node(Not(operand), operand)
+        return self._node(filter_ast.Not(operand), operand)
 
-    def between(self, items: list) -> Node:
+    def between(self, items: list) -> filter_ast.Node:
         value, negated, low, high = items[0], _has_not(items), items[-3], items[-1]
         for node in (value, low, high):
             self._need_number(node, "BETWEEN")
-        return self._node(Between(value, low, high, negated), value, low, high)
+        return self._node(filter_ast.Between(value, low, high, negated), value, low, high)
 
-    def in_(self, items: list) -> Node:
+    def in_(self, items: list) -> filter_ast.Node:
         value = items[0]
-        options = tuple(item for item in items[1:] if isinstance(item, Literal))
-        return self._node(In(value, options, _has_not(items)), value)
+        options = tuple(item for item in items[1:] if isinstance(item, filter_ast.Literal))
+        return self._node(filter_ast.In(value, options, _has_not(items)), value)
 
-    def like(self, items: list) -> Node:
+    def like(self, items: list) -> filter_ast.Node:
         value = items[0]
         if _kind(value) in ("number", "boolean"):
             raise self._refuse(f"LIKE takes a string, not {_describe(value)},", value)
-        strings = [item for item in items[1:] if isinstance(item, Literal)]
+        strings = [item for item in items[1:] if isinstance(item, filter_ast.Literal)]
         pattern = strings[0].value
         escape = strings[1].value if len(strings) > 1 else None
         if escape is not None and len(escape) != 1:  # type: ignore[arg-type]
             raise self._refuse(f"ESCAPE takes one character, not {escape!r},", strings[1])
-        return self._node(Like(value, pattern, escape, _has_not(items)), value)  # type: ignore
+        return self._node(filter_ast.Like(value, pattern, escape, _has_not(items)), value)  # type: ignore
 
-    def is_null(self, items: list) -> Node:
-        return self._node(IsNull(items[0], _has_not(items)), items[0])
+    def is_null(self, items: list) -> filter_ast.Node:
+        return self._node(filter_ast.IsNull(items[0], _has_not(items)), items[0])
 
 
 def _has_not(items: list) -> bool:
@@ -390,7 +377,7 @@ def _syntax_error(text: str, error: UnexpectedInput) -> InvalidSelector:
     return InvalidSelector(f"unexpected {_describe_token(token)} at column {column}{hint}", column)
 
 
-def parse(text: str) -> Node:
+def parse(text: str) -> filter_ast.Node:
     """The AST of a selector expression; InvalidSelector (with column) if it is not one."""
     if not isinstance(text, str):
         raise InvalidSelector(f"a filter expression must be a string, not {type(text).__name__}")
@@ -422,7 +409,7 @@ def parse(text: str) -> Node:
     return node
 
 
-def _build(builder: _ToAst, tree: Any) -> Node:
+def _build(builder: _ToAst, tree: Any) -> filter_ast.Node:
     """Transform the parse tree bottom-up without recursion (trees can be 2,000 deep)."""
     stack: list[tuple[Any, bool]] = [(tree, False)]
     results: list[Any] = []

@@ -51,42 +51,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from engine.filter_ast import (
-    And,
-    Arithmetic,
-    Between,
-    Compare,
-    Identifier,
-    In,
-    IsNull,
-    Like,
-    Literal,
-    Negate,
-    Node,
-    Not,
-    Or,
-    is_number,
-)
+from engine import filter_ast
+from engine.filter_ast import is_number
 from engine.filter_parser import MAX_DEPTH, MAX_LENGTH, parse
 from engine.message import Message
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_LENGTH",
-    "And",
-    "Arithmetic",
-    "Between",
-    "Compare",
     "Filter",
-    "Identifier",
-    "In",
-    "IsNull",
-    "Like",
-    "Literal",
-    "Negate",
-    "Node",
-    "Not",
-    "Or",
     "compile_filter",
     "like_matcher",
     "parse",
@@ -121,32 +94,32 @@ _ENVELOPE: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _read(node: Node, name: str = "get") -> tuple[str, dict[str, Any]]:
+def _read(node: filter_ast.Node, name: str = "get") -> tuple[str, dict[str, Any]]:
     """Source that reads the value of `node` from message `m`, and the globals it needs:
     a header or envelope field is read inline, anything else through a compiled getter."""
-    if isinstance(node, Identifier):
+    if isinstance(node, filter_ast.Identifier):
         if node.name in _ENVELOPE:
             source, needs = _ENVELOPE[node.name]
             return source, dict(needs)
         return f"m.headers.get({name})", {name: _header_name(node.name)}
-    if isinstance(node, Literal):
+    if isinstance(node, filter_ast.Literal):
         return name, {name: node.value}
     return f"{name}(m)", {name: _value(node)}
 
 
-def _value(node: Node) -> Getter:
-    if isinstance(node, Literal):
+def _value(node: filter_ast.Node) -> Getter:
+    if isinstance(node, filter_ast.Literal):
         constant = node.value
         return lambda m: constant
-    if isinstance(node, Identifier):
+    if isinstance(node, filter_ast.Identifier):
         read, namespace = _read(node)
         return _generate(f"def f(m):\n    return {read}\n", namespace)
-    if isinstance(node, Negate):
+    if isinstance(node, filter_ast.Negate):
         read, namespace = _read(node.operand)
         return _generate(
             f"def f(m):\n    v = {read}\n    return -v if {_NUMBER_TEST} else None\n", namespace
         )
-    if isinstance(node, Arithmetic):
+    if isinstance(node, filter_ast.Arithmetic):
         return _arithmetic(node)
     condition = _condition(node)  # a condition as a value: TRUE/FALSE/UNKNOWN are bool/None
     return condition
@@ -172,7 +145,7 @@ def _remainder(a: int | float, b: int | float) -> int | float:
 _ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
-def _arithmetic(node: Arithmetic) -> Getter:
+def _arithmetic(node: filter_ast.Arithmetic) -> Getter:
     """`left op right` on numbers; NULL for anything else and for a zero divisor."""
     left, left_globals = _read(node.left, "left")
     right, right_globals = _read(node.right, "right")
@@ -184,7 +157,7 @@ def _arithmetic(node: Arithmetic) -> Getter:
         result = f"a {node.op} b"
     a_number = _NUMBER_TEST.replace("v.", "a.")
     b_number = _NUMBER_TEST.replace("v.", "b.")
-    if isinstance(node.right, Literal) and is_number(node.right.value):
+    if isinstance(node.right, filter_ast.Literal) and is_number(node.right.value):
         b_number = "True"
     source = (
         "def f(m):\n"
@@ -224,18 +197,18 @@ def _compare_values(op: str, a: Value, b: Value) -> bool | None:
     return None  # strings and booleans only know = and <>
 
 
-def _compare(node: Compare) -> Condition:
+def _compare(node: filter_ast.Compare) -> Condition:
     op, left, right = node.op, node.left, node.right
     # Specialise `value op literal`, the overwhelmingly common shape.
-    if isinstance(right, Literal) and not isinstance(left, Literal):
+    if isinstance(right, filter_ast.Literal) and not isinstance(left, filter_ast.Literal):
         return _compare_to_literal(op, left, right.value)
-    if isinstance(left, Literal) and not isinstance(right, Literal):
+    if isinstance(left, filter_ast.Literal) and not isinstance(right, filter_ast.Literal):
         return _compare_to_literal(_MIRRORED.get(op, op), right, left.value)
     get_left, get_right = _value(left), _value(right)
     return lambda m: _compare_values(op, get_left(m), get_right(m))
 
 
-def _compare_to_literal(op: str, value: Node, constant: object) -> Condition:
+def _compare_to_literal(op: str, value: filter_ast.Node, constant: object) -> Condition:
     """`value op constant` as one generated function: read, kind test, compare."""
     if not is_number(constant) and op not in ("=", "<>"):
         return lambda m: None  # strings and booleans only know = and <>
@@ -279,8 +252,10 @@ def _negated(condition: Condition) -> Condition:
 
 
 # -- predicates -----------------------------------------------------------------------------
-def _between(node: Between) -> Condition:
-    if not all(isinstance(b, Literal) and is_number(b.value) for b in (node.low, node.high)):
+def _between(node: filter_ast.Between) -> Condition:
+    if not all(
+        isinstance(b, filter_ast.Literal) and is_number(b.value) for b in (node.low, node.high)
+    ):
         get, low, high = _value(node.value), _value(node.low), _value(node.high)
 
         def between(m: Message) -> bool | None:
@@ -301,7 +276,7 @@ def _between(node: Between) -> Condition:
     return _generate(source + "    return None\n", namespace)
 
 
-def _in(node: In) -> Condition:
+def _in(node: filter_ast.In) -> Condition:
     """`x IN (a, b, ...)` is `x = a OR x = b ...`: TRUE on a match of the same kind; FALSE
     when every option has x's kind and none matched; else UNKNOWN (an option of another
     kind compares UNKNOWN). NOT IN negates that in 3VL."""
@@ -403,35 +378,35 @@ def _piece_regex(piece: list[str | None]) -> re.Pattern[str]:
     return re.compile("".join("." if c is None else re.escape(c) for c in piece), re.DOTALL)
 
 
-def _like(node: Like) -> Condition:
+def _like(node: filter_ast.Like) -> Condition:
     read, namespace = _read(node.value)
     test = "not like(v)" if node.negated else "like(v)"
     source = f"def f(m):\n    v = {read}\n    return {test} if v.__class__ is str else None\n"
     return _generate(source, {**namespace, "like": like_matcher(node.pattern, node.escape)})
 
 
-def _is_null(node: IsNull) -> Condition:
+def _is_null(node: filter_ast.IsNull) -> Condition:
     read, namespace = _read(node.value)
     test = "is not None" if node.negated else "is None"
     return _generate(f"def f(m):\n    return {read} {test}\n", namespace)
 
 
-def _condition(node: Node) -> Condition:
-    if isinstance(node, Compare):
+def _condition(node: filter_ast.Node) -> Condition:
+    if isinstance(node, filter_ast.Compare):
         return _compare(node)
-    if isinstance(node, And):
+    if isinstance(node, filter_ast.And):
         return _junction([_condition(part) for part in node.operands], decisive=False)
-    if isinstance(node, Or):
+    if isinstance(node, filter_ast.Or):
         return _junction([_condition(part) for part in node.operands], decisive=True)
-    if isinstance(node, Not):
+    if isinstance(node, filter_ast.Not):
         return _negated(_condition(node.operand))
-    if isinstance(node, Between):
+    if isinstance(node, filter_ast.Between):
         return _between(node)
-    if isinstance(node, In):
+    if isinstance(node, filter_ast.In):
         return _in(node)
-    if isinstance(node, Like):
+    if isinstance(node, filter_ast.Like):
         return _like(node)
-    if isinstance(node, IsNull):
+    if isinstance(node, filter_ast.IsNull):
         return _is_null(node)
     # a bare value as a condition: only a boolean is TRUE or FALSE
     read, namespace = _read(node)

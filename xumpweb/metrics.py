@@ -32,9 +32,10 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 from django.conf import settings
 from prometheus_client import (
     REGISTRY,
@@ -155,18 +156,15 @@ def route_of(path: str) -> str:
     return section if section in _SECTIONS else "console"
 
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
 class HttpMetrics:
     """ASGI: counts every HTTP request and times it, the direct publish path's too."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+    def __init__(self, app: ASGI3Application) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
         started = time.perf_counter()
         status = 0
 

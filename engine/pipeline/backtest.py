@@ -35,7 +35,7 @@ from engine.pipeline.spark import (
     arguments,
     check_window,
     print_error,
-    read_history,
+    read_archive,
     report,
     run_when_job,
     session,
@@ -89,7 +89,7 @@ def run(
     report(progress, "starting Spark")
     spark = session(master)
     report(progress, "reading the archive")
-    history = read_history(spark, archive, since, until, queues)
+    history = read_archive(spark, archive, "history", since, until, queues)
     # One pass counts per hour and queue; a second finds the earliest taken (only the
     # taken rows reach its sort, which keeps just SAMPLES of them).
     marked = history.select(

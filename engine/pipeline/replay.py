@@ -26,7 +26,7 @@ from engine.pipeline.spark import (
     arguments,
     check_window,
     print_error,
-    read_history,
+    read_archive,
     report,
     run_when_job,
     session,
@@ -71,7 +71,7 @@ def select(
     report(progress, "selecting")
     target = Path(out) / "messages"
     (
-        read_history(spark, archive, since, until, queues)
+        read_archive(spark, archive, "history", since, until, queues)
         .where(when_column(when))
         .select(*COLUMNS)
         .orderBy("timestamp", "queue", "seq")

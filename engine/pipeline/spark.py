@@ -8,9 +8,10 @@ failing a job), partition values read as strings (a queue named `2024` stays a s
 and few shuffle partitions when local. The SQL settings are applied to an existing session
 too, so a test's shared session behaves like a job's own.
 
-`read_history` / `read_events` read the archive (engine/archive.py) with its partitions
-(`date`, `queue`) as columns, restricted to a time window and queues, pruning partitions by
-date and queue before any file is opened; an archive with nothing yet reads as empty.
+`read_archive` reads a table of the archive (engine/archive.py: `history` or `events`) with
+its partitions (`date`, `queue`) as columns, restricted to a time window and queues, pruning
+partitions by date and queue before any file is opened; an archive with nothing yet reads as
+empty.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
+from engine.archive import EVENTS_SCHEMA, HISTORY_SCHEMA
 from engine.errors import InvalidArgument
 
 Progress = Callable[[str], None] | None
@@ -42,39 +46,16 @@ _SQL_SETTINGS = {
     "spark.sql.parquet.enableVectorizedReader": "true",
 }
 
-HISTORY = T.StructType(
-    [
-        T.StructField("mid", T.StringType()),
-        T.StructField("seq", T.LongType()),
-        T.StructField("timestamp", T.DoubleType()),
-        T.StructField("address", T.StringType()),
-        T.StructField("return_address", T.StringType()),
-        T.StructField("headers_str", T.MapType(T.StringType(), T.StringType())),
-        T.StructField("headers_int", T.MapType(T.StringType(), T.LongType())),
-        T.StructField("headers_float", T.MapType(T.StringType(), T.DoubleType())),
-        T.StructField("headers_bool", T.MapType(T.StringType(), T.BooleanType())),
-        T.StructField("headers_bigint", T.MapType(T.StringType(), T.StringType())),
-        T.StructField("body", T.BinaryType()),
-        T.StructField("date", T.StringType()),
-        T.StructField("queue", T.StringType()),
-    ]
-)
 
-EVENTS = T.StructType(
-    [
-        T.StructField("time", T.DoubleType()),
-        T.StructField("kind", T.StringType()),
-        T.StructField("mid", T.StringType()),
-        T.StructField("selector", T.LongType()),
-        T.StructField("target", T.StringType()),
-        T.StructField("detail", T.StringType()),
-        T.StructField("address", T.StringType()),
-        T.StructField("epoch", T.StringType()),
-        T.StructField("position", T.LongType()),
-        T.StructField("date", T.StringType()),
-        T.StructField("queue", T.StringType()),
-    ]
-)
+def _with_partitions(schema: pa.Schema) -> T.StructType:
+    """An archive table's Parquet schema as Spark reads it: its partitions (`date`, `queue`)
+    become columns too."""
+    partitions = [T.StructField("date", T.StringType()), T.StructField("queue", T.StringType())]
+    return T.StructType(from_arrow_schema(schema).fields + partitions)
+
+
+HISTORY = _with_partitions(HISTORY_SCHEMA)
+EVENTS = _with_partitions(EVENTS_SCHEMA)
 
 
 def session(master: str | None = None, app: str = "xump-pipeline") -> SparkSession:
@@ -135,28 +116,24 @@ def _read(spark: SparkSession, root: Path, schema: T.StructType) -> DataFrame:
     return spark.read.schema(schema).option("basePath", str(root)).parquet(str(root))
 
 
-def read_history(
+# the archive's tables: table -> (its schema, the column its window is on)
+TABLES = {"history": (HISTORY, "timestamp"), "events": (EVENTS, "time")}
+
+
+def read_archive(
     spark: SparkSession,
     archive: str | Path,
+    table: str,
     since: float | None = None,
     until: float | None = None,
     queues: list[str] | None = None,
 ) -> DataFrame:
-    """History rows (archive.HISTORY_SCHEMA + date, queue) in the window."""
-    frame = _read(spark, Path(archive) / "history", HISTORY)
-    return _window(frame, "timestamp", since, until, queues)
-
-
-def read_events(
-    spark: SparkSession,
-    archive: str | Path,
-    since: float | None = None,
-    until: float | None = None,
-    queues: list[str] | None = None,
-) -> DataFrame:
-    """Journal events (archive.EVENTS_SCHEMA + date, queue) in the window."""
-    frame = _read(spark, Path(archive) / "events", EVENTS)
-    return _window(frame, "time", since, until, queues)
+    """The rows of one of the archive's TABLES in the window: "history" (history rows,
+    archive.HISTORY_SCHEMA + date, queue) or "events" (journal events, archive.EVENTS_SCHEMA
+    + date, queue)."""
+    schema, time_column = TABLES[table]
+    frame = _read(spark, Path(archive) / table, schema)
+    return _window(frame, time_column, since, until, queues)
 
 
 # -- checks and options shared by the jobs --------------------------------------------------

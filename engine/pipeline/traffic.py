@@ -37,7 +37,7 @@ from engine.pipeline.spark import (
     check_window,
     print_error,
     print_progress,
-    read_events,
+    read_archive,
     report,
     session,
     write_summary,
@@ -80,7 +80,7 @@ def run(
     report(progress, "starting Spark")
     spark = session(master)
     report(progress, "reading the archive")
-    events = read_events(spark, archive, since, until, queues).where(
+    events = read_archive(spark, archive, "events", since, until, queues).where(
         F.col("kind").isin(list(COUNTED.values()))
     )
     directory = Path(out)

@@ -35,22 +35,8 @@ from functools import reduce
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from engine import filter_ast
 from engine.errors import InvalidSelector
-from engine.filter_ast import (
-    And,
-    Arithmetic,
-    Between,
-    Compare,
-    Identifier,
-    In,
-    IsNull,
-    Like,
-    Literal,
-    Negate,
-    Node,
-    Not,
-    Or,
-)
 from engine.filter_parser import parse
 from engine.matching import check_pattern
 
@@ -70,7 +56,7 @@ class When:
     AST. Neither means ALWAYS."""
 
     match: tuple[str, str, str] | None = None
-    filter: Node | None = None
+    filter: filter_ast.Node | None = None
     expression: str | None = None
 
     def describe(self) -> str:
@@ -243,20 +229,20 @@ def _literal(value: object) -> Value:
     return {"f": F.lit(value).cast("double")}
 
 
-def value(node: Node) -> Value:
-    if isinstance(node, Literal):
+def value(node: filter_ast.Node) -> Value:
+    if isinstance(node, filter_ast.Literal):
         return _literal(node.value)
-    if isinstance(node, Identifier):
+    if isinstance(node, filter_ast.Identifier):
         return _identifier(node.name)
-    if isinstance(node, Negate):
+    if isinstance(node, filter_ast.Negate):
         operand = value(node.operand)
         return {kind: -operand[kind] for kind in ("i", "f") if kind in operand}
-    if isinstance(node, Arithmetic):
+    if isinstance(node, filter_ast.Arithmetic):
         return _arithmetic(node)
     return {"b": condition(node)}
 
 
-def _arithmetic(node: Arithmetic) -> Value:
+def _arithmetic(node: filter_ast.Arithmetic) -> Value:
     left, right = value(node.left), value(node.right)
     op = node.op
     result: Value = {}
@@ -332,7 +318,7 @@ def compare(op: str, left: Value, right: Value) -> Column:
     return parts[0] if len(parts) == 1 else F.coalesce(*parts)
 
 
-def _in(node: In) -> Column:
+def _in(node: filter_ast.In) -> Column:
     subject = value(node.value)
     options = [option.value for option in node.options]
     strings = [v for v in options if v.__class__ is str]
@@ -372,29 +358,29 @@ def _in(node: In) -> Column:
     return result
 
 
-def condition(node: Node) -> Column:
+def condition(node: filter_ast.Node) -> Column:
     """The 3VL truth of a condition node: TRUE, FALSE or NULL (UNKNOWN)."""
-    if isinstance(node, Compare):
+    if isinstance(node, filter_ast.Compare):
         return compare(node.op, value(node.left), value(node.right))
-    if isinstance(node, And):
+    if isinstance(node, filter_ast.And):
         return reduce(lambda a, b: a & b, [condition(part) for part in node.operands])
-    if isinstance(node, Or):
+    if isinstance(node, filter_ast.Or):
         return reduce(lambda a, b: a | b, [condition(part) for part in node.operands])
-    if isinstance(node, Not):
+    if isinstance(node, filter_ast.Not):
         return ~condition(node.operand)
-    if isinstance(node, Between):
+    if isinstance(node, filter_ast.Between):
         subject = value(node.value)
         inside = compare(">=", subject, value(node.low)) & compare("<=", subject, value(node.high))
         return ~inside if node.negated else inside
-    if isinstance(node, In):
+    if isinstance(node, filter_ast.In):
         return _in(node)
-    if isinstance(node, Like):
+    if isinstance(node, filter_ast.Like):
         subject = value(node.value)
         if "s" not in subject:
             return _unknown()
         test = subject["s"].rlike(like_regex(node.pattern, node.escape))
         return ~test if node.negated else test
-    if isinstance(node, IsNull):
+    if isinstance(node, filter_ast.IsNull):
         absent = _absent(value(node.value))
         return ~absent if node.negated else absent
     subject = value(node)  # a bare value as a condition: only a boolean is TRUE or FALSE

@@ -157,6 +157,31 @@ def publish(relay: RelayClient, queue: str, *messages: Message) -> list[str]:
     return mids
 
 
+_LAYOUT = """([names, labels]) => {
+  const cy = window.xumpTopology;
+  const nodes = names.map(n => cy.getElementById('q:' + n)).filter(n => n.length);
+  const boxes = nodes.map(n => n.boundingBox({includeLabels: labels}));
+  let overlaps = 0;
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i], b = boxes[j];
+    if (a.x1 < b.x2 - 1 && b.x1 < a.x2 - 1 && a.y1 < b.y2 - 1 && b.y1 < a.y2 - 1)
+      overlaps++;
+  }
+  const all = nodes.length ? nodes.reduce((a, n) => a.union(n))
+    .boundingBox({includeLabels: labels}) : {w: 0, h: 0};
+  return {shown: boxes.length, overlaps: overlaps,
+          columns: new Set(boxes.map(b => Math.round(b.x1))).size, width: all.w, height: all.h,
+          ms: +document.getElementById('cy').dataset.layoutMs};
+}"""
+
+
+def topology_layout(page, names: list[str], labels: bool) -> dict[str, Any]:
+    """How the topology page laid out the named queues: how many it shows, how many pairs of
+    their boxes (with their labels, or not) overlap by more than a pixel, in how many
+    columns, the `width` and `height` of the box around them all, and the layout's `ms`."""
+    return page.evaluate(_LAYOUT, [names, labels])
+
+
 def in_snapshot(redis_server, console, queue: str) -> dict[str, Any] | None:
     """The queue's entry in the router's latest stats snapshot (the dashboard's, the
     monitor's and the charts' source), or None while the snapshot does not hold it."""

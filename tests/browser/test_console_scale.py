@@ -7,33 +7,23 @@ from __future__ import annotations
 import json
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
 import redis
 
 from engine.message import Message
-from engine.relay import RelayClient
-from tests.browser.conftest import make_queue, publish, unique, wait_for_snapshot
+from tests.browser.conftest import (
+    make_queue,
+    publish,
+    topology_layout,
+    unique,
+    wait_for_snapshot,
+)
+from tests.web.conftest import create_queues
 from xumpweb import series
 from xumpweb.runtime import keys
 
 ROWS = "rows => rows.map(r => r.dataset.queue)"
-
-
-def make_queues(redis_server, console, names: list[str]) -> None:
-    """Create the queues from 4 relay clients at once (one per thread)."""
-
-    def create(chunk: list[str]) -> None:
-        client = RelayClient(redis_server.url, console.env["XUMP_STORE"])
-        try:
-            for name in chunk:
-                client.call("queue_create", name=name)
-        finally:
-            client.close()
-
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(create, [names[i::4] for i in range(4)]))
 
 
 def shown(page) -> list[str]:
@@ -62,7 +52,7 @@ def test_the_dashboard_pages_and_searches_on_the_server_with_frames_for_the_page
 ):
     prefix = unique("pg")
     names = [f"{prefix}-{n:03d}" for n in range(60)]
-    make_queues(redis_server, console, names)
+    create_queues(redis_server.url, console.env["XUMP_STORE"], names, threads=4)
     frames: list[dict] = []  # every monitor frame, with "_socket": which connection
     sent: list[dict] = []  # the page's watch frames, likewise
     sockets = iter(range(1000))
@@ -141,30 +131,12 @@ def test_the_dashboard_pages_and_searches_on_the_server_with_frames_for_the_page
 def test_two_hundred_unconnected_queues_are_laid_out_in_a_grid(page, console, redis_server):
     prefix = unique("lone")
     names = [f"{prefix}-{n:03d}" for n in range(200)]
-    make_queues(redis_server, console, names)
+    create_queues(redis_server.url, console.env["XUMP_STORE"], names, threads=4)
     page.goto("/topology/")
     page.wait_for_function(
         "() => document.getElementById('cy').dataset.ready === 'yes'", timeout=30_000
     )
-    found = page.evaluate(
-        """names => {
-          const cy = window.xumpTopology;
-          const boxes = names.map(n => cy.getElementById('q:' + n))
-            .filter(n => n.length).map(n => n.boundingBox({includeLabels: true}));
-          let overlaps = 0;
-          for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
-            const a = boxes[i], b = boxes[j];
-            if (a.x1 < b.x2 - 1 && b.x1 < a.x2 - 1 && a.y1 < b.y2 - 1 && b.y1 < a.y2 - 1)
-              overlaps++;
-          }
-          const ours = names.map(n => cy.getElementById('q:' + n)).reduce((a, n) => a.union(n))
-            .boundingBox({includeLabels: true});
-          return {shown: boxes.length, overlaps: overlaps,
-                  columns: new Set(boxes.map(b => Math.round(b.x1))).size,
-                  width: ours.w, height: ours.h};
-        }""",
-        names,
-    )
+    found = topology_layout(page, names, labels=True)
     assert found["shown"] == 200
     assert found["overlaps"] == 0
     assert found["columns"] >= 8, found  # a grid, not one long column

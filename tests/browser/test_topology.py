@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from engine.message import Message
 from engine.relay import RelayClient
-from tests.browser.conftest import make_queue, publish, unique
+from tests.browser.conftest import make_queue, publish, topology_layout, unique
 
 READY = "() => document.getElementById('cy').dataset.ready === 'yes'"
 
@@ -99,22 +99,7 @@ def test_two_hundred_queues_are_laid_out_apart(page, relay, console, redis_serve
     page.goto("/topology/")
     page.wait_for_function(READY, timeout=30_000)
     loaded = time.monotonic() - started
-    found = page.evaluate(
-        """names => {
-          const cy = window.xumpTopology;
-          const boxes = names.map(n => cy.getElementById('q:' + n))
-            .filter(n => n.length).map(n => n.boundingBox({includeLabels: false}));
-          let overlaps = 0;
-          for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
-            const a = boxes[i], b = boxes[j];
-            if (a.x1 < b.x2 - 1 && b.x1 < a.x2 - 1 && a.y1 < b.y2 - 1 && b.y1 < a.y2 - 1)
-              overlaps++;
-          }
-          return {shown: boxes.length, overlaps: overlaps,
-                  ms: +document.getElementById('cy').dataset.layoutMs};
-        }""",
-        names,
-    )
+    found = topology_layout(page, names, labels=False)
     assert found["shown"] == 200
     assert found["overlaps"] == 0
     # how long it took is printed, not asserted: a busy machine is slower, not wrong (the

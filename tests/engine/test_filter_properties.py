@@ -15,21 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Message
+from engine import Message, filter_ast
 from engine.errors import InvalidSelector
 from engine.filters import (
-    And,
-    Arithmetic,
-    Between,
-    Compare,
-    Identifier,
-    In,
-    IsNull,
-    Like,
-    Literal,
-    Negate,
-    Not,
-    Or,
     _condition,
     compile_filter,
     like_matcher,
@@ -171,14 +159,14 @@ def ref_arithmetic(op: str, a, b):
 
 
 def ref_value(node, hdrs: dict):
-    if isinstance(node, Literal):
+    if isinstance(node, filter_ast.Literal):
         return node.value
-    if isinstance(node, Identifier):
+    if isinstance(node, filter_ast.Identifier):
         return ref_identifier(node.name, hdrs)
-    if isinstance(node, Negate):
+    if isinstance(node, filter_ast.Negate):
         v = ref_value(node.operand, hdrs)
         return -v if is_number(v) else None
-    if isinstance(node, Arithmetic):
+    if isinstance(node, filter_ast.Arithmetic):
         return ref_arithmetic(node.op, ref_value(node.left, hdrs), ref_value(node.right, hdrs))
     return ref_truth(node, hdrs)
 
@@ -221,31 +209,31 @@ def ref_like_regex(pattern: str, escape: str | None) -> str:
 
 
 def ref_truth(node, hdrs: dict):
-    if isinstance(node, Compare):
+    if isinstance(node, filter_ast.Compare):
         return ref_compare(node.op, ref_value(node.left, hdrs), ref_value(node.right, hdrs))
-    if isinstance(node, And):
+    if isinstance(node, filter_ast.And):
         return ref_and([ref_truth(o, hdrs) for o in node.operands])
-    if isinstance(node, Or):
+    if isinstance(node, filter_ast.Or):
         return ref_or([ref_truth(o, hdrs) for o in node.operands])
-    if isinstance(node, Not):
+    if isinstance(node, filter_ast.Not):
         return ref_not(ref_truth(node.operand, hdrs))
-    if isinstance(node, Between):
+    if isinstance(node, filter_ast.Between):
         v = ref_value(node.value, hdrs)
         low, high = ref_value(node.low, hdrs), ref_value(node.high, hdrs)
         result = ref_and([ref_compare(">=", v, low), ref_compare("<=", v, high)])
         return ref_not(result) if node.negated else result
-    if isinstance(node, In):
+    if isinstance(node, filter_ast.In):
         v = ref_value(node.value, hdrs)
         result = ref_or([ref_compare("=", v, option.value) for option in node.options])
         return ref_not(result) if node.negated else result
-    if isinstance(node, Like):
+    if isinstance(node, filter_ast.Like):
         v = ref_value(node.value, hdrs)
         if type(v) is not str:
             return None
         regex = ref_like_regex(node.pattern, node.escape)
         result = re.fullmatch(regex, v, re.DOTALL) is not None
         return not result if node.negated else result
-    if isinstance(node, IsNull):
+    if isinstance(node, filter_ast.IsNull):
         result = ref_value(node.value, hdrs) is None
         return not result if node.negated else result
     v = ref_value(node, hdrs)

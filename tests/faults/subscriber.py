@@ -34,12 +34,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import stomp
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-from websockets.sync.client import connect
+from websockets.sync.client import ClientConnection, connect
 
 stopping = False
 hold_now = threading.Event()  # SIGUSR1: the connection stops acking
@@ -78,6 +79,20 @@ def main() -> None:
         websocket_subscriber(options, write)
 
 
+def deliveries(socket: ClientConnection, stop: Callable[[], bool], wait: float,
+               loads: Callable[[bytes], Any] = json.loads) -> Iterator[list[dict]]:  # fmt: skip
+    """The deliveries of each frame a /ws/subscribe/ socket receives (a deliveries frame's
+    items, or a delivery frame), until `stop()`, which is asked at least every `wait` s."""
+    while not stop():
+        try:
+            frame = loads(socket.recv(timeout=wait, decode=False))
+        except TimeoutError:
+            continue
+        items = frame.get("items") or ([frame] if frame["type"] == "delivery" else [])
+        if items:
+            yield items
+
+
 def websocket_subscriber(options: argparse.Namespace, write: Write) -> None:
     url = (
         f"{options.url}/ws/subscribe/{quote(options.destination, safe='')}/"
@@ -97,14 +112,7 @@ def websocket_subscriber(options: argparse.Namespace, write: Write) -> None:
                     continue
                 write("open", connection, time.time())
                 socket.send(json.dumps({"type": "credit", "n": options.credit, "batch": 50}))
-                while not stopping:
-                    try:
-                        frame = json.loads(socket.recv(timeout=0.5))
-                    except TimeoutError:
-                        continue
-                    items = frame.get("items") or ([frame] if frame["type"] == "delivery" else [])
-                    if not items:
-                        continue
+                for items in deliveries(socket, lambda: stopping, 0.5):
                     now = time.time()
                     for item in items:
                         message = item["message"]

@@ -14,7 +14,7 @@ from engine import Engine, Message
 from engine.archive import export_engine
 from engine.filters import _condition, parse
 from engine.matching import TopicTrie, compile_regex
-from engine.pipeline.spark import read_history
+from engine.pipeline.spark import read_archive
 from engine.pipeline.translate import condition, match_column
 from engine.routing_table import header_text
 from tests.pipeline import generate
@@ -44,7 +44,7 @@ def archived(tmp_path_factory):
 
 def spark_answers(spark, path, columns: dict[str, object]) -> dict[str, dict[str, object]]:
     """{column name: {mid: value}} for boolean columns over the archived history."""
-    history = read_history(spark, path)
+    history = read_archive(spark, path, "history")
     rows = history.select("mid", *[c.alias(n) for n, c in columns.items()]).collect()
     return {name: {row["mid"]: row[name] for row in rows} for name in columns}
 

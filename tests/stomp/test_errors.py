@@ -10,6 +10,17 @@ from xumpweb.stomp.connection import StompConfig, StompConnection
 
 SUB = frame("SUBSCRIBE", id="a", destination="/queue/work", ack="client-individual")
 
+
+def send(**headers: str) -> bytes:
+    """A SEND asking for receipt `r`, to /queue/q unless `headers` name a destination."""
+    return frame("SEND", receipt="r", **{"destination": "/queue/q", **headers})
+
+
+def subscribe(**headers: str) -> bytes:
+    """A SUBSCRIBE asking for receipt `r`, id `b` to /queue/a unless `headers` say otherwise."""
+    return frame("SUBSCRIBE", receipt="r", **{"id": "b", "destination": "/queue/a", **headers})
+
+
 # (name, bytes sent after CONNECT, expected `message` header)
 CASES = [
     ("malformed header", b"SEND\nno-colon\nreceipt:r\n\n\x00", "malformed header"),
@@ -27,104 +38,36 @@ CASES = [
         "a SUBSCRIBE frame must not have a body",
     ),
     ("send without destination", frame("SEND", b"x", receipt="r"), "missing destination header"),
-    (
-        "send to an exchange",
-        frame("SEND", destination="/exchange/a", receipt="r"),
-        "bad destination",
-    ),
-    (
-        "send to an empty topic",
-        frame("SEND", destination="/topic/", receipt="r"),
-        "bad destination",
-    ),
-    (
-        "send to a bad queue name",
-        frame("SEND", destination="/queue/a b", receipt="r"),
-        "bad destination",
-    ),
-    (
-        "send to a reserved queue",
-        frame("SEND", destination="/queue/$dlq", receipt="r"),
-        "bad destination",
-    ),
-    (
-        "send with a bad header name",
-        frame("SEND", destination="/queue/q", receipt="r", **{"9x": "1"}),
-        "bad header",
-    ),
-    (
-        "send with a bad priority",
-        frame("SEND", destination="/queue/q", receipt="r", priority="high"),
-        "bad header",
-    ),
-    (
-        "send with a negative priority",
-        frame("SEND", destination="/queue/q", receipt="r", priority="-1"),
-        "bad header",
-    ),
-    (
-        "send with a delay of more than ten years",
-        frame("SEND", destination="/queue/q", receipt="r", delay=str(11 * 365 * 24 * 3600_000)),
-        "bad header",
-    ),
-    (
-        "send with a bad delay",
-        frame("SEND", destination="/queue/q", receipt="r", delay="-5"),
-        "bad header",
-    ),
-    (
-        "send with a bad reply-to",
-        frame("SEND", destination="/queue/q", receipt="r", reply_to="x"),
-        "bad destination",
-    ),
-    (
-        "subscribe without id",
-        frame("SUBSCRIBE", destination="/queue/a", receipt="r"),
-        "missing id header",
-    ),
-    (
-        "subscribe to a bad destination",
-        frame("SUBSCRIBE", id="b", destination="/exchange/a", receipt="r"),
-        "bad destination",
-    ),
-    (
-        "subscribe with empty pattern",
-        frame("SUBSCRIBE", id="b", destination="/topic/", receipt="r"),
-        "bad destination",
-    ),
-    (
-        "duplicate subscription id",
-        frame("SUBSCRIBE", id="a", destination="/queue/x", receipt="r"),
-        "duplicate subscription id",
-    ),
-    (
-        "bad ack mode",
-        frame("SUBSCRIBE", id="b", destination="/queue/a", ack="sometimes", receipt="r"),
-        "bad ack mode",
-    ),
-    (
-        "bad prefetch",
-        frame("SUBSCRIBE", id="b", destination="/queue/a", prefetch_count="0", receipt="r"),
-        "bad header",
-    ),
+    ("send to an exchange", send(destination="/exchange/a"), "bad destination"),
+    ("send to an empty topic", send(destination="/topic/"), "bad destination"),
+    ("send to a bad queue name", send(destination="/queue/a b"), "bad destination"),
+    ("send to a reserved queue", send(destination="/queue/$dlq"), "bad destination"),
+    ("send with a bad header name", send(**{"9x": "1"}), "bad header"),
+    ("send with a bad priority", send(priority="high"), "bad header"),
+    ("send with a negative priority", send(priority="-1"), "bad header"),
+    ("send with a delay of more than ten years", send(delay=str(11 * 365 * 24 * 3600_000)),
+     "bad header"),
+    ("send with a bad delay", send(delay="-5"), "bad header"),
+    ("send with a bad reply-to", send(reply_to="x"), "bad destination"),
+    ("subscribe without id", frame("SUBSCRIBE", destination="/queue/a", receipt="r"),
+     "missing id header"),
+    ("subscribe to a bad destination", subscribe(destination="/exchange/a"), "bad destination"),
+    ("subscribe with empty pattern", subscribe(destination="/topic/"), "bad destination"),
+    ("duplicate subscription id", subscribe(id="a", destination="/queue/x"),
+     "duplicate subscription id"),
+    ("bad ack mode", subscribe(ack="sometimes"), "bad ack mode"),
+    ("bad prefetch", subscribe(prefetch_count="0"), "bad header"),
     ("unsubscribe unknown", frame("UNSUBSCRIBE", id="zz", receipt="r"), "unknown subscription"),
     ("ack unknown id", frame("ACK", id="999", receipt="r"), "unknown ack id in ACK"),
     ("nack unknown id", frame("NACK", id="999", receipt="r"), "unknown ack id in NACK"),
     ("ack without id", frame("ACK", receipt="r"), "missing id header in ACK"),
     ("ack of an auto message", frame("ACK", id="1", receipt="r"), "unknown ack id in ACK"),
-    (
-        "send in unknown transaction",
-        frame("SEND", destination="/queue/q", transaction="t", receipt="r"),
-        "unknown transaction",
-    ),
-    (
-        "commit unknown transaction",
-        frame("COMMIT", transaction="t", receipt="r"),
-        "unknown transaction",
-    ),
+    ("send in unknown transaction", send(transaction="t"), "unknown transaction"),
+    ("commit unknown transaction", frame("COMMIT", transaction="t", receipt="r"),
+     "unknown transaction"),
     ("begin without transaction", frame("BEGIN", receipt="r"), "missing transaction header"),
     ("connect twice", b"CONNECT\naccept-version:1.2\nreceipt:r\n\n\x00", "unexpected CONNECT"),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("data", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,6 +256,31 @@ def wait_for(check, within: float = 10.0, every: float = 0.1):
         if found or time.monotonic() > deadline:
             return found
         time.sleep(every)
+
+
+def eventually(check, what: str, within: float = 20.0, every: float = 0.05):
+    """`check()`'s first true answer, asked every `every` seconds; fails, naming `what`,
+    once `within` seconds have passed."""
+    deadline = time.monotonic() + within
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {within} s for {what}")
+        time.sleep(every)
+
+
+def create_queues(redis_url: str, store: str, names: list[str], threads: int = 8) -> None:
+    """Create the queues through `threads` relay clients at once (one per thread)."""
+
+    def create(chunk: list[str]) -> None:
+        with closing(RelayClient(redis_url, store)) as client:
+            for name in chunk:
+                client.call("queue_create", name=name)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, [names[i::threads] for i in range(threads)]))
 
 
 def unique(prefix: str = "q") -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from tests.web import conftest
-from tests.web.conftest import ROOT, unique
+from tests.web.conftest import ROOT, eventually, unique
 
 HIDDEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 ORDERS, INVOICES = 40, 20  # messages published: order.eu.N and invoice.us.N
@@ -53,17 +52,6 @@ def xump(service, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def wait_for(check, timeout: float = 30.0, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(every)
-
-
 @pytest.fixture(scope="module")
 def traffic(analytics_service):
     """Two queues: `source` copies everything to `sink`, which deletes it; both keep
@@ -89,7 +77,7 @@ def traffic(analytics_service):
             stats = client.get(f"/api/queues/{sink}/stats").json()
             return stats.get("history_size") == ORDERS + INVOICES
 
-        wait_for(routed)
+        eventually(routed, "the orders and invoices routed", 30)
     return {"source": source, "sink": sink}
 
 
@@ -147,7 +135,8 @@ def test_a_queue_with_its_journal_off_keeps_its_events_out_of_the_archive(analyt
         client.post(f"/api/queues/{quiet}/selectors",
                     json={"when": "always", "action": "delete", "enabled": True})  # fmt: skip
         client.post(f"/api/queues/{quiet}/publish-batch", json={"messages": [{"body": "a"}] * 5})
-        wait_for(lambda: client.get(f"/api/queues/{quiet}/stats").json()["history_size"] == 5)
+        eventually(lambda: client.get(f"/api/queues/{quiet}/stats").json()["history_size"] == 5,
+                   "5 messages in the history", 30)  # fmt: skip
         assert xump(analytics_service, "archive", "--no-progress").returncode == 0
         assert [e for e in events(analytics_service.archive) if e["queue"] == quiet] == []
         assert len(history(analytics_service.archive, quiet)) == 5  # history is archived
@@ -155,7 +144,8 @@ def test_a_queue_with_its_journal_off_keeps_its_events_out_of_the_archive(analyt
         changed = client.patch(f"/api/queues/{quiet}", json={"journal": True})
         assert changed.status_code == 200 and changed.json()["journal"] is True, changed.text
         client.post(f"/api/queues/{quiet}/publish", json={"body": "b"})
-        wait_for(lambda: client.get(f"/api/queues/{quiet}/stats").json()["history_size"] == 6)
+        eventually(lambda: client.get(f"/api/queues/{quiet}/stats").json()["history_size"] == 6,
+                   "6 messages in the history", 30)  # fmt: skip
         assert xump(analytics_service, "archive", "--no-progress").returncode == 0
     kinds = Counter(e["kind"] for e in events(analytics_service.archive) if e["queue"] == quiet)
     assert kinds == {"publish": 1, "delete": 1}
@@ -170,7 +160,8 @@ def test_a_queue_deleted_and_made_again_has_both_histories_archived(analytics_se
                     json={"when": "always", "action": "delete", "enabled": True})  # fmt: skip
         batch = [{"body": f"{prefix}{n}"} for n in range(count)]
         client.post(f"/api/queues/{name}/publish-batch", json={"messages": batch})
-        wait_for(lambda: client.get(f"/api/queues/{name}/stats").json()["history_size"] == count)
+        eventually(lambda: client.get(f"/api/queues/{name}/stats").json()["history_size"] == count,
+                   f"{count} messages in the history", 30)  # fmt: skip
         assert xump(analytics_service, "archive", "--no-progress").returncode == 0
 
     with analytics_service.client() as client:
@@ -218,7 +209,7 @@ def finished(browser: httpx.Client, number: int, timeout: float = 150.0) -> dict
         run = browser.get(f"/analytics/{number}/run.json").json()
         return run if run["status"] in ("done", "failed") else None
 
-    return wait_for(ended, timeout=timeout, every=0.5)
+    return eventually(ended, f"run {number} to end", timeout, every=0.5)
 
 
 def run_numbers(browser: httpx.Client) -> list[int]:
@@ -282,8 +273,12 @@ def test_replay_publishes_the_selected_messages_into_a_queue(
     assert run["status"] == "done", run["error"]
     assert run["result"]["published"] == ORDERS // 2
     with analytics_service.client() as client:
-        waiting = wait_for(lambda: (found := client.get(f"/api/queues/{target}/waiting").json()[
-            "messages"]) and len(found) == ORDERS // 2 and found)  # fmt: skip
+
+        def replayed() -> list[dict] | None:
+            found = client.get(f"/api/queues/{target}/waiting").json()["messages"]
+            return found if len(found) == ORDERS // 2 else None
+
+        waiting = eventually(replayed, "the replayed messages waiting", 30)
     expected = {f"o{n}" for n in range(ORDERS) if n % 10 >= 5}
     assert {m["body"] for m in waiting} == expected
     assert all(m["address"].startswith("order.eu.") for m in waiting)

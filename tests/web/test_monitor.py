@@ -11,12 +11,12 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.web.conftest import service_with_own_redis, unique
 from tests.web.test_subscribe import (
+    as_console,
     closing,
     issue_token,
     next_frame,
     receive,
     send,
-    session_cookie,
     subscribe,
     take,
     xump,
@@ -167,9 +167,8 @@ def test_only_tokens_that_read_every_queue_may_watch(service):
 
 
 def test_the_console_session_may_watch(service):
-    cookie = session_cookie(service)
     url = f"{service.ws_url}/ws/monitor/"
-    with connect(url, origin=service.url, additional_headers={"Cookie": cookie}) as socket:
+    with as_console(service, url) as socket:
         assert receive(socket)["type"] == "monitor"
     with connect(url, origin=service.url) as socket:
         send(socket, {"type": "heartbeat"})

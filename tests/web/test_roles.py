@@ -25,7 +25,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.web.test_subscribe import closing, next_frame, receive, subscribe
+from tests.web.test_subscribe import as_console, closing, next_frame, receive, subscribe
 
 ROOT = Path(__file__).resolve().parents[2]
 U = uuid.uuid4().hex[:6]
@@ -575,7 +575,7 @@ def test_a_user_whose_role_is_taken_away_loses_their_websockets(world) -> None:
     session = log_in(world.service, name)
     cookie = "; ".join(f"{k}={v}" for k, v in session.cookies.items())
     url = f"{world.service.ws_url}/ws/monitor/"
-    with connect(url, origin=world.service.url, additional_headers={"Cookie": cookie}) as socket:
+    with as_console(world.service, url, cookie) as socket:
         assert receive(socket)["type"] == "monitor"
         taken = world.service.manage("shell", "-c", (
             "from django.contrib.auth.models import User\n"

@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the xump fixture of test_subscribe.py, imported, is a parameter here)
 """The console's selector builder preview agrees with what the selector then takes when it
 starts at the head of the history (SPEC §2 rule 13: the replay runs the selector's own
 WHEN), for a filter, a topic match and a match on a numeric header."""
@@ -10,17 +11,10 @@ import httpx
 import pytest
 
 from tests.web.conftest import unique
-from tests.web.test_subscribe import Xump, wait_for
+from tests.web.test_subscribe import wait_for, xump  # noqa: F401 (xump: a fixture)
 
 HIDDEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 SUMMARY = re.compile(r"<strong>(\d+)</strong> of the last (\d+) message")
-
-
-@pytest.fixture
-def xump(service):
-    found = Xump(service)
-    yield found
-    found.close()
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import stomp
 from stomp.protocol import Protocol12
 from stomp.utils import Frame
 
-from tests.web.conftest import unique
+from tests.web.conftest import eventually, unique
 
 WITHIN = 60.0  # seconds an awaited event may take (the machine may be busy)
 TRANSPORTS = ["tcp", "websocket"]
@@ -39,10 +39,11 @@ KIND = {"tcp": "stomp-tcp", "websocket": "stomp-websocket"}
 
 # -- helpers ----------------------------------------------------------------------------------
 class Client(stomp.ConnectionListener):
-    """A connected stomp.py client and everything it received, in order; `auto_ack`
+    """A stomp.py connection's listener and everything it received, in order; `auto_ack`
     ACKs each MESSAGE as it arrives (as a worker does once it has done its job)."""
 
     def __init__(self, connection: stomp.Connection, auto_ack: bool = False) -> None:
+        connection.set_listener("test", self)
         self.connection = connection
         self.auto_ack = auto_ack
         self.messages: list[Frame] = []
@@ -106,6 +107,12 @@ class Client(stomp.ConnectionListener):
             headers["receipt"] = receipt
         self.connection.send(destination, body, headers=headers)
 
+    def send_numbered(self, queue: str, count: int) -> None:
+        """SEND m0, m1, ... (`count` of them) to /queue/`queue`, each asking for its receipt
+        r0, r1, ... (not awaited)."""
+        for n in range(count):
+            self.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+
     def subscribe(self, destination: str, sid: str = "1", ack: str = "client-individual",
                   **headers) -> None:  # fmt: skip
         """SUBSCRIBE and wait for its receipt (the subscription is set up then)."""
@@ -155,36 +162,46 @@ def transport(request) -> str:
     return request.param
 
 
+STOMP_PY = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}
+
+
+def stomp_connection(service, stomp_port: int, over: str = "tcp", version: str = "1.2",
+                     **options) -> stomp.Connection:  # fmt: skip
+    """A stomp.py connection to the service, not yet connected: over "tcp" (speaking that
+    STOMP version) or "websocket" (1.2)."""
+    if over == "tcp":
+        return STOMP_PY[version]([("127.0.0.1", stomp_port)], **options)
+    return stomp.WSStompConnection(
+        [("127.0.0.1", urlsplit(service.ws_url).port)], ws_path="/ws/stomp/",
+        header={"Sec-WebSocket-Protocol": "v12.stomp"}, **options,
+    )  # fmt: skip
+
+
+def disconnect_all(made: list[Client]) -> None:
+    """Disconnect the clients still connected (a test may have broken one on purpose)."""
+    for client in made:
+        if client.connection.is_connected():
+            try:
+                client.connection.disconnect()
+            except Exception:
+                pass
+
+
 @pytest.fixture
 def connect(service, stomp_port) -> Iterator[Callable[..., Client]]:
     """Connect stomp.py clients, each over the transport named ("tcp" or "websocket"); all
     are disconnected at the end of the test."""
     made: list[Client] = []
-    ws_port = urlsplit(service.ws_url).port
 
     def connect_over(over: str, token: str | None = None, auto_ack: bool = False,
                      version: str = "1.2", **options) -> Client:  # fmt: skip
-        if over == "tcp":
-            kind = stomp.Connection12 if version == "1.2" else stomp.Connection11
-            connection = kind([("127.0.0.1", stomp_port)], **options)
-        else:
-            connection = stomp.WSStompConnection(
-                [("127.0.0.1", ws_port)], ws_path="/ws/stomp/",
-                header={"Sec-WebSocket-Protocol": "v12.stomp"}, **options,
-            )  # fmt: skip
-        client = Client(connection, auto_ack)
-        connection.set_listener("test", client)
-        connection.connect("tests", token or service.admin_token, wait=True)
+        client = Client(stomp_connection(service, stomp_port, over, version, **options), auto_ack)
+        client.connection.connect("tests", token or service.admin_token, wait=True)
         made.append(client)
         return client
 
     yield connect_over
-    for client in made:
-        if client.connection.is_connected():
-            try:
-                client.connection.disconnect()
-            except Exception:  # the test may have broken it on purpose
-                pass
+    disconnect_all(made)
 
 
 @pytest.fixture
@@ -199,9 +216,12 @@ def http(service):
         yield client
 
 
-def make_queue(http, name: str, **settings) -> None:
+def make_queue(http, name: str | None = None, **settings) -> str:
+    """A queue (`name`, or a new name of the test's own); its name."""
+    name = name or unique()
     answer = http.post("/api/queues", json={"name": name, **settings})
     assert answer.status_code == 201, answer.text
+    return name
 
 
 def deliver(http, queue: str, destination: str, enabled: bool = True, **settings) -> int:
@@ -211,6 +231,21 @@ def deliver(http, queue: str, destination: str, enabled: bool = True, **settings
     answer = http.post(f"/api/queues/{quote(queue, safe='')}/selectors", json=selector)
     assert answer.status_code == 201, answer.text
     return answer.json()["id"]
+
+
+def subscribed(clients, destination: str, **headers) -> tuple[Client, Client]:
+    """A client subscribed to /queue/`destination` (with these SUBSCRIBE headers) and another
+    to produce: (consumer, producer)."""
+    consumer = clients()
+    consumer.subscribe(f"/queue/{destination}", **headers)
+    return consumer, clients()
+
+
+def delivering(http, **settings) -> tuple[str, str]:
+    """A new queue whose every message goes to a new destination: (queue, destination)."""
+    queue, destination = unique(), unique("d")
+    deliver(http, queue, destination, **settings)
+    return queue, destination
 
 
 def waiting(http, queue: str) -> list[dict]:
@@ -231,37 +266,22 @@ def queue_names(http) -> set[str]:
     return {queue["name"] for queue in answer.json()["queues"]}
 
 
-def eventually(check: Callable[[], object], what: str, within: float = WITHIN):
-    """What `check()` returns once it is true; fails after `within` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {within} s for {what}")
-        time.sleep(0.05)
-
-
 def bodies(frames: list[Frame]) -> list[str]:
     return [frame.body for frame in frames]
 
 
 # -- publishing -------------------------------------------------------------------------------
 def test_every_send_gets_its_receipt_and_the_messages_wait_in_the_queue(http, clients):
-    queue = unique()
-    make_queue(http, queue)
+    queue = make_queue(http)
     client = clients()
-    for n in range(20):
-        client.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    client.send_numbered(queue, 20)
     client.wait(lambda: len(client.receipts) == 20, "20 receipts")
     assert client.receipts == {f"r{n}" for n in range(20)} and not client.errors
     assert [m["body"] for m in waiting(http, queue)] == [f"m{n}" for n in range(20)]
 
 
 def test_send_keeps_headers_and_content_type_and_reply_to_is_the_return_address(http, clients):
-    queue = unique()
-    make_queue(http, queue)
+    queue = make_queue(http)
     client = clients()
     client.send(f"/queue/{queue}", '{"n": 1}', receipt="r", **{
         "content-type": "application/json", "region": "eu", "x-trace": "abc",
@@ -276,10 +296,8 @@ def test_send_keeps_headers_and_content_type_and_reply_to_is_the_return_address(
 
 
 def test_a_message_carries_its_fields_to_the_subscriber(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination)
     producer.send(f"/queue/{queue}", "hello", receipt="r", **{
         "content-type": "text/plain", "region": "eu", "reply-to": "/queue/back"})  # fmt: skip
     producer.receipt("r")
@@ -297,8 +315,7 @@ def test_a_message_carries_its_fields_to_the_subscriber(http, clients):
 
 
 def test_a_stomp_1_1_client_publishes_and_acks_by_message_id(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     client = clients(version="1.1")
     client.subscribe(f"/queue/{destination}")
     client.send(f"/queue/{queue}", "hello", receipt="r")
@@ -329,11 +346,9 @@ def test_priority_orders_what_waits_in_the_queue(http, clients):
 
 
 def test_an_already_expired_message_is_never_delivered(http, clients):
-    queue, destination, dead = unique(), unique("d"), unique("dead")
-    make_queue(http, dead)
-    deliver(http, queue, destination, dead_letter=dead)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}")
+    dead = make_queue(http, unique("dead"))
+    queue, destination = delivering(http, dead_letter=dead)
+    consumer, producer = subscribed(clients, destination)
     past = int((time.time() - 60) * 1000)  # STOMP's expires: epoch milliseconds
     future = int((time.time() + 3600) * 1000)
     producer.send(f"/queue/{queue}", "stale", receipt="r1", expires=str(past))
@@ -348,10 +363,8 @@ def test_an_already_expired_message_is_never_delivered(http, clients):
 
 
 def test_a_delayed_message_arrives_only_after_its_delay(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination)
     sent = time.monotonic()
     producer.send(f"/queue/{queue}", "later", receipt="r1", delay="1500")
     producer.send(f"/queue/{queue}", "now", receipt="r2")
@@ -365,8 +378,7 @@ def test_a_delayed_message_arrives_only_after_its_delay(http, clients):
 
 
 def test_a_scheduled_message_is_listed_until_due(http, clients):
-    queue = unique()
-    make_queue(http, queue)
+    queue = make_queue(http)
     producer = clients()
     producer.send(f"/queue/{queue}", "tomorrow", receipt="r", delay=str(86_400_000))
     producer.receipt("r")
@@ -381,11 +393,9 @@ def test_a_scheduled_message_is_listed_until_due(http, clients):
 
 
 def test_a_delayed_message_whose_expires_comes_before_its_delay_is_never_delivered(http, clients):
-    queue, destination, dead = unique(), unique("d"), unique("dead")
-    make_queue(http, dead)
-    deliver(http, queue, destination, dead_letter=dead)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}")
+    dead = make_queue(http, unique("dead"))
+    queue, destination = delivering(http, dead_letter=dead)
+    consumer, producer = subscribed(clients, destination)
     expires = str(int((time.time() + 0.2) * 1000))
     producer.send(f"/queue/{queue}", "too late", receipt="r1", delay="1000", expires=expires)
     producer.send(f"/queue/{queue}", "fine", receipt="r2", delay="1000")
@@ -398,8 +408,7 @@ def test_a_delayed_message_whose_expires_comes_before_its_delay_is_never_deliver
 
 # -- subscriptions with a selector ------------------------------------------------------------
 def test_a_queue_selector_takes_only_matching_messages_and_leaves_the_rest(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     picky, producer = clients(), clients()
     # text headers compare as text; decimal numbers become numbers (test_stomp_peers.py)
     picky.subscribe(f"/queue/{destination}", selector="color = 'red' AND size IN ('L', 'XL')")
@@ -427,8 +436,7 @@ def test_a_bad_selector_is_refused_with_an_error_frame(clients):
 
 # -- NACK -------------------------------------------------------------------------------------
 def test_a_nacked_message_comes_back_redelivered(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     client = clients()
     client.subscribe(f"/queue/{destination}")
     client.send(f"/queue/{queue}", "again", receipt="r")
@@ -443,8 +451,7 @@ def test_a_nacked_message_comes_back_redelivered(http, clients):
 
 
 def test_a_nacked_message_goes_to_one_of_the_competing_subscribers_once(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     first, second, producer = clients(), clients(), clients()
     first.subscribe(f"/queue/{destination}", **{"prefetch-count": "1"})
     second.subscribe(f"/queue/{destination}", **{"prefetch-count": "1"})
@@ -466,12 +473,9 @@ def test_a_nacked_message_goes_to_one_of_the_competing_subscribers_once(http, cl
 @pytest.mark.parametrize("taker", ["the other subscriber", "the same consumer reconnected"])
 def test_what_a_consumer_leaves_unacked_is_redelivered_none_lost(http, clients, leaving,
                                                                   taker):  # fmt: skip
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    leaver, producer = clients(), clients()
-    leaver.subscribe(f"/queue/{destination}", **{"prefetch-count": "100"})
-    for n in range(10):
-        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    queue, destination = delivering(http)
+    leaver, producer = subscribed(clients, destination, **{"prefetch-count": "100"})
+    producer.send_numbered(queue, 10)
     producer.receipt("r9")
     found = leaver.take(10)
     for frame in found[:3]:
@@ -497,8 +501,7 @@ def test_what_a_consumer_leaves_unacked_is_redelivered_none_lost(http, clients, 
 
 # -- competing consumers ----------------------------------------------------------------------
 def test_a_wolfpack_of_three_shares_three_thousand_messages_none_lost_none_twice(http, connect):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     pack = [connect(over, auto_ack=True) for over in ("tcp", "websocket", "tcp")]
     for wolf in pack:
         wolf.subscribe(f"/queue/{destination}", **{"prefetch-count": "100"})
@@ -518,8 +521,7 @@ def test_a_wolfpack_of_three_shares_three_thousand_messages_none_lost_none_twice
 
 @pytest.mark.parametrize("dropout", TRANSPORTS)
 def test_when_a_wolf_drops_out_midway_the_others_finish_its_work(http, connect, dropout):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     pack = [connect(over, auto_ack=True) for over in (dropout, "tcp", "websocket")]
     for wolf in pack:
         wolf.subscribe(f"/queue/{destination}", **{"prefetch-count": "100"})
@@ -545,12 +547,9 @@ def test_when_a_wolf_drops_out_midway_the_others_finish_its_work(http, connect, 
 
 # -- ack modes and the credit window --------------------------------------------------------------
 def test_ack_auto_needs_no_acks(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}", ack="auto", **{"prefetch-count": "2"})
-    for n in range(5):
-        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination, ack="auto", **{"prefetch-count": "2"})
+    producer.send_numbered(queue, 5)
     found = consumer.take(5)
     assert bodies(found) == [f"m{n}" for n in range(5)]
     assert not any("ack" in frame.headers for frame in found)
@@ -558,12 +557,9 @@ def test_ack_auto_needs_no_acks(http, clients):
 
 
 def test_ack_client_is_cumulative_and_the_rest_come_back(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}", ack="client")
-    for n in range(5):
-        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination, ack="client")
+    producer.send_numbered(queue, 5)
     found = consumer.take(5)
     consumer.ack(found[2], receipt="acked")  # m0, m1 and m2
     eventually(lambda: stats(http, queue)["confirmed"] == 3, "three confirmed")
@@ -578,12 +574,9 @@ def test_ack_client_is_cumulative_and_the_rest_come_back(http, clients):
 
 
 def test_a_cumulative_nack_gives_back_every_earlier_message(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}", ack="client", **{"prefetch-count": "3"})
-    for n in range(3):
-        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination, ack="client", **{"prefetch-count": "3"})
+    producer.send_numbered(queue, 3)
     found = consumer.take(3)
     consumer.nack(found[1], receipt="nacked")  # m0 and m1 back; m2 still held
     again = consumer.take(5)[3:]
@@ -592,12 +585,9 @@ def test_a_cumulative_nack_gives_back_every_earlier_message(http, clients):
 
 
 def test_prefetch_count_limits_what_is_in_flight(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}", **{"prefetch-count": "2"})
-    for n in range(5):
-        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination, **{"prefetch-count": "2"})
+    producer.send_numbered(queue, 5)
     producer.receipt("r4")
     found = consumer.take(2)
     time.sleep(0.5)  # a third would have come by now (a missing one cannot be awaited)
@@ -612,12 +602,9 @@ def test_prefetch_count_limits_what_is_in_flight(http, clients):
 
 
 def test_activemq_prefetch_size_is_the_window_too(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}", **{"activemq.prefetchSize": "1"})
-    for n in range(3):
-        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination, **{"activemq.prefetchSize": "1"})
+    producer.send_numbered(queue, 3)
     producer.receipt("r2")
     [first] = consumer.take(1)
     time.sleep(0.5)
@@ -628,8 +615,7 @@ def test_activemq_prefetch_size_is_the_window_too(http, clients):
 
 # -- transactions -----------------------------------------------------------------------------
 def test_a_committed_transaction_publishes_its_sends(http, clients):
-    queue = unique()
-    make_queue(http, queue)
+    queue = make_queue(http)
     client = clients()
     tx = client.connection.begin()
     for n in range(3):
@@ -642,8 +628,7 @@ def test_a_committed_transaction_publishes_its_sends(http, clients):
 
 
 def test_an_aborted_transaction_publishes_nothing(http, clients):
-    queue = unique()
-    make_queue(http, queue)
+    queue = make_queue(http)
     client = clients()
     tx = client.connection.begin()
     for n in range(3):
@@ -656,12 +641,10 @@ def test_an_aborted_transaction_publishes_nothing(http, clients):
 
 
 def test_acks_in_a_transaction_count_at_commit_and_not_after_abort(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     client = clients()
     client.subscribe(f"/queue/{destination}")
-    for n in range(2):
-        client.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    client.send_numbered(queue, 2)
     first, second = client.take(2)
     aborted = client.connection.begin()
     client.connection.ack(first.headers["ack"], transaction=aborted)
@@ -768,12 +751,9 @@ def consumers_of(http, destination: str) -> list[dict]:
 
 
 def test_the_consumers_registry_lists_a_stomp_subscription(http, clients, transport):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}", **{"prefetch-count": "5"})
-    for n in range(2):
-        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination, **{"prefetch-count": "5"})
+    producer.send_numbered(queue, 2)
     found = consumer.take(2)
     consumer.ack(found[0])
     [entry] = eventually(
@@ -790,10 +770,8 @@ def test_the_consumers_registry_lists_a_stomp_subscription(http, clients, transp
 
 
 def test_an_operator_closes_a_stomp_consumer_and_its_messages_go_to_the_others(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    doomed, producer = clients(), clients()
-    doomed.subscribe(f"/queue/{destination}")
+    queue, destination = delivering(http)
+    doomed, producer = subscribed(clients, destination)
     producer.send(f"/queue/{queue}", "held", receipt="r")
     doomed.take(1)
     [entry] = eventually(lambda: consumers_of(http, destination), "the registry entry")
@@ -809,10 +787,8 @@ def test_an_operator_closes_a_stomp_consumer_and_its_messages_go_to_the_others(h
 
 # -- bodies and headers as clients send them --------------------------------------------------
 def test_text_bodies_and_escaped_header_values_arrive_as_sent(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
-    consumer, producer = clients(), clients()
-    consumer.subscribe(f"/queue/{destination}")
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination)
     odd = "a:b\nc\\d"  # STOMP 1.2 escapes these in header values
     producer.send(f"/queue/{queue}", "héllo ✓ \x00 end", receipt="r", note=odd)
     [frame] = consumer.take(1)
@@ -820,8 +796,7 @@ def test_text_bodies_and_escaped_header_values_arrive_as_sent(http, clients):
 
 
 def test_a_binary_body_arrives_intact(http, clients, transport):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     options = {"auto_decode": False}
     if transport == "websocket":
         options["binary_mode"] = True  # a text WebSocket message must be UTF-8
@@ -846,15 +821,8 @@ def issue_token(http, rights: dict) -> str:
 
 def test_a_bad_passcode_is_refused_with_an_error_and_the_connection_closed(service, stomp_port,
                                                                            transport):  # fmt: skip
-    if transport == "tcp":
-        connection = stomp.Connection12([("127.0.0.1", stomp_port)])
-    else:
-        connection = stomp.WSStompConnection(
-            [("127.0.0.1", urlsplit(service.ws_url).port)], ws_path="/ws/stomp/",
-            header={"Sec-WebSocket-Protocol": "v12.stomp"},
-        )  # fmt: skip
+    connection = stomp_connection(service, stomp_port, transport)
     client = Client(connection)
-    connection.set_listener("test", client)
     connection.connect("tests", "xump_not_a_token", wait=False)
     client.wait(lambda: client.errors and client.disconnected, "an ERROR and the close")
     assert client.errors[0].headers["message"] == "access refused"
@@ -914,11 +882,9 @@ def beating_stomp(service) -> Iterator[int]:
 
 
 def test_a_heart_beating_client_stays_connected_while_idle(service, http, beating_stomp):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     connection = stomp.Connection12([("127.0.0.1", beating_stomp)], heartbeats=(1000, 1000))
     client = Client(connection)
-    connection.set_listener("test", client)
     connection.connect("tests", service.admin_token, wait=True)
     try:
         client.subscribe(f"/queue/{destination}")
@@ -933,8 +899,7 @@ def test_a_heart_beating_client_stays_connected_while_idle(service, http, beatin
 def test_a_frozen_consumer_is_dropped_and_its_messages_go_to_the_others(service, http,
                                                                         beating_stomp,
                                                                         clients):  # fmt: skip
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     frozen = subprocess.Popen(
         [sys.executable, "-c", FROZEN_CONSUMER, str(beating_stomp), service.admin_token,
          destination], stdout=subprocess.PIPE, text=True,
@@ -942,8 +907,7 @@ def test_a_frozen_consumer_is_dropped_and_its_messages_go_to_the_others(service,
     try:
         assert frozen.stdout.readline().strip() == "subscribed"
         producer = clients()
-        for n in range(3):
-            producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+        producer.send_numbered(queue, 3)
         assert [frozen.stdout.readline().strip() for _ in range(3)] == ["m0", "m1", "m2"]
         os.kill(frozen.pid, signal.SIGSTOP)  # its socket stays open; it sends nothing more
         other = clients()

@@ -10,7 +10,7 @@ Each test uses names of its own; waiting is for events with generous deadlines.
 from __future__ import annotations
 
 import threading
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import pytest
 import stomp
@@ -23,12 +23,14 @@ from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
     bodies,
     clients,
     connect,
-    deliver,
+    delivering,
+    disconnect_all,
     eventually,
     http,
     issue_token,
     make_queue,
     queue_names,
+    stomp_connection,
     transport,
     waiting,
 )
@@ -132,8 +134,7 @@ def test_an_existing_queue_is_never_rewired(http, clients):
 
 
 def test_a_destination_that_wiring_feeds_gets_no_mailbox(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     consumer = clients()
     consumer.subscribe(f"/queue/{destination}")
     assert destination not in queue_names(http)
@@ -175,11 +176,8 @@ def test_stomp_py_connection_class_for_rabbitmq_tutorials_works_as_is(service, s
 # -- STOMP 1.0 and 1.1 --------------------------------------------------------------------------
 def connect_version(service, stomp_port, version: str) -> Client:
     """A stomp.py client of that version over TCP."""
-    kind = {"1.0": stomp.Connection10, "1.1": stomp.Connection11}[version]
-    connection = kind([("127.0.0.1", stomp_port)])
-    client = Client(connection)
-    connection.set_listener("test", client)
-    connection.connect("tests", service.admin_token, wait=True)
+    client = Client(stomp_connection(service, stomp_port, "tcp", version))
+    client.connection.connect("tests", service.admin_token, wait=True)
     return client
 
 
@@ -299,21 +297,12 @@ def durable_client(service, stomp_port):
     """Connect stomp.py clients with a client-id over a transport: the Client, or None when
     the server refused the CONNECT; all are disconnected at the end of the test."""
     made: list[Client] = []
-    ws_port = urlsplit(service.ws_url).port
 
     def make(over: str, client_id: str, auto_ack: bool = False) -> Client | None:
-        if over == "tcp":
-            connection = stomp.Connection12([("127.0.0.1", stomp_port)])
-        else:
-            connection = stomp.WSStompConnection(
-                [("127.0.0.1", ws_port)], ws_path="/ws/stomp/",
-                header={"Sec-WebSocket-Protocol": "v12.stomp"},
-            )  # fmt: skip
-        client = Client(connection, auto_ack)
-        connection.set_listener("test", client)
+        client = Client(stomp_connection(service, stomp_port, over), auto_ack)
         made.append(client)
         try:
-            connection.connect(
+            client.connection.connect(
                 "tests", service.admin_token, headers={"client-id": client_id}, wait=True
             )
         except stomp.exception.StompException:
@@ -321,12 +310,7 @@ def durable_client(service, stomp_port):
         return None if client.errors else client
 
     yield make
-    for client in made:
-        if client.connection.is_connected():
-            try:
-                client.connection.disconnect()
-            except Exception:  # the test may have broken it on purpose
-                pass
+    disconnect_all(made)
 
 
 def test_a_durable_subscription_keeps_what_is_published_while_away_rabbitmq_dialect(
@@ -385,7 +369,6 @@ def test_durable_without_an_id_and_a_bad_client_id_are_errors(http, service, sto
     assert client.errors[0].headers["message"] == "missing id header"
     bad = stomp.Connection12([("127.0.0.1", stomp_port)])
     listener = Client(bad)
-    bad.set_listener("", listener)
     bad.connect("tests", service.admin_token, headers={"client-id": "a\tb"}, wait=False)
     listener.wait(lambda: listener.errors, "an ERROR")
     assert listener.errors[0].headers["message"] == "bad header"
@@ -425,7 +408,6 @@ def test_a_durable_subscription_survives_a_restart_of_the_stomp_server(service, 
 def _stomp_client(service, port: int, client_id: str | None, quiet: bool = False):
     connection = stomp.Connection12([("127.0.0.1", port)])
     client = Client(connection)
-    connection.set_listener("", client)
     headers = {"client-id": client_id} if client_id else {}
     try:
         connection.connect("tests", service.admin_token, headers=headers, wait=True)
@@ -440,8 +422,7 @@ def _stomp_client(service, port: int, client_id: str | None, quiet: bool = False
 
 # -- numbers in headers -------------------------------------------------------------------------
 def test_a_selector_compares_a_stomp_header_written_as_a_number_as_a_number(http, clients):
-    queue, destination = unique(), unique("d")
-    deliver(http, queue, destination)
+    queue, destination = delivering(http)
     big, producer = clients(auto_ack=True), clients()
     big.subscribe(f"/queue/{destination}", selector="amount > 500 AND price < 20.5")
     for n, (amount, price) in enumerate(

@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the xump fixture of test_subscribe.py, imported, is a parameter here)
 """STOMP 1.2 against the running service, from the outside: a raw TCP socket on the STOMP
 server process (`stomp_port`) and the WebSocket at /ws/stomp/ (subprotocol v12.stomp).
 
@@ -30,7 +31,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from tests.web.conftest import unique
-from tests.web.test_subscribe import Xump, issue_token, session_cookie, wait_for
+from tests.web.test_subscribe import (  # noqa: F401 (xump: a fixture)
+    Xump,
+    issue_token,
+    session_cookie,
+    wait_for,
+    xump,
+)
 
 # -- a STOMP client from the specification's text --------------------------------------------
 _UNESCAPES = {"\\n": "\n", "\\r": "\r", "\\c": ":", "\\\\": "\\"}
@@ -81,6 +88,13 @@ class Stomp:
             self.ws.send(data)
         else:
             self.sock.sendall(data)
+
+    def hurl(self, data: bytes) -> None:
+        """Send `data` that the server refuses: it may hang up before all of it is sent."""
+        try:
+            self.send(data)
+        except (ConnectionError, ConnectionClosed):
+            pass
 
     def close(self) -> None:
         if self.ws is not None:
@@ -212,10 +226,11 @@ def websocket(service, token: str | None = None, **options) -> Iterator[Stomp]:
 
 
 @pytest.fixture
-def xump(service):
-    found = Xump(service)
-    yield found
-    found.close()
+def queue(xump) -> str:
+    """A new queue of the test's own."""
+    name = unique()
+    xump.call("queue_create", name=name)
+    return name
 
 
 @pytest.fixture(params=["tcp", "websocket"])
@@ -283,47 +298,33 @@ def _mistakes(queue: str) -> dict[str, tuple[bytes, str, str | None]]:
 
 
 @pytest.mark.parametrize("mistake", list(_mistakes("q")))
-def test_a_broken_frame_answers_error_closes_and_publishes_nothing(opener, xump, mistake):
-    queue = unique()
-    xump.call("queue_create", name=queue)
+def test_a_broken_frame_answers_error_closes_and_publishes_nothing(opener, xump, mistake, queue):
     data, message, receipt = _mistakes(queue)[mistake]
     with opener() as client:
         client.send(frame("SEND", b"before", destination=f"/queue/{queue}", receipt="ok"))
         assert client.expect("RECEIPT").headers["receipt-id"] == "ok"
-        try:
-            client.send(data)
-        except (ConnectionError, ConnectionClosed):
-            pass  # the server may hang up before all of it is sent
+        client.hurl(data)
         refused(client, message, receipt)
     assert published(xump, queue) == 1
 
 
-def test_a_message_ending_inside_a_frame_is_an_error_on_websocket(service, xump):
-    queue = unique()
-    xump.call("queue_create", name=queue)
+def test_a_message_ending_inside_a_frame_is_an_error_on_websocket(service, xump, queue):
     with websocket(service) as client:
         client.send(f"SEND\ndestination:/queue/{queue}\nreceipt:r1\n\nno NUL".encode())
         refused(client, "frame not terminated by NUL", "r1")
     assert published(xump, queue) == 0
 
 
-def test_an_oversized_frame_is_refused(opener, xump):
-    queue = unique()
-    xump.call("queue_create", name=queue)
+def test_an_oversized_frame_is_refused(opener, xump, queue):
     with opener() as client:
         # no content-length: the server sees the body grow past its frame limit
         head = f"SEND\ndestination:/queue/{queue}\nreceipt:r1\n\n".encode()
-        try:
-            client.send(head + b"x" * (3 * 1024 * 1024) + b"\x00")
-        except (ConnectionError, ConnectionClosed):
-            pass  # the server may hang up before all of it is sent
+        client.hurl(head + b"x" * (3 * 1024 * 1024) + b"\x00")
         refused(client, "frame too large", "r1")
     assert published(xump, queue) == 0
 
 
-def test_a_body_over_the_message_limit_is_refused_with_its_receipt(opener, xump):
-    queue = unique()
-    xump.call("queue_create", name=queue)
+def test_a_body_over_the_message_limit_is_refused_with_its_receipt(opener, xump, queue):
     with opener() as client:
         body = b"x" * (1024 * 1024 + 1)
         client.send(frame("SEND", body, destination=f"/queue/{queue}", receipt="big",
@@ -343,9 +344,8 @@ def test_a_send_to_a_queue_that_does_not_exist_is_not_found_and_creates_nothing(
 
 
 def test_a_send_without_the_publish_right_is_forbidden_and_publishes_nothing(service, xump,
-                                                                           stomp_port):  # fmt: skip
-    queue = unique()
-    xump.call("queue_create", name=queue)
+                                                                           stomp_port,
+                                                                           queue):  # fmt: skip
     consumer = issue_token(service, {queue: ["consume"]})
     for open_connection in (lambda: tcp(stomp_port, consumer),
                             lambda: websocket(service, consumer)):  # fmt: skip
@@ -482,10 +482,7 @@ def test_a_connect_that_cannot_be_accepted_is_refused(service, stomp_port, conne
 # -- 2. hostile input --------------------------------------------------------------------------
 def _hurled(client: Stomp, data: bytes) -> list[Frame]:
     """Send `data` (the server may hang up midway) and read what comes until it closes."""
-    try:
-        client.send(data)
-    except (ConnectionError, ConnectionClosed):
-        pass
+    client.hurl(data)
     return client.frames_until_closed(within=20)
 
 

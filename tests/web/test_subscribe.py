@@ -203,6 +203,13 @@ def session_cookie(service) -> str:
         return f"sessionid={browser.cookies['sessionid']}"
 
 
+def as_console(service, url: str, cookie: str | None = None) -> ClientConnection:
+    """A WebSocket to `url` opened as the console's pages open one: from the console's
+    origin, with a login session's Cookie header (the admin's unless `cookie` is given)."""
+    cookie = cookie or session_cookie(service)
+    return connect(url, origin=service.url, additional_headers={"Cookie": cookie})
+
+
 # -- the credit window ------------------------------------------------------------------------
 def test_it_sends_no_more_deliveries_than_the_credit_granted(service, xump):
     queue, destination = unique(), unique("d")
@@ -488,9 +495,7 @@ def test_browsers_from_foreign_origins_are_refused(service):
 
 
 def test_the_console_session_authenticates(service):
-    cookie = session_cookie(service)
-    url = f"{service.ws_url}/ws/subscribe/{unique('d')}/"
-    with connect(url, origin=service.url, additional_headers={"Cookie": cookie}) as socket:
+    with as_console(service, f"{service.ws_url}/ws/subscribe/{unique('d')}/") as socket:
         assert receive(socket)["type"] == "subscribed"
 
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis
 from asgiref.sync import sync_to_async
+from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 from django.conf import settings
 from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
@@ -57,19 +57,17 @@ SECURITY_HEADERS = [
 ACCEPTED_TYPE = b"application/json; charset=utf-8"  # django-ninja's, for the 202
 ERROR_TYPE = b"application/json"  # JsonResponse's, for the errors
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
 
 class DirectPublish:
     """ASGI: the publish endpoints for token callers; everything else to `django`."""
 
-    def __init__(self, django: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+    def __init__(self, django: ASGI3Application) -> None:
         self.django = django
         self._serve = sync_to_async(_serve, thread_sensitive=False)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
         wanted = _wanted(scope)
         if wanted is None:
             return await self.django(scope, receive, send)
@@ -165,7 +163,7 @@ def _error(response: Any) -> Answer:
     return response.status_code, ERROR_TYPE, response.content, extra
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def _replay(body: bytes, receive: ASGIReceiveCallable) -> ASGIReceiveCallable:
     """A receive callable that gives Django the body already read, then the connection's."""
     events = [{"type": "http.request", "body": body, "more_body": False}]
 

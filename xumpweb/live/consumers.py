@@ -85,16 +85,12 @@ def _whole(frame: dict[str, Any], name: str, low: int, high: int, default: Any =
     return value
 
 
-class LiveSocket(AsyncConsumer):
-    """What both consumers share: the handshake, authentication (a token in the query
-    string or in a first `auth` frame, or the console's session) and the right to stay
-    (re-checked whenever a token or role changes, security.watch), JSON frames whose
-    mistakes are answered with error frames, and heartbeats."""
+class LayerlessConsumer(AsyncConsumer):
+    """A consumer of every WebSocket here (these and STOMP's, stompgate/websocket.py): never
+    the Channels layer, no layer channel (and no Redis reader) per connection, and events
+    dispatched straight to their handlers."""
 
-    # never the Channels layer: no layer channel (and no Redis reader) per connection
     channel_layer_alias = "xump-live-none"
-    kind = "live"
-    frames: dict[str, str] = {}  # frame type -> name of the method that obeys it
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # channels' own dispatch closes stale database connections around every event, a
@@ -103,6 +99,16 @@ class LiveSocket(AsyncConsumer):
         if handler is None:
             raise ValueError(f"no handler for {message['type']!r}")
         await handler(message)
+
+
+class LiveSocket(LayerlessConsumer):
+    """What both consumers share: the handshake, authentication (a token in the query
+    string or in a first `auth` frame, or the console's session) and the right to stay
+    (re-checked whenever a token or role changes, security.watch), JSON frames whose
+    mistakes are answered with error frames, and heartbeats."""
+
+    kind = "live"
+    frames: dict[str, str] = {}  # frame type -> name of the method that obeys it
 
     # -- the connection's life ---------------------------------------------------------------
     async def websocket_connect(self, message: dict[str, Any]) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.consumer import AsyncConsumer, get_handler_name
 from channels.exceptions import StopConsumer
 from uvicorn.protocols.utils import ClientDisconnected
 
 from xumpweb import metrics
+from xumpweb.live.consumers import LayerlessConsumer
 from xumpweb.live.security import session_user
 from xumpweb.stompgate.session import StompSession
 
@@ -23,15 +23,7 @@ SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 KIND = "stomp-websocket"
 
 
-class StompConsumer(AsyncConsumer):
-    channel_layer_alias = "xump-live-none"  # no Channels layer: see live/consumers.py
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"no handler for {message['type']!r}")
-        await handler(message)
-
+class StompConsumer(LayerlessConsumer):
     async def websocket_connect(self, message: dict[str, Any]) -> None:
         self.gone = False
         offered = self.scope.get("subprotocols") or []
