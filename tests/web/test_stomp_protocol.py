@@ -43,6 +43,10 @@ from tests.web.test_subscribe import (  # noqa: F401 (xump: a fixture)
 _UNESCAPES = {"\\n": "\n", "\\r": "\r", "\\c": ":", "\\\\": "\\"}
 
 
+WITHIN = 60.0  # seconds an awaited frame may take: a deadline, not a margin (10 s was
+# not enough for a frame on a machine loaded ten times over)
+
+
 @dataclass
 class Frame:
     command: str
@@ -145,7 +149,7 @@ class Stomp:
         body, self.buffer = self.buffer[start:stop], self.buffer[stop + 1 :]
         return Frame(lines[0], headers, body)
 
-    def frame(self, within: float = 10.0) -> Frame | None:
+    def frame(self, within: float = WITHIN) -> Frame | None:
         """The next frame; None when the server closed the connection."""
         deadline = time.monotonic() + within
         while (found := self._parse()) is None:
@@ -160,7 +164,7 @@ class Stomp:
             self.buffer += data
         return found
 
-    def frames_until_closed(self, within: float = 10.0) -> list[Frame]:
+    def frames_until_closed(self, within: float = WITHIN) -> list[Frame]:
         """Every frame until the server closes (TimeoutError if it does not)."""
         found = []
         deadline = time.monotonic() + within
@@ -168,7 +172,7 @@ class Stomp:
             found.append(one)
         return found
 
-    def expect(self, command: str, within: float = 10.0) -> Frame:
+    def expect(self, command: str, within: float = WITHIN) -> Frame:
         """The next frame, a `command`; MESSAGEs arriving first are kept for `messages`
         (they do not wait behind RECEIPTs)."""
         while (got := self.frame(within)) is not None and got.command == "MESSAGE" != command:
@@ -189,7 +193,7 @@ class Stomp:
         self.send(frame("SEND", body, destination=f"/queue/{queue}", receipt="p", **headers))
         assert self.expect("RECEIPT").headers["receipt-id"] == "p"
 
-    def messages(self, count: int, within: float = 20.0) -> list[Frame]:
+    def messages(self, count: int, within: float = WITHIN) -> list[Frame]:
         found, self.early = self.early[:count], self.early[count:]
         deadline = time.monotonic() + within
         while len(found) < count:
