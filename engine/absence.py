@@ -148,14 +148,15 @@ def _has_partner(source: QueueRuntime, sel: SelectorRuntime, stranded: set[str])
     """Whether `source` has another enabled taker with `sel`'s WHEN that does not feed a
     stranded queue: someone to take what `sel` would give back."""
     spec = sel.spec
-    when = (spec.when, spec.match, spec.filter)
+    when = (spec.when, spec.match, spec.more_matches, spec.filter)
     for other in source.selectors.values():
         other_spec = other.spec
         if (
             other is not sel
             and other_spec.enabled
             and other.action in TAKERS
-            and (other_spec.when, other_spec.match, other_spec.filter) == when
+            and (other_spec.when, other_spec.match, other_spec.more_matches, other_spec.filter)
+            == when
             and not (other.action in ("move", "bounce") and other.target in stranded)
         ):
             return True

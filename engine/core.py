@@ -1,6 +1,6 @@
 """The Engine: the public API of SPEC §3 over stores, queues and selectors, their wiring.
 The Engine inherits the rest: messages in and out (messaging.py), destinations away
-(absence.py), read-only queries (queries.py) and the routing rules (rules.py).
+(absence.py), read-only queries (queries.py), and the routing rules (rules.py).
 
 Every public call validates its input before it changes anything, takes the engine lock,
 makes its change and lets the routing rules (rules.py, SPEC §2) route whatever became
@@ -161,7 +161,7 @@ class Engine(Messaging, Absence, Queries):
                 if not known:
                     sel.state.credit = spec.credit
                 sel.refresh(compile_filter(spec.filter) if spec.filter is not None else None)
-                if spec.action in QUEUE_ACTIONS:
+                if spec.action in QUEUE_ACTIONS and spec.target_from is None:
                     self._targeted_by.setdefault(spec.target, set()).add(sel)  # type: ignore
                     sel.resolve(self._queues.get(spec.target))  # type: ignore[arg-type]
                 if spec.enabled:

@@ -12,11 +12,11 @@ import pytest
 
 from engine import Engine, Message
 from engine.archive import export_engine
+from engine.fields import header_text
 from engine.filters import _condition, parse
 from engine.matching import TopicTrie, compile_regex
 from engine.pipeline.spark import read_history
 from engine.pipeline.translate import condition, match_column
-from engine.routing_table import header_text
 from tests.pipeline import generate
 
 MESSAGES = 10_000
