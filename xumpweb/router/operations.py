@@ -232,6 +232,19 @@ def _restore(selector: Selector, spec: Any) -> None:
     selector.set_credit(spec.credit)
 
 
+def explain(engine: Engine, queue: str, message: dict[str, Any]) -> Answer:
+    """Engine.explain of a message given as JSON (address, headers, return_address, ttl);
+    the body never changes where a message goes, so it is not carried."""
+    envelope = Message(
+        message.get("address", ""),
+        message.get("headers") or {},
+        b"",
+        message.get("return_address"),
+        ttl=message.get("ttl"),
+    )
+    return engine.explain(queue, envelope), NONE
+
+
 def selector_delete(engine: Engine, queue: str, id: int) -> Answer:
     return {"deleted": id, "queue": queue}, engine.selector_delete(queue, id)
 
@@ -659,6 +672,7 @@ CALLS = {
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
         "dead_letter_send", "definitions_apply", "messages_operate", "scheduled", "cancel",
         "stomp_topic_open", "stomp_topic_close", "stomp_topic_router", "stomp_mailbox",
+        "explain",
     }
 }  # fmt: skip
 
