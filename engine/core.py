@@ -1,7 +1,7 @@
 """The Engine: the public API of SPEC §3 over stores, queues and selectors, their wiring.
 The Engine inherits the rest: messages in and out (messaging.py), destinations away
-(absence.py), read-only queries (queries.py), explain (explain.py) and the
-routing rules (rules.py).
+(absence.py), read-only queries (queries.py), explain (explain.py), trace (lineage.py) and
+the routing rules (rules.py).
 
 Every public call validates its input before it changes anything, takes the engine lock,
 makes its change and lets the routing rules (rules.py, SPEC §2) route whatever became
@@ -29,6 +29,7 @@ from engine.errors import (
 from engine.event_journal import EventJournal
 from engine.explain import Explaining
 from engine.filters import compile_filter
+from engine.lineage import Lineage
 from engine.message import Delivery
 from engine.messaging import Messaging
 from engine.queries import Queries
@@ -87,7 +88,7 @@ class StoreInfo:
     url: str | None
 
 
-class Engine(Messaging, Absence, Queries, Explaining):
+class Engine(Messaging, Absence, Queries, Explaining, Lineage):
     """Queues joined by selectors. See SPEC §3 for the API and §2 for the rules."""
 
     def __init__(

@@ -1,8 +1,8 @@
-"""SPEC §12 over HTTP: POST /api/queues/{queue}/explain."""
+"""SPEC §12 over HTTP: POST /api/queues/{queue}/explain and GET /api/messages/{mid}/trace."""
 
 from __future__ import annotations
 
-from tests.web.conftest import unique
+from tests.web.conftest import unique, wait_for
 from tests.web.test_api_conditions import three_conditions
 
 
@@ -53,3 +53,40 @@ def test_explain_refuses_bad_bodies_unknown_queues_and_callers_without_read(serv
     other = issue(service, {"elsewhere": ["read"]})
     with service.client(other) as stranger:
         assert stranger.post(f"/api/queues/{queue}/explain", json={}).status_code == 403
+
+
+def test_trace_of_a_copied_delivered_and_confirmed_message(service) -> None:
+    with service.client() as client:
+        queue, copy = make_queue(client), make_queue(client)
+        client.post(
+            f"/api/queues/{queue}/selectors",
+            json={"when": "always", "action": "copy", "target": copy, "enabled": True},
+        )
+        client.post(
+            f"/api/queues/{queue}/selectors",
+            json={"when": "always", "action": "delete", "enabled": True},
+        )
+        mid = client.post(f"/api/queues/{queue}/publish", json={"body": "x"}).json()["mid"]
+
+        def traced():
+            answer = client.get(f"/api/messages/{mid}/trace")
+            return answer.status_code == 200 and len(answer.json()["steps"]) >= 3 and answer
+
+        answer = wait_for(traced)
+        steps = answer.json()["steps"]
+        assert [(s["kind"], s["queue"]) for s in steps] == [
+            ("publish", queue),
+            ("route", queue),
+            ("delete", queue),
+        ]
+        assert steps[0]["seq"] == 1 and steps[1]["target"] == copy
+        assert all(s["source"] == "journal" for s in steps)
+    reader = issue(service, {copy: ["read"]})  # may not read `queue`: sees nothing of it
+    with service.client(reader) as stranger:
+        assert stranger.get(f"/api/messages/{mid}/trace").status_code == 404
+
+
+def test_trace_of_an_unknown_or_bad_mid(service) -> None:
+    with service.client() as client:
+        assert client.get("/api/messages/nope-12345/trace").status_code == 404
+        assert client.get(f"/api/messages/{'m' * 300}/trace").status_code == 400
