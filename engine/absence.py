@@ -132,11 +132,13 @@ class Absence(Rules):
         journal = qrt.journal
         if journal is not None:
             mid = entry.message.mid
-            journal((_time(), "expire", mid, qrt.name, sel.id, sel.target, "recalled", None))
+            destination = sel.destination_of(entry.message)
+            journal((_time(), "expire", mid, qrt.name, sel.id, destination, "recalled", None))
         self._credit_back(qrt, sel)
         count = entry.delivery_count
-        message = entry.message._replace(seq=entry.seq, destination=sel.target)
-        return Delivery(tag, sel.target, qrt.name, sel.id, message, count > 1, count)
+        destination = sel.destination_of(entry.message)
+        message = entry.message._replace(seq=entry.seq, destination=destination)
+        return Delivery(tag, destination, qrt.name, sel.id, message, count > 1, count)  # type: ignore[arg-type]
 
 
 def _feeds(sel: SelectorRuntime) -> bool:

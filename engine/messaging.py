@@ -226,7 +226,16 @@ class Messaging(Rules):
         journal = qrt.journal
         if journal is not None:
             journal(
-                (self._clock, event, entry.message.mid, qrt.name, sel.id, sel.target, detail, None)
+                (
+                    self._clock,
+                    event,
+                    entry.message.mid,
+                    qrt.name,
+                    sel.id,
+                    sel.destination_of(entry.message),
+                    detail,
+                    None,
+                )
             )
         return entry
 
@@ -323,8 +332,9 @@ class Messaging(Rules):
         if journal is not None:
             now = self._time()
             for tag in tags:
-                mid = outstanding[tag].message.mid
-                journal((now, "expire", mid, qrt.name, sel.id, sel.target, None, None))
+                message = outstanding[tag].message
+                destination = sel.destination_of(message)
+                journal((now, "expire", message.mid, qrt.name, sel.id, destination, None, None))
         self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags], retry=True)
 
     def _give_back(

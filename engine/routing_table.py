@@ -101,6 +101,12 @@ class SelectorRuntime:
             or self.target_from is not None
         )
 
+    def destination_of(self, message: Message) -> str | None:
+        """Where this DELIVER sent `message`: its fixed destination, or the one the
+        message's `target_from` field names (for journal events and recalled deliveries)."""
+        read = self.target_from
+        return self.target if read is None else read(message)
+
     def hold(self, held: bool) -> None:
         """Take nothing while `held` (as with no credit); see Engine.absent."""
         self.held = held
@@ -177,8 +183,8 @@ class RoutingTable:
 
     def __init__(self) -> None:
         self.unconditional: list[SelectorRuntime] = []
-        # (field, operator) -> (the field's reader, the index of first MATCHes on it)
-        self.indexes: dict[tuple[str, str], tuple[Callable[[Message], str | None], Any]] = {}
+        # (field, operator) -> (field, its reader, the index of first MATCHes on it)
+        self.indexes: dict[tuple[str, str], tuple[str, Callable[[Message], str | None], Any]] = {}
         self.defaults: list[SelectorRuntime] = []
         self.overflows: list[SelectorRuntime] = []
         # Rule 6: a queue with no enabled selectors besides OVERFLOW ones holds its messages.
@@ -203,8 +209,9 @@ class RoutingTable:
             operator, pattern, field = spec.match
             found = self.indexes.get((field, operator))
             if found is None:
-                found = self.indexes[(field, operator)] = (field_reader(field), new_index(operator))
-            found[1].add(pattern, sel)
+                found = (field, field_reader(field), new_index(operator))
+                self.indexes[(field, operator)] = found
+            found[2].add(pattern, sel)
             self._indexed += 1
             sel.registered = ("index", field, operator, pattern)
         if spec.when != "overflow":
@@ -226,7 +233,7 @@ class RoutingTable:
             self._filtered -= where[1]
         else:
             _, field, operator, pattern = where
-            self.indexes[(field, operator)][1].discard(pattern, sel)
+            self.indexes[(field, operator)][2].discard(pattern, sel)
             self._indexed -= 1
         if kind != "overflow":
             self.routing -= 1
@@ -244,8 +251,8 @@ class RoutingTable:
         if self.fixed is not None:
             return self.fixed
         hits = [sel for sel in self.unconditional if sel.matches is None or sel.matches(message)]
-        for read, index in self.indexes.values():
-            key = read(message)
+        for field, read, index in self.indexes.values():
+            key = message.address if field == "address" else read(message)  # no call: hot
             if key is None:
                 continue
             for sel in index.match(key):

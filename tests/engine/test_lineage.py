@@ -128,3 +128,24 @@ def test_archived_events_give_the_same_steps(jeng: Engine, tmp_path) -> None:
     found = sorted(archive.events_of(mid), key=lambda item: item[1])
     assert [step_of(event) for _, _, event in found] == live
     assert archive.events_of("nope") == []
+
+
+def test_a_delivery_to_a_destination_the_message_names_is_traced_with_it(jeng: Engine) -> None:
+    jeng.queue_create("in")
+    jeng.selector_create("in").when_always().do_deliver(target_from="user").enable()
+    delivery = jeng.publish("in", Message(headers={"user": "alice"}))[0]
+    jeng.reject(delivery, requeue=True)
+    [timed_out] = jeng.expire(0)  # the redelivery timed out: delivered a third time
+    assert timed_out.destination == "alice"
+    jeng.confirm(timed_out)
+    steps = kinds(jeng.trace(delivery.message.mid))
+    assert [kind for kind, *_ in steps] == [
+        "publish",
+        "deliver",
+        "reject",
+        "deliver",
+        "expire",
+        "deliver",
+        "confirm",
+    ]
+    assert {target for kind, _, target, _ in steps if kind != "publish"} == {"alice"}
