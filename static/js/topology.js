@@ -42,6 +42,7 @@
       { selector: 'node[kind = "destination"]', style: { "shape": "ellipse", "background-color": "#dafbe1", "border-color": "#1a7f37" } },
       { selector: 'node[kind = "sink"]', style: { "shape": "diamond", "background-color": "#ffebe9", "padding": "12px" } },
       { selector: 'node[kind = "missing"]', style: { "border-style": "dashed", "color": "#57606a" } },
+      { selector: 'node[kind = "fan"]', style: { "shape": "round-tag", "border-style": "dotted", "background-color": "#fff8c5" } },
       { selector: "node:selected", style: { "border-width": 3, "border-color": "#bf8700" } },
       { selector: "edge", style: {
         "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.5,

@@ -86,3 +86,19 @@ def test_the_builder_refuses_a_bad_condition_and_both_targets(service, console) 
     assert refused.status_code == 200 and "not both" in refused.text
     with service.client() as api:
         assert api.get(f"/api/queues/{queue}/selectors").json()["selectors"] == []
+
+
+def test_the_topology_draws_a_target_from_the_envelope_as_a_fan(service, console) -> None:
+    queue = unique()
+    with service.client() as api:
+        api.post("/api/queues", json={"name": queue})
+        made = api.post(
+            f"/api/queues/{queue}/selectors",
+            json={"when": "always", "action": "move", "target_from": "header:to"},
+        )
+        assert made.status_code == 201
+    graph = console.get("/topology/graph/").json()
+    [fan] = [node for node in graph["nodes"] if node["id"] == f"f:{queue}#1"]
+    assert (fan["kind"], fan["name"]) == ("fan", "by to")
+    [edge] = [edge for edge in graph["edges"] if edge["source"] == f"q:{queue}"]
+    assert edge["target"] == fan["id"] and edge["action"] == "move"
