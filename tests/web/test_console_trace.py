@@ -57,3 +57,44 @@ def test_the_trace_page_needs_a_login(service) -> None:
     with httpx.Client(base_url=service.url, timeout=30) as anonymous:
         answer = anonymous.get("/messages/trace/", params={"mid": "x"})
         assert answer.status_code == 302 and "/login/" in answer.headers["location"]
+
+
+def test_the_publish_form_explains_a_test_message_without_publishing_it(service, console):
+    queue, target = unique(), unique()
+    with service.client() as api:
+        api.post("/api/queues", json={"name": queue})
+        api.post("/api/queues", json={"name": target})
+        api.post(
+            f"/api/queues/{queue}/selectors",
+            json={
+                "when": "match",
+                "action": "move",
+                "target": target,
+                "enabled": True,
+                "matches": [
+                    {"operator": "eq", "pattern": "a"},
+                    {"operator": "eq", "pattern": "eu", "field": "region"},
+                ],
+            },
+        )
+    page = console.get(f"/queues/{queue}/")
+    assert "Explain (publishes nothing)" in page.text
+    form = {
+        "csrfmiddlewaretoken": HIDDEN.search(page.text)[1],
+        "address": "a",
+        "headers": "region: us",
+        "body": "",
+        "return_address": "",
+    }
+    said = console.post(f"/queues/{queue}/explain/", data=form)
+    assert said.status_code == 200
+    assert "condition 2 failed: region eq eu" in said.text
+    form["headers"] = "region: eu"
+    form["address"] = "a"
+    said = console.post(f"/queues/{queue}/explain/", data=form)
+    assert f'→ <span class="mono">{target}</span>' in said.text
+    form["address"] = "<b>bold</b>"
+    said = console.post(f"/queues/{queue}/explain/", data=form)
+    assert "<b>bold</b>" not in said.text
+    with service.client() as api:
+        assert api.get(f"/api/queues/{queue}/stats").json()["published"] == 0

@@ -85,6 +85,7 @@ urlpatterns = [
     ),
     path("queues/<queue:name>/settings/", queues.queue_settings, name="queue_settings"),
     path("queues/<queue:name>/publish/", queues.publish, name="queue_publish"),
+    path("queues/<queue:name>/explain/", queues.explain, name="queue_explain"),
     path("queues/<queue:name>/purge/", queues.purge, name="queue_purge"),
     path("queues/<queue:name>/operate/", operations.queue_operate, name="queue_operate"),
     path("queues/<queue:name>/delete/", queues.queue_delete, name="queue_delete"),
