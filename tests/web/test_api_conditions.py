@@ -206,3 +206,28 @@ def test_definitions_with_bad_conditions_change_nothing(service) -> None:
             assert answer.status_code == 400, answer.text
             assert answer.json()["problems"]
         assert client.get(f"/api/queues/{queue}/selectors").json()["selectors"] == []
+
+
+def test_hostile_bodies_for_a_selector_are_400(service) -> None:
+    with service.client() as client:
+        queue = make_queue(client)
+        deep = b'{"when": "match", "matches": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+        answer = client.post(f"/api/queues/{queue}/selectors", content=deep)
+        assert answer.status_code == 400 and answer.json()["error"] == "malformed_json"
+        for matches in (
+            [{"operator": "regex", "pattern": "(a+)+$" * 200}],  # 1,200 characters
+            [{"operator": "eq", "pattern": "a", "field": "header:" + "h" * 300}],
+            [{"operator": "eq", "pattern": "a", "field": "header:\u0000"}],
+            [{"operator": "eq", "pattern": "a", "field": ["address"]}],
+        ):
+            answer = client.post(
+                f"/api/queues/{queue}/selectors",
+                json={"when": "match", "matches": matches, "action": "delete"},
+            )
+            assert answer.status_code == 400, answer.text
+        answer = client.post(
+            f"/api/queues/{queue}/selectors",
+            json={"when": "always", "action": "move", "target_from": "header:\ud7ff" * 100},
+        )
+        assert answer.status_code == 400
+        assert client.get(f"/api/queues/{queue}/selectors").json()["selectors"] == []
