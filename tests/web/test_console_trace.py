@@ -98,3 +98,25 @@ def test_the_publish_form_explains_a_test_message_without_publishing_it(service,
     assert "<b>bold</b>" not in said.text
     with service.client() as api:
         assert api.get(f"/api/queues/{queue}/stats").json()["published"] == 0
+
+
+def test_the_dead_letter_inspector_links_each_letter_to_its_trace(service, console) -> None:
+    queue, dlq = unique(), unique("dlq")
+    with service.client() as api:
+        api.post("/api/queues", json={"name": dlq})
+        api.post("/api/queues", json={"name": queue, "dead_letter": dlq})
+        api.post(
+            f"/api/queues/{queue}/selectors",
+            json={
+                "when": "match",
+                "matches": [{"operator": "eq", "pattern": "never"}],
+                "action": "delete",
+                "enabled": True,
+            },
+        )
+        mid = api.post(f"/api/queues/{queue}/publish", json={"address": "x"}).json()["mid"]
+        wait_for(lambda: api.get(f"/api/queues/{dlq}/stats").json()["depth"] == 1)
+    page = console.get("/dead-letters/")
+    assert f"/messages/trace/?mid={mid}" in page.text
+    trace = console.get("/messages/trace/", params={"mid": mid}).text
+    assert "dead-lettered from" in trace and "unroutable" in trace
