@@ -18,6 +18,7 @@ from xumpweb import access
 from xumpweb.access import requires
 from xumpweb.console.common import snapshot_by_name
 from xumpweb.console.dashboard import dead_letter_queues
+from xumpweb.console.lineage import readable_steps, traced_ids
 from xumpweb.wiring.models import Queue, Selector
 
 
@@ -90,7 +91,17 @@ def graph(reader: access.Principal) -> dict[str, Any]:
 
 @requires("console")
 def topology(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/topology.html", {"graph": graph(access.for_request(request))})
+    """The graph; with `?mid=`, the path that message took drawn over it (SPEC §12)."""
+    drawn = graph(access.for_request(request))
+    mid = (request.GET.get("mid") or "").strip()
+    context: dict[str, Any] = {"graph": drawn, "mid": mid, "trace_error": None}
+    if mid:
+        steps, context["trace_error"] = readable_steps(request, mid)
+        ids = traced_ids(steps)
+        for item in (*drawn["nodes"], *drawn["edges"]):
+            item["traced"] = item["id"] in ids
+        context["traced_steps"] = len(steps)
+    return render(request, "console/topology.html", context)
 
 
 @requires("console")
