@@ -25,11 +25,18 @@ from xumpweb.analytics.journal import journal_key
 from xumpweb.runtime import Service
 
 READ = 100  # journal chunks (up to 100,000 events) per Redis read
+# the newest chunks a trace reads (up to 500,000 events): a journal the archive has not
+# emptied for long can hold millions, and one trace must not pull them all out of Redis
+MOST_CHUNKS = 500
 
 
-def trace(service: Service, mid: str, archive: Path | None) -> list[dict[str, Any]]:
+def trace(
+    service: Service, mid: str, archive: Path | None, most: int = MOST_CHUNKS
+) -> list[dict[str, Any]]:
     """Every recorded step of message `mid`, oldest first, each with `epoch` and `position`
-    and the `source` it was read from ("journal" or "archive"). [] when none is known."""
+    and the `source` it was read from ("journal" or "archive"). [] when none is known.
+    Reads the newest `most` chunks of the journal list (steps older than those and not yet
+    archived are left out)."""
     check_mid(mid)
     found: dict[tuple[str, int], tuple[tuple, str]] = {}
     if archive is not None and archive.is_dir():
@@ -38,9 +45,9 @@ def trace(service: Service, mid: str, archive: Path | None) -> list[dict[str, An
     needle = orjson.dumps(mid)  # the mid as the chunk's JSON spells it
     client = service.redis
     key = journal_key(service.store)
-    start = 0
-    while True:
-        items = client.lrange(key, start, start + READ - 1)
+    start = -most
+    while start < 0:
+        items = client.lrange(key, start, min(start + READ, 0) - 1)
         for item in items:
             if needle not in item:
                 continue  # most chunks: no JSON parse at all
@@ -49,8 +56,6 @@ def trace(service: Service, mid: str, archive: Path | None) -> list[dict[str, An
             for offset, event in enumerate(chunk["events"]):
                 if event[2] == mid:
                     found[(epoch, first + offset)] = (tuple(event), "journal")
-        if len(items) < READ:
-            break
         start += READ
     first_time: dict[str, float] = {}
     for (epoch, _), (event, _) in found.items():
