@@ -46,7 +46,8 @@ class Explaining:
         `publish` would refuse."""
         if not isinstance(message, Message):
             raise InvalidArgument(f"explain takes a Message, not {type(message).__name__}")
-        message = self._checked(message._replace(mid=message.mid or "(explain)"), True)
+        mid = message.mid if isinstance(message.mid, str) and message.mid else "(explain)"
+        message = self._checked(message._replace(mid=mid), True)  # keeps it: no serial used
         with self._lock:
             first = self._queue(queue)
             walk = _Walk(self)

@@ -142,3 +142,13 @@ def test_explain_refuses_what_publish_refuses(eng: Engine) -> None:
         eng.explain("in", Message(headers={"h": float("nan")}))
     with pytest.raises(InvalidArgument):
         eng.explain("in", "not a message")  # type: ignore[arg-type]
+
+
+def test_explain_uses_up_no_mid(eng: Engine) -> None:
+    eng.queue_create("q")
+    eng.publish("q", Message())
+    eng.explain("q", Message())
+    eng.explain("q", Message(mid=7))  # type: ignore[arg-type]
+    eng.publish("q", Message())
+    first, second = (int(m.mid.rsplit("-", 1)[1]) for m in eng.peek("q"))
+    assert second == first + 1
