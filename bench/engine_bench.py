@@ -10,6 +10,12 @@
 (e) regex attack: while a thread publishes hostile addresses (up to 64 KB of a's and a b)
     against catastrophic patterns such as `(a+)+$`, how long other traffic's publishes
     (routed and delivered) take, worst and 99th percentile, in ms
+(f) several conditions (SPEC §12): publishes/s through a router of 100 selectors with one
+    MATCH each, then with three (address, return address, a header); the ratio of the cost
+(g) targets from the envelope: publishes/s of a MOVE whose target a header names, against
+    the same MOVE with a fixed target
+(h) the journal: (a) with the engine's event journal on (drained every 10,000 messages)
+    against off; the lineage (eng.trace) reads only what it records
 """
 
 from __future__ import annotations
@@ -191,6 +197,72 @@ def bench_regex_attack(count: int) -> tuple[float, float, int, float]:
     return delays[-1] * 1000, delays[int(len(delays) * 0.99)] * 1000, hostile[0], longest[0] * 1000
 
 
+def bench_conditions(count: int, conditions: int, selectors: int = 100) -> float:
+    eng = Engine()
+    eng.queue_create("in")
+    for number in range(selectors):
+        sel = eng.selector_create("in").when_match("eq", f"k{number}")
+        if conditions >= 2:
+            sel.and_match("prefix", "desk", "return_address")
+        if conditions >= 3:
+            sel.and_match("eq", "eu", "region")
+        sel.do_delete().enable()
+    messages = [
+        Message(address=f"k{n % selectors}", headers={"region": "eu"}, return_address="desk.1")
+        for n in range(1000)
+    ]
+    publish = eng.publish
+
+    def run() -> None:
+        for n in range(count):
+            publish("in", messages[n % 1000])
+
+    seconds = timed(run)
+    assert eng.stats("in")["routed"] == count
+    return count / seconds
+
+
+def bench_target_from(count: int, from_header: bool) -> float:
+    eng = Engine()
+    eng.queue_create("in")
+    for name in ("a", "b"):
+        eng.queue_create(name)
+        eng.selector_create(name).when_always().do_delete().enable()
+    sel = eng.selector_create("in").when_always()
+    (sel.do_move(target_from="to") if from_header else sel.do_move("a")).enable()
+    message = Message(address="x", headers={"to": "a"})
+    publish = eng.publish
+
+    def run() -> None:
+        for _ in range(count):
+            publish("in", message)
+
+    seconds = timed(run)
+    assert eng.stats("a")["routed"] == count
+    return count / seconds
+
+
+def bench_journal(count: int, journal: bool) -> float:
+    eng = Engine(journal=journal)
+    for worker in ("w1", "w2"):
+        wolfpack(eng, "jobs", worker, credit=10)
+    message = Message(address="job", body=b"x" * 100)
+    publish, confirm = eng.publish, eng.confirm
+
+    def run() -> None:
+        waiting: deque = deque()
+        for n in range(count):
+            waiting.extend(publish("jobs", message))
+            while len(waiting) > 10:
+                waiting.extend(confirm(waiting.popleft()))
+            if journal and n % 10_000 == 0:
+                eng.journal.drain()
+        while waiting:
+            waiting.extend(confirm(waiting.popleft()))
+
+    return count / timed(run)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts for a smoke run")
@@ -230,6 +302,22 @@ def main() -> None:
         f"addresses of 29 B-64 KB routed meanwhile): other traffic's delay worst "
         f"{worst:.1f} ms, p99 {p99:.1f} ms; one hostile message cost routing at most "
         f"{longest:.2f} ms of CPU"
+    )
+    count = 200_000 // scale
+    one, three = bench_conditions(count, 1), bench_conditions(count, 3)
+    print(
+        f"(f) 100 selectors, 1 condition: {one:>10,.0f} msg/s; 3 conditions: {three:>10,.0f} "
+        f"msg/s; 3 cost {one / three:.2f}x of 1"
+    )
+    fixed, named = bench_target_from(count, False), bench_target_from(count, True)
+    print(
+        f"(g) MOVE to a fixed target: {fixed:>10,.0f} msg/s; target from a header: "
+        f"{named:>10,.0f} msg/s ({fixed / named:.2f}x)"
+    )
+    off, on = bench_journal(300_000 // scale, False), bench_journal(300_000 // scale, True)
+    print(
+        f"(h) wolfpack journal off: {off:>10,.0f} msg/s; on: {on:>10,.0f} msg/s "
+        f"({(1 - on / off) * 100:+.1f}% slower with it)"
     )
 
 

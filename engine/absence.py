@@ -132,11 +132,13 @@ class Absence(Rules):
         journal = qrt.journal
         if journal is not None:
             mid = entry.message.mid
-            journal((_time(), "expire", mid, qrt.name, sel.id, sel.target, "recalled", None))
+            destination = sel.destination_of(entry.message)
+            journal((_time(), "expire", mid, qrt.name, sel.id, destination, "recalled", None))
         self._credit_back(qrt, sel)
         count = entry.delivery_count
-        message = entry.message._replace(seq=entry.seq, destination=sel.target)
-        return Delivery(tag, sel.target, qrt.name, sel.id, message, count > 1, count)
+        destination = sel.destination_of(entry.message)
+        message = entry.message._replace(seq=entry.seq, destination=destination)
+        return Delivery(tag, destination, qrt.name, sel.id, message, count > 1, count)  # type: ignore[arg-type]
 
 
 def _feeds(sel: SelectorRuntime) -> bool:
@@ -148,14 +150,15 @@ def _has_partner(source: QueueRuntime, sel: SelectorRuntime, stranded: set[str])
     """Whether `source` has another enabled taker with `sel`'s WHEN that does not feed a
     stranded queue: someone to take what `sel` would give back."""
     spec = sel.spec
-    when = (spec.when, spec.match, spec.filter)
+    when = (spec.when, spec.match, spec.more_matches, spec.filter)
     for other in source.selectors.values():
         other_spec = other.spec
         if (
             other is not sel
             and other_spec.enabled
             and other.action in TAKERS
-            and (other_spec.when, other_spec.match, other_spec.filter) == when
+            and (other_spec.when, other_spec.match, other_spec.more_matches, other_spec.filter)
+            == when
             and not (other.action in ("move", "bounce") and other.target in stranded)
         ):
             return True

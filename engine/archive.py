@@ -283,6 +283,26 @@ class Archive:
             self._save_manifest(manifest)
             return table.num_rows
 
+    def events_of(self, mid: str) -> list[tuple[str, int, tuple]]:
+        """Every archived event of message `mid` as (epoch, position, event), the event's
+        fields in EVENT_FIELDS order: for the lineage of a message older than the live
+        journal. Reads the `mid` column of every events file (a scan: the archive keeps no
+        index by mid)."""
+        found: list[tuple[str, int, tuple]] = []
+        if not self.events_path.is_dir():
+            return found
+        for path in sorted(self.events_path.glob("date=*/queue=*/e-*.parquet")):
+            table = pq.read_table(path, schema=EVENTS_SCHEMA)
+            table = table.filter(pc.equal(table.column("mid"), mid))
+            if not table.num_rows:
+                continue
+            queue = decode_partition(path.parent.name.partition("=")[2])
+            for row in table.to_pylist():
+                event = (row["time"], row["kind"], row["mid"], queue, row["selector"],
+                         row["target"], row["detail"], row["address"])  # fmt: skip
+                found.append((row["epoch"], row["position"], event))
+        return found
+
     # -- files --------------------------------------------------------------------------
     def _write_partitioned(
         self, table: pa.Table, time_column: str, root: Path, queue: str, name: str

@@ -47,13 +47,17 @@ class SelectorSpec:
     queue: str
     id: int
     when: str | None = None
-    match: tuple[str, str, str] | None = None  # (operator, pattern, field)
+    match: tuple[str, str, str] | None = None  # (operator, pattern, field): the indexed one
     filter: str | None = None
     action: str | None = None
     target: str | None = None
     enabled: bool = False
     start: str | int = "current"
     credit: int = -1  # the credit set by set_credit; runtime credit lives in the store
+    # further MATCH conditions after `match` (SPEC §12): all must hold
+    more_matches: tuple[tuple[str, str, str], ...] = ()
+    # the field naming each message's target queue or destination, instead of `target`
+    target_from: str | None = None
 
 
 class Catalog(Protocol):

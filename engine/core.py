@@ -1,6 +1,7 @@
 """The Engine: the public API of SPEC §3 over stores, queues and selectors, their wiring.
 The Engine inherits the rest: messages in and out (messaging.py), destinations away
-(absence.py), read-only queries (queries.py) and the routing rules (rules.py).
+(absence.py), read-only queries (queries.py), explain (explain.py), trace (lineage.py) and
+the routing rules (rules.py).
 
 Every public call validates its input before it changes anything, takes the engine lock,
 makes its change and lets the routing rules (rules.py, SPEC §2) route whatever became
@@ -26,7 +27,9 @@ from engine.errors import (
     NotFound,
 )
 from engine.event_journal import EventJournal
+from engine.explain import Explaining
 from engine.filters import compile_filter
+from engine.lineage import Lineage
 from engine.message import Delivery
 from engine.messaging import Messaging
 from engine.queries import Queries
@@ -85,7 +88,7 @@ class StoreInfo:
     url: str | None
 
 
-class Engine(Messaging, Absence, Queries):
+class Engine(Messaging, Absence, Queries, Explaining, Lineage):
     """Queues joined by selectors. See SPEC §3 for the API and §2 for the rules."""
 
     def __init__(
@@ -161,7 +164,7 @@ class Engine(Messaging, Absence, Queries):
                 if not known:
                     sel.state.credit = spec.credit
                 sel.refresh(compile_filter(spec.filter) if spec.filter is not None else None)
-                if spec.action in QUEUE_ACTIONS:
+                if spec.action in QUEUE_ACTIONS and spec.target_from is None:
                     self._targeted_by.setdefault(spec.target, set()).add(sel)  # type: ignore
                     sel.resolve(self._queues.get(spec.target))  # type: ignore[arg-type]
                 if spec.enabled:

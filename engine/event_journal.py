@@ -34,7 +34,8 @@ from typing import NamedTuple
 EVENT_FIELDS = ("time", "kind", "mid", "queue", "selector", "target", "detail", "address")
 
 EVENT_KINDS = (
-    "publish",  # an application published to `queue` (address given)
+    "publish",  # an application published to `queue` (address given); detail = the seq it
+    # gets there, as text (None when it gets none yet: delayed, or arriving at a full queue)
     "route",  # a COPY/MOVE/BOUNCE selector of `queue` put it into `target`; detail = action
     "delete",  # a DELETE selector of `queue` took it
     "deliver",  # delivered to destination `target`; detail "redelivered" on a repeat

@@ -434,6 +434,14 @@ def compile_filter(expression: str) -> Filter:
             # which does not select; routing must never fail on a message's contents
             return False
 
+    def truth(message: Message) -> bool | None:
+        """TRUE, FALSE or UNKNOWN (None): for explaining why a filter did not select."""
+        try:
+            return condition(message)
+        except (ArithmeticError, ValueError, TypeError):
+            return None
+
     selects.expression = expression  # type: ignore[attr-defined]
     selects.ast = ast  # type: ignore[attr-defined]
+    selects.truth = truth  # type: ignore[attr-defined]
     return selects

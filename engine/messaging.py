@@ -43,11 +43,17 @@ def _parse_tag(tag: object) -> tuple[str, int]:
     return parts[0], int(parts[1])
 
 
-def _publish_event(message: Message, queue: str, unknown: str | None) -> tuple:
-    """The journal event of a publish; when `unknown` names a queue that does not exist, the
-    dead-lettering (rule 14) into `queue`, the engine's dead-letter queue."""
+def _publish_event(qrt: QueueRuntime, message: Message, unknown: str | None) -> tuple:
+    """The journal event of a publish, its detail the seq the message will get (None when it
+    will get none: delayed, or arriving at a full queue); when `unknown` names a queue that
+    does not exist, the dead-lettering (rule 14) into `qrt`, the engine's dead-letter queue."""
+    queue = qrt.name
     if unknown is None:
-        return (message.timestamp, "publish", message.mid, queue, None, None, None, message.address)
+        state = qrt.state
+        seq = None
+        if not message.delay and (qrt.limit is None or state.depth() < qrt.limit):
+            seq = str(state.last_seq() + 1)
+        return (message.timestamp, "publish", message.mid, queue, None, None, seq, message.address)
     return (
         message.timestamp,
         "dead_letter",
@@ -90,11 +96,7 @@ class Messaging(Rules):
     def _publish(self, qrt: QueueRuntime, message: Message, unknown: str | None = None) -> None:
         journal = qrt.journal
         if journal is not None:
-            if unknown is None:
-                t = message.timestamp
-                journal((t, "publish", message.mid, qrt.name, None, None, None, message.address))
-            else:
-                journal(_publish_event(message, qrt.name, unknown))
+            journal(_publish_event(qrt, message, unknown))
         self._visited.add((message.mid, qrt.name))
         if message.delay:
             self._schedule_entry(qrt, Entry(0, message, None), message.timestamp + message.delay,
@@ -140,7 +142,7 @@ class Messaging(Rules):
         journal = qrt.journal
         for message in messages:
             if journal is not None:
-                journal(_publish_event(message, name, unknown))
+                journal(_publish_event(qrt, message, unknown))
             visited.add((message.mid, name))
             if message.delay:
                 self._schedule_entry(qrt, Entry(0, message, None),
@@ -224,7 +226,16 @@ class Messaging(Rules):
         journal = qrt.journal
         if journal is not None:
             journal(
-                (self._clock, event, entry.message.mid, qrt.name, sel.id, sel.target, detail, None)
+                (
+                    self._clock,
+                    event,
+                    entry.message.mid,
+                    qrt.name,
+                    sel.id,
+                    sel.destination_of(entry.message),
+                    detail,
+                    None,
+                )
             )
         return entry
 
@@ -321,8 +332,9 @@ class Messaging(Rules):
         if journal is not None:
             now = self._time()
             for tag in tags:
-                mid = outstanding[tag].message.mid
-                journal((now, "expire", mid, qrt.name, sel.id, sel.target, None, None))
+                message = outstanding[tag].message
+                destination = sel.destination_of(message)
+                journal((now, "expire", message.mid, qrt.name, sel.id, destination, None, None))
         self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags], retry=True)
 
     def _give_back(

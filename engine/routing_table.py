@@ -1,7 +1,8 @@
 """A queue's routing table, kept up to date as its selectors change (SPEC §2 rule 1).
 
 Theory of operation: each enabled selector is registered in exactly one place of its
-queue's routing table: an index of matching.py for MATCH conditions (one per field and operator),
+queue's routing table: an index of matching.py for its first MATCH condition (one index per
+field and operator; further conditions, SPEC §12, are checked on the index's hits only),
 the unconditional list (ALWAYS and filter-only selectors), or the DEFAULT or OVERFLOW lists.
 Changing a selector unregisters and re-registers just that selector, so wiring changes cost
 O(1) per selector, not a rebuild. Routing a message asks the indexes for hits, runs filters
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.catalog import SelectorSpec
+from engine.fields import field_reader
 from engine.matching import check_pattern, new_index
 from engine.message import Message
 
@@ -29,6 +31,7 @@ class SelectorRuntime:
 
     __slots__ = (
         "action",
+        "conditions",
         "held",
         "id",
         "is_copy",
@@ -41,6 +44,7 @@ class SelectorRuntime:
         "state",
         "tag_prefix",
         "target",
+        "target_from",
         "target_queue",
         "turn",
     )
@@ -54,6 +58,10 @@ class SelectorRuntime:
         self.target: str | None = None
         self.is_copy = False
         self.matches: Callable[[Message], bool] | None = None  # compiled filter, if any
+        # the MATCH conditions after the first, compiled: all must hold (SPEC §12)
+        self.conditions: Callable[[Message], bool] | None = None
+        # reads each message's target name when the target comes from the envelope
+        self.target_from: Callable[[Message], str | None] | None = None
         # the runtime of the target queue for COPY/MOVE/BOUNCE; None while it does not exist
         self.target_queue: Any = None
         # False for a COPY/MOVE/BOUNCE whose target queue is missing, or while held
@@ -66,23 +74,38 @@ class SelectorRuntime:
         self.refresh(None)
 
     def refresh(self, matches: Callable[[Message], bool] | None) -> None:
-        self.action = self.spec.action
-        self.target = self.spec.target
+        spec = self.spec
+        self.action = spec.action
+        self.target = spec.target
         self.is_copy = self.action == "copy"
         self.matches = matches
+        more = spec.more_matches if spec.when == "match" and spec.match is not None else ()
+        self.conditions = conditions_matcher(more) if more else None
+        self.target_from = field_reader(spec.target_from) if spec.target_from else None
 
     def when_matcher(self) -> Callable[[Message], bool]:
         """Whether a message meets this selector's WHEN on its own (see `when_matcher`);
         DEFAULT and OVERFLOW, which depend on the other selectors, say always."""
         spec = self.spec
-        return when_matcher(spec.match if spec.when == "match" else None, self.matches)
+        if spec.when != "match":
+            return when_matcher(None, self.matches)
+        return when_matcher(spec.match, self.matches, spec.more_matches)
 
     def resolve(self, target_queue: Any) -> None:
-        """Point at the target queue's runtime (None when it does not exist)."""
+        """Point at the target queue's runtime (None when it does not exist, or when each
+        message names its own target)."""
         self.target_queue = target_queue
         self.ready = not self.held and (
-            target_queue is not None or self.action not in QUEUE_ACTIONS
+            target_queue is not None
+            or self.action not in QUEUE_ACTIONS
+            or self.target_from is not None
         )
+
+    def destination_of(self, message: Message) -> str | None:
+        """Where this DELIVER sent `message`: its fixed destination, or the one the
+        message's `target_from` field names (for journal events and recalled deliveries)."""
+        read = self.target_from
+        return self.target if read is None else read(message)
 
     def hold(self, held: bool) -> None:
         """Take nothing while `held` (as with no credit); see Engine.absent."""
@@ -90,33 +113,50 @@ class SelectorRuntime:
         self.resolve(self.target_queue)
 
 
-def header_text(value: object) -> str | None:
-    """How a header value looks to a MATCH on that header."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def when_matcher(
-    match: tuple[str, str, str] | None, matches: Callable[[Message], bool] | None
-) -> Callable[[Message], bool]:
-    """Whether one message meets a WHEN made of a MATCH (operator, pattern, field) and/or a
-    compiled filter, decided as the routing table decides it (the same index, the same header
-    text); neither given means always. For what looks at one selector alone: the replay of
-    history (rule 13) and the console's preview. InvalidSelector for a bad pattern."""
-    if match is None:
-        return matches if matches is not None else _always
+def condition_matcher(match: tuple[str, str, str]) -> Callable[[Message], bool]:
+    """Whether a message meets one MATCH (operator, pattern, canonical field), decided as the
+    routing table decides it (the same index, the same header text)."""
     operator, pattern, field = match
     check_pattern(operator, pattern)
     index = new_index(operator)
     index.add(pattern, True)
     lookup = index.match
+    read = field_reader(field)
 
     def meets(message: Message) -> bool:
-        key = message.address if field == "address" else header_text(message.headers.get(field))
-        if key is None or not lookup(key):
+        key = read(message)
+        return key is not None and bool(lookup(key))
+
+    return meets
+
+
+def conditions_matcher(matches: tuple[tuple[str, str, str], ...]) -> Callable[[Message], bool]:
+    """Whether a message meets every one of `matches` (compiled once, when wired)."""
+    tests = tuple(condition_matcher(match) for match in matches)
+    if len(tests) == 1:
+        return tests[0]
+
+    def meets(message: Message) -> bool:
+        return all(test(message) for test in tests)
+
+    return meets
+
+
+def when_matcher(
+    match: tuple[str, str, str] | None,
+    matches: Callable[[Message], bool] | None,
+    more: tuple[tuple[str, str, str], ...] = (),
+) -> Callable[[Message], bool]:
+    """Whether one message meets a WHEN made of MATCHes (operator, pattern, field), the
+    first `match` then `more`, and/or a compiled filter, decided as the routing table decides
+    it; neither given means always. For what looks at one selector alone: the replay of
+    history (rule 13) and the console's preview. InvalidSelector for a bad pattern."""
+    if match is None:
+        return matches if matches is not None else _always
+    condition = conditions_matcher((match, *more))
+
+    def meets(message: Message) -> bool:
+        if not condition(message):
             return False
         return matches is None or matches(message)
 
@@ -143,7 +183,8 @@ class RoutingTable:
 
     def __init__(self) -> None:
         self.unconditional: list[SelectorRuntime] = []
-        self.indexes: dict[tuple[str, str], Any] = {}  # (field, operator) -> index
+        # (field, operator) -> (field, its reader, the index of first MATCHes on it)
+        self.indexes: dict[tuple[str, str], tuple[str, Callable[[Message], str | None], Any]] = {}
         self.defaults: list[SelectorRuntime] = []
         self.overflows: list[SelectorRuntime] = []
         # Rule 6: a queue with no enabled selectors besides OVERFLOW ones holds its messages.
@@ -166,10 +207,11 @@ class RoutingTable:
             sel.registered = ("unconditional", sel.matches is not None)
         else:
             operator, pattern, field = spec.match
-            index = self.indexes.get((field, operator))
-            if index is None:
-                index = self.indexes[(field, operator)] = new_index(operator)
-            index.add(pattern, sel)
+            found = self.indexes.get((field, operator))
+            if found is None:
+                found = (field, field_reader(field), new_index(operator))
+                self.indexes[(field, operator)] = found
+            found[2].add(pattern, sel)
             self._indexed += 1
             sel.registered = ("index", field, operator, pattern)
         if spec.when != "overflow":
@@ -191,8 +233,7 @@ class RoutingTable:
             self._filtered -= where[1]
         else:
             _, field, operator, pattern = where
-            index = self.indexes[(field, operator)]
-            index.discard(pattern, sel)
+            self.indexes[(field, operator)][2].discard(pattern, sel)
             self._indexed -= 1
         if kind != "overflow":
             self.routing -= 1
@@ -210,11 +251,14 @@ class RoutingTable:
         if self.fixed is not None:
             return self.fixed
         hits = [sel for sel in self.unconditional if sel.matches is None or sel.matches(message)]
-        for (field, _), index in self.indexes.items():
-            key = message.address if field == "address" else header_text(message.headers.get(field))
+        for field, read, index in self.indexes.values():
+            key = message.address if field == "address" else read(message)  # no call: hot
             if key is None:
                 continue
             for sel in index.match(key):
+                # the first condition found it; the others are checked on the hits only
+                if sel.conditions is not None and not sel.conditions(message):
+                    continue
                 if sel.matches is None or sel.matches(message):
                     hits.append(sel)
         if not hits:

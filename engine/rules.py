@@ -41,11 +41,12 @@ from functools import partial
 from types import MappingProxyType
 
 from engine.catalog import QueueSpec
-from engine.errors import QueueFull
+from engine.errors import InvalidName, QueueFull
 from engine.event_journal import EventJournal
 from engine.message import Delivery, Message
 from engine.routing_table import RoutingTable, SelectorRuntime
 from engine.stores.base import Entry, QueueState, Store
+from engine.validation import check_name
 
 # NamedTuple constructors without the keyword-handling wrapper: the hot path builds a
 # Message and a Delivery for every delivery, always with every field given in order.
@@ -272,6 +273,15 @@ class Rules:
 
     def _copy(self, qrt: QueueRuntime, sel: SelectorRuntime, message: Message) -> None:
         target = sel.target_queue
+        if sel.target_from is not None:
+            target, failure = self._named_target(qrt, sel, message)
+            if target is None:
+                # the copy cannot go where the message says: its dead letter goes instead
+                # (the message itself was not taken, so nothing upstream is settled)
+                self._send_dead_letter(qrt, message, *failure)  # type: ignore[misc]
+                return
+            if (message.mid, target.name) in self._visited:
+                return  # never twice into one queue in one step (rule 2)
         if target is not None:
             journal = qrt.journal
             if journal is not None:
@@ -293,12 +303,22 @@ class Rules:
             self._processed(qrt, entry)
             return
         message = entry.message
-        if action != "deliver":
-            target = sel.target_queue
-            if (message.mid, target.name) in self._visited:
-                # a cycle of MOVEs brought it back within one step: stop it here
-                self._dead_letter(qrt, entry, "unroutable")
+        destination = sel.target
+        if sel.target_from is not None:
+            found, failure = self._named_target(qrt, sel, message)
+            if found is None:
+                self._dead_letter(qrt, entry, *failure)  # type: ignore[misc]
                 return
+            if action == "deliver":
+                destination = found  # type: ignore[assignment]
+            else:
+                target = found
+        elif action != "deliver":
+            target = sel.target_queue
+        if action != "deliver" and (message.mid, target.name) in self._visited:  # type: ignore
+            # a cycle of MOVEs brought it back within one step: stop it here
+            self._dead_letter(qrt, entry, "unroutable")
+            return
         if action == "deliver":
             limit = qrt.max_deliveries
             if limit is not None and entry.delivery_count >= limit:
@@ -313,7 +333,6 @@ class Rules:
             entry.taken_at = now if now >= self._tick_now else self._tick_now
             count = entry.delivery_count
             state.outstanding[tag] = entry
-            destination = sel.target
             qrt.counters["delivered"] += 1
             journal = qrt.journal
             if journal is not None:
@@ -530,24 +549,34 @@ class Rules:
         entry: Entry,
         reason: str,
         detail: str | None = None,
-        extra: dict[str, int] | None = None,
+        extra: dict[str, str | int] | None = None,
     ) -> None:
         """Send `entry` to `qrt`'s dead-letter queue, or drop it; either way it leaves."""
+        self._send_dead_letter(qrt, entry.message, reason, detail, extra)
+        self._settle(entry.origin)
+
+    def _send_dead_letter(
+        self,
+        qrt: QueueRuntime,
+        message: Message,
+        reason: str,
+        detail: str | None = None,
+        extra: dict[str, str | int] | None = None,
+    ) -> None:
+        """Send `message` to `qrt`'s dead-letter queue, or drop it (counted either way)."""
         target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
         journal = qrt.journal
-        if target is None or target is qrt or (entry.message.mid, target.name) in self._visited:
+        if target is None or target is qrt or (message.mid, target.name) in self._visited:
             qrt.counters["dropped"] += 1
             if journal is not None:
-                journal(
-                    (self._clock, "drop", entry.message.mid, qrt.name, None, None, reason, None)
-                )
+                journal((self._clock, "drop", message.mid, qrt.name, None, None, reason, None))
         else:
             if journal is not None:
                 journal(
                     (
                         self._clock,
                         "dead_letter",
-                        entry.message.mid,
+                        message.mid,
                         qrt.name,
                         None,
                         target.name,
@@ -555,11 +584,34 @@ class Rules:
                         None,
                     )
                 )
-            self._visited.add((entry.message.mid, target.name))
+            self._visited.add((message.mid, target.name))
             qrt.counters["dead_lettered"] += 1
-            letter = dead_lettered(entry.message, reason, qrt.name, detail, extra)
+            letter = dead_lettered(message, reason, qrt.name, detail, extra)
             self._arrive(target, letter, None)
-        self._settle(entry.origin)
+
+    def _named_target(
+        self, qrt: QueueRuntime, sel: SelectorRuntime, message: Message
+    ) -> tuple[QueueRuntime | str | None, tuple[str, str | None, dict[str, str | int] | None]]:
+        """Where a selector with `target_from` sends `message` (SPEC §12): the target
+        queue's runtime (or, for DELIVER, the destination name) and no failure; or None and
+        the failure as the dead letter's (reason, detail, extra headers)."""
+        name = sel.target_from(message)  # type: ignore[misc]
+        field = sel.spec.target_from
+        if not name:
+            return None, ("no-target", f"the message has no {field} to take its target from", None)
+        if sel.action == "deliver":
+            if not is_name(name) or name[0] == "$":
+                return None, ("no-target", f"its {field} is not a destination name", None)
+            return name, NO_FAILURE
+        target = self._queues.get(name)
+        if target is None:
+            if not is_name(name):
+                return None, ("no-target", f"its {field} is not a queue name", None)
+            return None, ("no-such-queue", None, {"x-target": name})
+        if target is qrt:
+            detail = f"its {field} names the selector's own queue"
+            return None, ("unroutable", detail, {"x-target": name})
+        return target, NO_FAILURE
 
     def _processed(self, qrt: QueueRuntime, entry: Entry) -> None:
         if qrt.history and not entry.replay:
@@ -657,12 +709,24 @@ def _bounced(message: Message) -> Message:
     return _rewritten(message, address, {"x-original-address": message.address})
 
 
+NO_FAILURE: tuple = (None, None, None)
+
+
+def is_name(name: str) -> bool:
+    """Whether `name` could name a queue or destination (validation.check_name's rule)."""
+    try:
+        check_name("target", name, allow_reserved=True)
+    except InvalidName:
+        return False
+    return True
+
+
 def dead_lettered(
     message: Message,
     reason: str,
     queue: str,
     detail: str | None = None,
-    more: dict[str, int] | None = None,
+    more: dict[str, str | int] | None = None,
 ) -> Message:
     """A dead letter says why and where from, so it can be sent back; `detail` (header
     `x-detail`) says more when there is more to say; `more` adds headers (a delivery-limit

@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.catalog import SelectorSpec
 from engine.errors import InvalidArgument, InvalidSelector, NotFound
+from engine.fields import check_field
 from engine.filters import compile_filter
 from engine.matching import check_pattern
 from engine.routing_table import QUEUE_ACTIONS
-from engine.validation import MAX_SEQ, MAX_WIRING, check_count, check_header_name, check_name
+from engine.validation import MAX_SEQ, MAX_WIRING, check_count, check_name
+
+MAX_CONDITIONS = 16  # MATCH conditions of one selector (SPEC §12); more is a mistake
 
 if TYPE_CHECKING:
     from engine.message import Delivery
@@ -160,12 +163,38 @@ class Selector:
 
     # -- WHEN ------------------------------------------------------------------------------
     def when_match(self, operator: str, pattern: str, field: str = "address") -> Selector:
-        """Match the address (or header `field`): eq, topic, prefix or regex. Combines with
-        a filter (match AND filter)."""
-        check_pattern(operator, pattern)
-        if field != "address":
-            check_header_name(field)
-        return self._set_when("match", match=(operator, pattern, field))
+        """Match the address (or `field`: "return_address", "header:<name>" or a header
+        name): eq, topic, prefix or regex. Sets the first and only MATCH (`and_match` adds
+        more); combines with a filter (match AND filter)."""
+        match = checked_match(operator, pattern, field)
+        return self._set_when("match", match=match)
+
+    def and_match(self, operator: str, pattern: str, field: str = "address") -> Selector:
+        """Add a MATCH condition: the selector then takes a message only when every MATCH
+        and the filter hold (SPEC §12). The first MATCH is the one the routing table
+        indexes; a selector without one gets this one as its first."""
+        match = checked_match(operator, pattern, field)
+        with self._host.lock:
+            spec = self._runtime()[1].spec
+            if spec.when not in (None, "match"):
+                raise InvalidSelector(
+                    f"selector {self.id} on queue {self.queue!r} is a {spec.when} selector; "
+                    "and_match adds to a match (set the first with when_match)"
+                )
+            if spec.when is None or spec.match is None:
+                return self._set_when("match", match=match)
+            if len(spec.more_matches) + 1 >= MAX_CONDITIONS:
+                raise InvalidSelector(
+                    f"a selector holds at most {MAX_CONDITIONS} match conditions; "
+                    f"selector {self.id} on queue {self.queue!r} has {MAX_CONDITIONS} already"
+                )
+            return self._set_when("match", match=spec.match, more=(*spec.more_matches, match))
+
+    def when_matches(self, matches: list[tuple[str, str, str]]) -> Selector:
+        """Set every MATCH condition at once (the first is indexed); all must hold. Checked
+        whole before anything changes."""
+        checked = checked_matches(matches)
+        return self._set_when("match", match=checked[0], more=checked[1:])
 
     def when_filter(self, expression: str) -> Selector:
         """A JMS / SQL-92 selector expression over headers (docs/filters.md). Combines with
@@ -189,6 +218,7 @@ class Selector:
         match: tuple[str, str, str] | None = None,
         expression: str | None = None,
         compiled=None,  # type: ignore[no-untyped-def]
+        more: tuple[tuple[str, str, str], ...] = (),
     ) -> Selector:
         with self._host.lock:
             qrt, sel = self._runtime()
@@ -196,36 +226,53 @@ class Selector:
             combining = spec.when == "match"  # a match and a filter make one WHEN
             if kind == "match":
                 spec.match, spec.filter = match, spec.filter if combining else None
+                spec.more_matches = more
                 compiled = sel.matches if spec.filter is not None else None
             elif kind == "filter":
                 spec.match, spec.filter = spec.match if combining else None, expression
+                spec.more_matches = spec.more_matches if combining else ()
                 kind = "match"
             else:
                 spec.match, spec.filter, compiled = None, None, None
+                spec.more_matches = ()
             spec.when = kind
             sel.refresh(compiled)
             self._host.wiring_changed(qrt, sel)
         return self
 
     # -- DO --------------------------------------------------------------------------------
-    def do_copy(self, queue: str) -> Selector:
-        return self._set_action("copy", queue)
+    # A target is fixed (`queue` / `destination`) or read from each message's envelope
+    # (`target_from`: a field as for MATCH, SPEC §12): exactly one of the two.
+    def do_copy(self, queue: str | None = None, *, target_from: str | None = None) -> Selector:
+        return self._set_action("copy", queue, target_from)
 
-    def do_move(self, queue: str) -> Selector:
-        return self._set_action("move", queue)
+    def do_move(self, queue: str | None = None, *, target_from: str | None = None) -> Selector:
+        return self._set_action("move", queue, target_from)
 
-    def do_bounce(self, queue: str) -> Selector:
-        return self._set_action("bounce", queue)
+    def do_bounce(self, queue: str | None = None, *, target_from: str | None = None) -> Selector:
+        return self._set_action("bounce", queue, target_from)
 
-    def do_deliver(self, destination: str) -> Selector:
-        return self._set_action("deliver", destination)
+    def do_deliver(
+        self, destination: str | None = None, *, target_from: str | None = None
+    ) -> Selector:
+        return self._set_action("deliver", destination, target_from)
 
     def do_delete(self) -> Selector:
         return self._set_action("delete", None)
 
-    def _set_action(self, action: str, target: str | None) -> Selector:
+    def _set_action(
+        self, action: str, target: str | None, target_from: str | None = None
+    ) -> Selector:
         host = self._host
-        if action in QUEUE_ACTIONS:
+        if target_from is not None:
+            if target is not None:
+                raise InvalidSelector(
+                    f"give a fixed target ({target[:60]!r}) or target_from, not both"
+                    if isinstance(target, str)
+                    else "give a fixed target or target_from, not both"
+                )
+            target_from = check_field(target_from)
+        elif action in QUEUE_ACTIONS:
             check_name("target queue", target, allow_reserved=True)
             if target == self.queue:
                 raise InvalidSelector(
@@ -236,12 +283,13 @@ class Selector:
         with host.lock:
             qrt, sel = self._runtime()
             target_queue = None
-            if action in QUEUE_ACTIONS:
+            if action in QUEUE_ACTIONS and target_from is None:
                 target_queue = host.queue_runtime(target)  # type: ignore[arg-type]
                 if target_queue is None:
                     raise NotFound(f"target queue {target!r} does not exist; create it first")
             host.untarget(sel)
             sel.spec.action, sel.spec.target = action, target
+            sel.spec.target_from = target_from
             sel.refresh(sel.matches)
             host.target(sel, target_queue)
             host.wiring_changed(qrt, sel)
@@ -339,14 +387,50 @@ class Selector:
         return self._host.selector_delete(self.queue, self.id)
 
 
+def checked_match(operator: object, pattern: object, field: object) -> tuple[str, str, str]:
+    """(operator, pattern, canonical field) of one MATCH; InvalidSelector when it is bad."""
+    check_pattern(operator, pattern)  # type: ignore[arg-type]
+    return (operator, pattern, check_field(field))  # type: ignore[return-value]
+
+
+def checked_matches(matches: object) -> tuple[tuple[str, str, str], ...]:
+    """A whole list of MATCHes, each (operator, pattern[, field]) or a dict with those keys,
+    checked before anything is changed."""
+    if not isinstance(matches, (list, tuple)) or not matches:
+        raise InvalidSelector("matches must be a non-empty list of match conditions")
+    if len(matches) > MAX_CONDITIONS:
+        raise InvalidSelector(
+            f"{len(matches)} match conditions; a selector holds at most {MAX_CONDITIONS}"
+        )
+    checked = []
+    for number, match in enumerate(matches, 1):
+        if isinstance(match, dict):
+            unknown = set(match) - {"operator", "pattern", "field"}
+            if unknown:
+                raise InvalidSelector(
+                    f"match condition {number} has unknown key(s): "
+                    + ", ".join(sorted(str(key)[:40] for key in unknown))
+                )
+            match = (match.get("operator"), match.get("pattern"), match.get("field") or "address")
+        if not isinstance(match, (list, tuple)) or len(match) not in (2, 3):
+            raise InvalidSelector(
+                f"match condition {number} must be (operator, pattern, field) or "
+                "{operator, pattern, field}"
+            )
+        try:
+            checked.append(checked_match(*match, *(("address",) if len(match) == 2 else ())))
+        except InvalidSelector as exc:
+            raise InvalidSelector(f"match condition {number}: {exc}", exc.column) from None
+    return tuple(checked)
+
+
 def describe_when(spec: SelectorSpec) -> str:
     if spec.when is None:
         return "(no WHEN)"
     if spec.when != "match":
         return spec.when
     parts = []
-    if spec.match is not None:
-        operator, pattern, field = spec.match
+    for operator, pattern, field in all_matches(spec):
         on = "" if field == "address" else f" on {field}"
         parts.append(f"{operator}{on} {pattern}")
     if spec.filter is not None:
@@ -354,9 +438,17 @@ def describe_when(spec: SelectorSpec) -> str:
     return " and ".join(parts)
 
 
+def all_matches(spec: SelectorSpec) -> tuple[tuple[str, str, str], ...]:
+    """Every MATCH condition of the selector, the indexed one first."""
+    return () if spec.match is None else (spec.match, *spec.more_matches)
+
+
 def describe_do(spec: SelectorSpec) -> str:
     if spec.action is None:
         return "(no DO)"
+    if spec.target_from is not None:
+        what = "destination" if spec.action == "deliver" else "queue"
+        return f"{spec.action} to the {what} named by {spec.target_from}"
     return spec.action if spec.target is None else f"{spec.action} {spec.target}"
 
 
@@ -380,6 +472,8 @@ def describe_in_words(
     expression: str | None,
     action: str | None,
     target: str | None,
+    more: tuple[tuple[str, str, str], ...] = (),
+    target_from: str | None = None,
 ) -> str:
     """WHEN → DO as a person reads it: "always → move to jobs:w1", "address matches topic
     eu.# and filter priority > 5 → copy to orders.eu", "when no other selector matches → delete"."""
@@ -393,14 +487,16 @@ def describe_in_words(
         said = "when this queue is full"
     else:
         parts = []
-        if match is not None:
-            operator, pattern, field = match
+        for operator, pattern, field in () if match is None else (match, *more):
             parts.append(f"{field} {OPERATOR_WORDS.get(operator, operator)} {pattern}")
         if expression is not None:
             parts.append(f"filter {expression}")
         said = " and ".join(parts) or "match"
     if action is None:
         done = "no DO yet"
+    elif target_from is not None:
+        what = "destination" if action == "deliver" else "queue"
+        done = f"{ACTION_WORDS.get(action, action)} the {what} {target_from} names"
     elif target is None or action == "delete":
         done = action
     else:
@@ -410,4 +506,12 @@ def describe_in_words(
 
 def describe(spec: SelectorSpec) -> str:
     """A selector's WHEN → DO in words (see describe_in_words)."""
-    return describe_in_words(spec.when, spec.match, spec.filter, spec.action, spec.target)
+    return describe_in_words(
+        spec.when,
+        spec.match,
+        spec.filter,
+        spec.action,
+        spec.target,
+        spec.more_matches,
+        spec.target_from,
+    )

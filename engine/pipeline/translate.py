@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 
 from engine import filter_ast
 from engine.errors import InvalidSelector
+from engine.fields import check_field, header_name
 from engine.filter_parser import parse
 from engine.matching import check_pattern
 
@@ -107,9 +108,14 @@ def when_column(when: When) -> Column:
 
 # -- matches --------------------------------------------------------------------------------
 def match_column(operator: str, pattern: str, field: str = "address") -> Column:
-    """The engine's MATCH (engine/matching.py) of `pattern` against the address or header
-    `field` (as header_text shows it: booleans as true/false, numbers as text)."""
-    key = F.col("address") if field == "address" else _header_text(field)
+    """The engine's MATCH (engine/matching.py) of `pattern` against `field` as
+    engine/fields.py reads it: the address, the return address, or a header
+    ("header:<name>" or a bare name; as header_text shows it: booleans as true/false,
+    numbers as text)."""
+    if field in ("address", "return_address"):
+        key = F.col(field)
+    else:
+        key = _header_text(header_name(check_field(field)))  # type: ignore[arg-type]
     if operator == "eq":
         return key == F.lit(pattern)
     if operator == "prefix":

@@ -14,3 +14,19 @@ document.addEventListener("submit", function (event) {
   var question = event.target.dataset && event.target.dataset.confirm;
   if (question && !window.confirm(question)) event.preventDefault();
 });
+
+// The selector builder's further conditions (SPEC §12): add a row from the page's
+// <template>, remove a row (no inline handlers: the CSP forbids them).
+document.addEventListener("click", function (event) {
+  "use strict";
+  var target = event.target;
+  if (!(target instanceof Element)) return;
+  if (target.matches("[data-add-condition]")) {
+    var template = document.getElementById("condition-template");
+    var rows = document.getElementById("more-conditions");
+    if (template && rows) rows.appendChild(template.content.cloneNode(true));
+  } else if (target.matches("[data-remove-condition]")) {
+    var row = target.closest(".condition");
+    if (row) row.remove();
+  }
+});

@@ -18,11 +18,11 @@
   var elements = [];
   data.nodes.forEach(function (n) {
     elements.push({ group: "nodes", data: { id: n.id, name: n.name, kind: n.kind, url: n.url,
-      label: label(n), dead: n.dead ? "yes" : "no" } });
+      label: label(n), dead: n.dead ? "yes" : "no", traced: n.traced ? "yes" : "no" } });
   });
   data.edges.forEach(function (e) {
     elements.push({ group: "edges", data: { id: e.id, source: e.source, target: e.target,
-      action: e.action, enabled: e.enabled ? "yes" : "no",
+      action: e.action, enabled: e.enabled ? "yes" : "no", traced: e.traced ? "yes" : "no",
       label: e.number ? "#" + e.number + " " + e.action : e.label } });
   });
 
@@ -42,6 +42,7 @@
       { selector: 'node[kind = "destination"]', style: { "shape": "ellipse", "background-color": "#dafbe1", "border-color": "#1a7f37" } },
       { selector: 'node[kind = "sink"]', style: { "shape": "diamond", "background-color": "#ffebe9", "padding": "12px" } },
       { selector: 'node[kind = "missing"]', style: { "border-style": "dashed", "color": "#57606a" } },
+      { selector: 'node[kind = "fan"]', style: { "shape": "round-tag", "border-style": "dotted", "background-color": "#fff8c5" } },
       { selector: "node:selected", style: { "border-width": 3, "border-color": "#bf8700" } },
       { selector: "edge", style: {
         "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.5,
@@ -58,6 +59,9 @@
       // live traffic: an edge leaving a busy queue is drawn thicker (w set from its rate)
       { selector: 'edge[w][action != "dead-letter"]', style: { "width": "data(w)" } },
       { selector: "edge:selected", style: { "label": "data(label)" } },
+      // the path of one message (?mid=, SPEC §12): drawn over the wiring
+      { selector: 'node[traced = "yes"]', style: { "border-width": 3, "border-color": "#bf8700", "background-color": "#fff8c5" } },
+      { selector: 'edge[traced = "yes"]', style: { "width": 5, "line-color": "#bf8700", "target-arrow-color": "#bf8700", "opacity": 1, "z-index": 10 } },
     ],
   });
   window.xumpTopology = cy;

@@ -18,6 +18,7 @@ PAGES = [
     "/consumers/", "/patterns/",
     "/patterns/new/housecat/", "/patterns/new/parrot/", "/patterns/new/wolfpack/",
     "/patterns/{pattern}/delete/", "/dead-letters/", "/topology/", "/audit/", "/tokens/",
+    "/messages/trace/", "/messages/trace/?mid=nope-1",
 ]  # fmt: skip
 
 UNLABELLED = """() => [...document.querySelectorAll(

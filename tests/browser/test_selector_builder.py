@@ -124,3 +124,22 @@ def test_create_disable_and_delete_a_selector(page, relay):
     page.goto(f"/audit/?q={queue}")
     log = page.locator("table.audit").inner_text()
     assert all(a in log for a in ("selector.create", "selector.disable", "selector.delete"))
+
+
+def test_conditions_are_added_and_removed_and_all_must_hold(page, relay):
+    queue = orders_queue(relay)
+    page.goto(f"/queues/{queue}/selectors/new/")
+    page.get_by_label("pattern", exact=True).fill("orders.*")
+    for _ in range(2):
+        page.locator("#add-condition").click()
+    rows = page.locator("#more-conditions .condition")
+    assert rows.count() == 2
+    rows.nth(0).get_by_label("pattern").fill("9")
+    rows.nth(0).get_by_label("field").fill("priority")
+    rows.nth(1).locator("[data-remove-condition]").click()
+    assert rows.count() == 1
+    page.get_by_label("DO").select_option("delete")
+    page.get_by_role("button", name="Preview against recent messages").click()
+    # priority 9 among the 30 in history (3 of them) and the 3 late ones waiting
+    page.locator("#preview").get_by_text("6 of the last").wait_for()
+    assert not page.errors

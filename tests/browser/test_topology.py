@@ -111,3 +111,36 @@ def test_two_hundred_queues_are_laid_out_apart(page, relay, console, redis_serve
     assert page.evaluate("() => window.xumpTopology.zoom()") >= 1.2
     print(f"200 queues: layout {found['ms']} ms, page ready in {loaded:.1f} s")
     assert not page.errors
+
+
+def test_a_messages_path_is_drawn_over_the_topology(page, relay):
+    orders = make_queue(relay, unique("orders"))
+    audit_copy, billing = make_queue(relay), make_queue(relay, unique("billing"))
+    selector(relay, orders, "copy", audit_copy)
+    selector(relay, orders, "move", billing)
+    selector(relay, billing, "deliver", unique("invoicer"))
+    other = make_queue(relay)
+    selector(relay, other, "copy", audit_copy)
+    [mid] = publish(relay, orders, Message(address="o", body=b"x"))
+    expected = sorted([f"s:{orders}#1", f"s:{orders}#2", f"s:{billing}#1"])
+    traced: list = []
+    for _ in range(50):  # the journal reaches Redis with the routing step that made it
+        page.goto(f"/topology/?mid={mid}")
+        page.wait_for_function(READY)
+        traced = page.evaluate(
+            "() => window.xumpTopology.edges('[traced = \"yes\"]').map(e => e.id()).sort()"
+        )
+        if traced == expected:
+            break
+        time.sleep(0.2)
+    assert traced == expected
+    nodes = page.evaluate("() => window.xumpTopology.nodes('[traced = \"yes\"]').map(n => n.id())")
+    assert f"q:{other}" not in nodes and f"q:{billing}" in nodes
+    line = page.evaluate(
+        "id => window.xumpTopology.getElementById(id).style('line-color')", expected[0]
+    )
+    assert line == "rgb(191,135,0)"
+    page.get_by_role("link", name="Its steps").click()
+    page.wait_for_url("**/messages/trace/?mid=*")
+    page.locator("#trace-on-topology").wait_for()
+    assert not page.errors

@@ -32,7 +32,7 @@ def test_wolfpack_records_publish_move_deliver_confirm_in_order():
     eng.confirm(delivery)
     batch = eng.journal.drain()
     assert [(e[1], e[3], e[4], e[5], e[6]) for e in batch] == [
-        ("publish", "jobs", None, None, None),
+        ("publish", "jobs", None, None, "1"),  # a publish's detail: the seq it gets
         ("route", "jobs", 1, "jobs:w1", "move"),
         ("deliver", "jobs:w1", 1, "w1", None),
         ("confirm", "jobs:w1", 1, "w1", None),
@@ -53,14 +53,14 @@ def test_parrot_records_one_route_per_copy_and_delivery_per_subscriber():
     deliveries = eng.publish("parrot", Message(address="stock.ibm.price"))
     eng.publish("parrot", Message(address="weather"))  # nobody matches
     kinds = events(eng)
-    assert kinds[0] == ("publish", "parrot", None, None, None)
+    assert kinds[0] == ("publish", "parrot", None, None, "1")
     routes = [k for k in kinds if k[0] == "route"]
     assert sorted(k[3] for k in routes) == ["parrot:alice", "parrot:bob"]
     assert {k[4] for k in routes} == {"copy"}
     assert sorted(k[3] for k in kinds if k[0] == "deliver") == ["alice", "bob"]
     # the unmatched one: no DEFAULT, no dead-letter queue: dropped as unroutable
     assert kinds[-2:] == [
-        ("publish", "parrot", None, None, None),
+        ("publish", "parrot", None, None, "2"),
         ("drop", "parrot", None, None, "unroutable"),
     ]
     assert len(deliveries) == 2
@@ -76,11 +76,11 @@ def test_dead_letters_say_where_and_why():
     eng.publish("q", Message(address="a"))  # waits: the selector has credit, it is delivered
     eng.reject(first, requeue=False)
     assert events(eng) == [
-        ("publish", "q", None, None, None),
+        ("publish", "q", None, None, "1"),
         ("deliver", "q", 1, "app", None),
-        ("publish", "q", None, None, None),
+        ("publish", "q", None, None, "2"),
         ("dead_letter", "q", None, "dlq", "unroutable"),
-        ("publish", "q", None, None, None),
+        ("publish", "q", None, None, "3"),
         ("deliver", "q", 1, "app", None),
         ("reject", "q", 1, "app", None),
         ("dead_letter", "q", None, "dlq", "rejected"),
@@ -95,7 +95,7 @@ def test_reject_with_requeue_then_redelivery_is_flagged():
     [again] = eng.reject(delivery, requeue=True)
     eng.confirm(again)
     assert events(eng) == [
-        ("publish", "q", None, None, None),
+        ("publish", "q", None, None, "1"),
         ("deliver", "q", 1, "app", None),
         ("reject", "q", 1, "app", "requeue"),
         ("deliver", "q", 1, "app", "redelivered"),
@@ -118,7 +118,7 @@ def test_expired_deliveries_and_delete_selectors_are_recorded():
         ("deliver", "q", 1, "app", "redelivered"),
     ]
     eng.publish("bin", Message())
-    assert events(eng) == [("publish", "bin", None, None, None), ("delete", "bin", 1, None, None)]
+    assert events(eng) == [("publish", "bin", None, None, "2"), ("delete", "bin", 1, None, None)]
 
 
 def test_a_publish_to_a_missing_queue_is_a_dead_letter_event():
@@ -140,7 +140,7 @@ def test_a_queue_can_be_left_out_of_the_journal_and_put_back():
     eng.publish("quiet", Message())
     assert events(eng) == []  # "loud" received it by a copy: that is quiet's route event
     eng.publish("loud", Message())
-    assert events(eng) == [("publish", "loud", None, None, None)]
+    assert events(eng) == [("publish", "loud", None, None, "2")]
     eng.queue_update("quiet", journal=True)
     eng.publish("quiet", Message())
     assert [k[0] for k in events(eng)] == ["publish", "route"]
@@ -198,3 +198,16 @@ def test_journal_capacity_must_be_a_positive_count():
         Engine(journal=0)
     with pytest.raises(InvalidArgument):
         Engine(journal="big")
+
+
+def test_a_publish_records_the_seq_it_gets_unless_it_gets_none():
+    eng = Engine(journal=True)
+    eng.queue_create("dlq")
+    eng.queue_create("full", limit=1, dead_letter="dlq")
+    eng.queue_create("later")
+    eng.publish("full", Message())  # no selectors: it waits and fills the queue
+    eng.publish("full", Message())  # full: dead-lettered, no seq in "full"
+    eng.publish("later", Message(delay=60))  # gets its seq when due
+    eng.publish_many("later", [Message(), Message()])
+    published = [(e[1], e[6]) for e in eng.journal.drain() if e[1] == "publish"]
+    assert [detail for _, detail in published] == ["1", None, None, "1", "2"]

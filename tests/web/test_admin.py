@@ -297,3 +297,34 @@ def test_the_queue_form_sets_the_lifetime_options_and_refuses_bad_ones(browser, 
         assert answer.status_code == 200 and errors(answer), bad
     queue = relay.call("queue_get", name=name)
     assert (queue["max_deliveries"], queue["redelivery_delay_max"], queue["ttl"]) == (3, 4.0, None)
+
+
+def test_a_selector_with_several_conditions_keeps_them_when_changed_in_the_admin(browser, relay):
+    name = unique()
+    relay.call("queue_create", name=name)
+    relay.call("selector_create", queue=name, when="match", action="delete", matches=[
+        {"operator": "topic", "pattern": "orders.*"},
+        {"operator": "eq", "pattern": "desk", "field": "return_address"},
+    ])  # fmt: skip
+    selector = row_id(browser, "selector", name)
+    page = browser.get(f"/admin/wiring/selector/{selector}/change/")
+    assert "return_address" in page.text
+    answer = submit(browser, f"/admin/wiring/selector/{selector}/change/", {
+        "when": "match", "match_operator": "topic", "match_pattern": "orders.*",
+        "match_field": "address",
+        "more_matches": '[["eq", "desk", "return_address"], ["prefix", "gold", "tier"]]',
+        "action": "move", "target": "", "target_from": "header:to", "start": "current",
+        "credit": "3", "_save": "Save",
+    })  # fmt: skip
+    assert answer.status_code == 302, errors(answer)
+    [changed] = relay.call("selectors", queue=name)
+    assert [m["field"] for m in changed["matches"]] == ["address", "return_address", "tier"]
+    assert (changed["target_from"], changed["credit"]) == ("to", 3)
+    answer = submit(browser, f"/admin/wiring/selector/{selector}/change/", {
+        "when": "match", "match_operator": "topic", "match_pattern": "orders.*",
+        "match_field": "address", "more_matches": '[["like", "x", "address"]]',
+        "action": "delete", "start": "current", "credit": "3", "_save": "Save",
+    })  # fmt: skip
+    assert answer.status_code == 200 and "operator" in errors(answer)
+    [kept] = relay.call("selectors", queue=name)
+    assert len(kept["matches"]) == 3

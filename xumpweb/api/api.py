@@ -19,6 +19,7 @@ from ninja import NinjaAPI
 from xumpweb.api import (
     consumers,
     definitions,
+    lineage,
     messages,
     operate,
     patterns,
@@ -99,8 +100,8 @@ api = XumpApi(
 )
 install(api)
 # order matters: /queues/<name>/... before /queues/<name> (see the module doc)
-for module in (messages, operate, selectors, queues, patterns, tokens, system, definitions,
-               consumers):  # fmt: skip
+for module in (messages, operate, selectors, lineage, queues, patterns, tokens, system,
+               definitions, consumers):  # fmt: skip
     api.add_router("/", module.router)
 
 

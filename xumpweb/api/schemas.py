@@ -81,12 +81,24 @@ class MatchIn(Strict):
     field: str = "address"
 
 
+MATCHES_DOC = (
+    "several match conditions, all of which must hold (the first is indexed); instead of "
+    "`match`. field: address, return_address, header:<name> or a header name"
+)
+TARGET_FROM_DOC = (
+    "the field (address, return_address, header:<name> or a header name) whose value names "
+    "each message's target queue or destination; instead of `target`"
+)
+
+
 class SelectorCreate(Strict):
     when: Literal["match", "filter", "always", "default", "overflow"]
     match: MatchIn | None = None
+    matches: list[MatchIn] | None = Field(None, max_length=16, description=MATCHES_DOC)
     filter: str | None = Field(None, description="JMS/SQL-92 expression over headers")
     action: Literal["copy", "move", "deliver", "delete", "bounce"]
     target: str | None = Field(None, description="queue or destination; not for delete")
+    target_from: str | None = Field(None, max_length=210, description=TARGET_FROM_DOC)
     start: Literal["current", "head"] | Seq | None = None
     credit: Credit | None = Field(None, description="-1: unlimited (the default)")
     enabled: bool = False
@@ -95,9 +107,11 @@ class SelectorCreate(Strict):
 class SelectorUpdate(Strict):
     when: Literal["match", "filter", "always", "default", "overflow"] | None = None
     match: MatchIn | None = None
+    matches: list[MatchIn] | None = Field(None, max_length=16, description=MATCHES_DOC)
     filter: str | None = None
     action: Literal["copy", "move", "deliver", "delete", "bounce"] | None = None
     target: str | None = None
+    target_from: str | None = Field(None, max_length=210, description=TARGET_FROM_DOC)
     start: Literal["current", "head"] | Seq | None = None
     credit: Credit | None = None
     enabled: bool | None = None

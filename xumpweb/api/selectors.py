@@ -83,13 +83,17 @@ def _completed(changes: dict[str, Any], before: dict[str, Any]) -> dict[str, Any
     """The router's update applies a match or filter only with its WHEN, and a target only
     with its action: fill in what the PATCH left out from the selector as it is."""
     changes = dict(changes)
-    if ("match" in changes or "filter" in changes) and "when" not in changes:
+    if "match" in changes and "matches" in changes:
+        raise ApiError(400, "invalid_argument", "give `match` or `matches`, not both")
+    conditions = "match" in changes or "matches" in changes
+    if (conditions or "filter" in changes) and "when" not in changes:
         if before["when"] not in ("match", "filter"):
             raise ApiError(400, "invalid_argument", "give `when` with `match` or `filter`")
-        changes.setdefault("match", before["match"])
+        if not conditions:
+            changes["matches"] = before.get("matches") or None
         changes.setdefault("filter", before["filter"])
-        changes["when"] = "match" if changes["match"] else "filter"
-    if "target" in changes and "action" not in changes:
+        changes["when"] = "match" if changes.get("match") or changes.get("matches") else "filter"
+    if ("target" in changes or "target_from" in changes) and "action" not in changes:
         if before["action"] is None:
             raise ApiError(400, "invalid_argument", "give `action` with `target`")
         changes["action"] = before["action"]

@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from engine.selectors import MAX_CONDITIONS
 from engine.validation import MAX_PRIORITIES, MAX_SECONDS, MAX_SEQ, MAX_WIRING
 from xumpweb.console.common import parse_header_lines
 from xumpweb.wiring.models import ApiToken
@@ -119,8 +120,8 @@ class SelectorForm(Form):
     operator = forms.ChoiceField(label="match operator", choices=OPERATOR_CHOICES, required=False)
     pattern = forms.CharField(label="pattern", required=False, max_length=1000)
     field = forms.CharField(
-        label="field", required=False, initial="address", max_length=200,
-        help_text="address, or a header name",
+        label="field", required=False, initial="address", max_length=210,
+        help_text="address, return_address, header:<name> or a header name",
     )  # fmt: skip
     filter = forms.CharField(
         label="filter expression",
@@ -132,6 +133,10 @@ class SelectorForm(Form):
     target = forms.CharField(
         label="target", required=False, max_length=200, help_text="queue or destination"
     )
+    target_from = forms.CharField(
+        label="or per message, from", required=False, max_length=210,
+        help_text="instead of a fixed target: the field naming each message's (e.g. header:to)",
+    )  # fmt: skip
     credit = forms.IntegerField(
         label="credit", initial=-1, min_value=-1, max_value=MAX_WIRING, help_text="-1: unlimited"
     )
@@ -141,15 +146,45 @@ class SelectorForm(Form):
     )  # fmt: skip
     enabled = forms.BooleanField(label="enabled", required=False)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # the MATCH conditions after the first (SPEC §12), as rows of the builder
+        if self.is_bound:
+            getlist = self.data.getlist
+            self.more_rows = [
+                {"operator": operator, "pattern": pattern, "field": field.strip() or "address"}
+                for operator, pattern, field in zip(
+                    getlist("more_operator"),
+                    getlist("more_pattern"),
+                    getlist("more_field"),
+                    strict=False,
+                )
+            ][:MAX_CONDITIONS]
+        else:
+            self.more_rows = list((self.initial or {}).get("more") or [])
+        self.operator_choices = OPERATOR_CHOICES
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         when = data.get("when")
+        for number, row in enumerate(self.more_rows, 2):
+            if row["operator"] not in dict(OPERATOR_CHOICES):
+                self.add_error(None, f"condition {number}: choose an operator")
+            elif not row["pattern"] and row["operator"] != "eq":
+                self.add_error(None, f"condition {number} needs a pattern")
         if when == "match" and not data.get("pattern") and data.get("operator") != "eq":
             self.add_error("pattern", "a match needs a pattern")
         if when == "filter" and not (data.get("filter") or "").strip():
             self.add_error("filter", "a filter selector needs an expression")
-        if data.get("action") not in (None, "delete") and not data.get("target"):
-            self.add_error("target", "this action needs a target")
+        target_from = (data.get("target_from") or "").strip()
+        if (
+            data.get("action") not in (None, "delete")
+            and not data.get("target")
+            and not target_from
+        ):
+            self.add_error("target", "this action needs a target (or a field to take it from)")
+        if data.get("target") and target_from:
+            self.add_error("target_from", "give a target or a field to take it from, not both")
         start = (data.get("start") or "current").strip()
         if start not in ("current", "head"):
             try:
@@ -168,16 +203,20 @@ class SelectorForm(Form):
         settings: dict[str, Any] = {"when": data["when"], "action": data["action"]}
         expression = (data.get("filter") or "").strip() or None
         if data["when"] == "match":
-            settings["match"] = {
+            first = {
                 "operator": data.get("operator") or "topic",
                 "pattern": data.get("pattern") or "",
                 "field": (data.get("field") or "").strip() or "address",
             }
+            settings["matches"] = [first, *self.more_rows]
             if expression:
                 settings["filter"] = expression
         elif data["when"] == "filter":
             settings["filter"] = expression
-        if data["action"] != "delete":
+        target_from = (data.get("target_from") or "").strip()
+        if data["action"] != "delete" and target_from:
+            settings["target_from"] = target_from
+        elif data["action"] != "delete":
             settings["target"] = data["target"]
         settings["credit"] = data["credit"]
         settings["start"] = data["start"]
@@ -196,6 +235,8 @@ class SelectorForm(Form):
             "filter": selector.get("filter") or "",
             "action": selector.get("action") or "copy",
             "target": selector.get("target") or "",
+            "target_from": selector.get("target_from") or "",
+            "more": (selector.get("matches") or [])[1:],
             "credit": selector.get("credit", -1),
             "start": selector.get("start", "current"),
             "enabled": selector.get("enabled", False),

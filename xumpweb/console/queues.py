@@ -276,6 +276,29 @@ def publish(request: HttpRequest, name: str) -> HttpResponse:
     return redirect("console:queue", name=name)
 
 
+@requires("read", queue="name")
+@require_POST
+def explain(request: HttpRequest, name: str) -> HttpResponse:
+    """Where the test message in the publish form would go and why (SPEC §12); htmx
+    fragment. Nothing is published."""
+    form = PublishForm(request.POST)
+    context: dict[str, Any] = {"error": None, "said": None}
+    if not form.is_valid():
+        context["error"] = form.errors.as_text()
+    else:
+        data = form.cleaned_data
+        envelope = {
+            "address": data["address"],
+            "headers": data["headers"],
+            "return_address": data["return_address"] or None,
+        }
+        try:
+            context["said"] = call("explain", queue=name, message=envelope)
+        except CallFailed as error:
+            context["error"] = str(error)
+    return render(request, "console/partials/explain.html", context)
+
+
 def find_message(name: str, seq: int) -> tuple[dict[str, Any], str]:
     """The message with `seq` in the queue's history or among its waiting messages."""
     for message in call("browse", queue=name, after=seq - 1, count=1):

@@ -18,6 +18,7 @@ from engine.errors import InvalidSelector
 from engine.filters import compile_filter
 from engine.matching import check_pattern
 from engine.routing_table import when_matcher
+from engine.selectors import checked_matches
 from xumpweb.access import check, requires
 from xumpweb.console.common import CallFailed, audit, call, shown, to_message
 from xumpweb.console.forms import SelectorForm
@@ -154,17 +155,16 @@ def matcher(settings: dict[str, Any]) -> Any:
     """A function telling whether a message meets a selector's WHEN (match and filter), as
     the engine itself decides it when it routes or replays history (the same indexes, the
     same text for a numeric header). InvalidSelector for a bad pattern."""
-    match = settings.get("match")
+    matches = settings.get("matches") or ([settings["match"]] if settings.get("match") else [])
     expression = settings.get("filter")
-    spec = None
-    if match:
-        spec = (match["operator"], match["pattern"], match.get("field") or "address")
-    return when_matcher(spec, compile_filter(expression) if expression else None)
+    checked = checked_matches(matches) if matches else ()
+    first, more = (checked[0], checked[1:]) if checked else (None, ())
+    return when_matcher(first, compile_filter(expression) if expression else None, more)
 
 
 def selector_settings(selector: dict[str, Any]) -> dict[str, Any]:
     return {"when": selector["when"], "match": selector.get("match"),
-            "filter": selector.get("filter")}  # fmt: skip
+            "matches": selector.get("matches"), "filter": selector.get("filter")}  # fmt: skip
 
 
 def taken_by(settings: dict[str, Any], others: list[dict[str, Any]], message: Any) -> bool:
@@ -241,6 +241,6 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
         examined=len(candidates),
         when=settings["when"],
         action=settings["action"],
-        target=settings.get("target"),
+        target=settings.get("target") or settings.get("target_from"),
     )
     return render(request, "console/partials/preview.html", context)

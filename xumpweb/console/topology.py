@@ -1,7 +1,8 @@
 """Topology: every queue and selector as a directed graph (static/js/topology.js draws it
 with cytoscape and the dagre layout). Queues are nodes; COPY, MOVE and BOUNCE selectors
 are edges between queues; DELIVER edges end at destination nodes; DELETE at one sink; a
-thin red line joins a queue to its dead-letter queue.
+thin red line joins a queue to its dead-letter queue; a selector whose target comes from
+each message (target_from) fans out to a node named after the field.
 The wiring is read from the catalog's models (what the router runs); live numbers come
 from the router's snapshot and, in the browser, from /ws/monitor/."""
 
@@ -17,6 +18,7 @@ from xumpweb import access
 from xumpweb.access import requires
 from xumpweb.console.common import snapshot_by_name
 from xumpweb.console.dashboard import dead_letter_queues
+from xumpweb.console.lineage import readable_steps, traced_ids
 from xumpweb.wiring.models import Queue, Selector
 
 
@@ -47,7 +49,12 @@ def graph(reader: access.Principal) -> dict[str, Any]:
         if row.queue.name not in readable:
             continue
         source = f"q:{row.queue.name}"
-        if row.action in ("copy", "move", "bounce") and row.target:
+        if row.target_from and row.action in ("copy", "move", "bounce", "deliver"):
+            # the target comes from each message (SPEC §12): a fan to a node named by the field
+            target = f"f:{row.queue.name}#{row.number}"
+            nodes.append({"id": target, "kind": "fan", "name": f"by {row.target_from}",
+                          "url": "", "depth": 0, "outstanding": 0, "dead": False})  # fmt: skip
+        elif row.action in ("copy", "move", "bounce") and row.target:
             target = f"q:{row.target}"
             if row.target not in names:  # waiting for a queue of that name
                 nodes.append({"id": target, "kind": "missing", "name": row.target, "url": "",
@@ -84,7 +91,17 @@ def graph(reader: access.Principal) -> dict[str, Any]:
 
 @requires("console")
 def topology(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/topology.html", {"graph": graph(access.for_request(request))})
+    """The graph; with `?mid=`, the path that message took drawn over it (SPEC §12)."""
+    drawn = graph(access.for_request(request))
+    mid = (request.GET.get("mid") or "").strip()
+    context: dict[str, Any] = {"graph": drawn, "mid": mid, "trace_error": None}
+    if mid:
+        steps, context["trace_error"] = readable_steps(request, mid)
+        ids = traced_ids(steps)
+        for item in (*drawn["nodes"], *drawn["edges"]):
+            item["traced"] = item["id"] in ids
+        context["traced_steps"] = len(steps)
+    return render(request, "console/topology.html", context)
 
 
 @requires("console")

@@ -15,7 +15,7 @@ from engine import message_ops, patterns
 from engine.core import Engine, QueueInfo
 from engine.errors import InvalidArgument, NotFound
 from engine.message import Delivery, Message
-from engine.selectors import Selector, describe
+from engine.selectors import Selector, all_matches, describe
 from xumpweb.router.codec import message_out
 
 Answer = tuple[Any, list[Delivery]]
@@ -91,9 +91,12 @@ def selector_json(selector: Selector) -> dict[str, Any]:
         "when": when,
         "match": None if operator is None else
         {"operator": operator, "pattern": pattern, "field": field},
+        # every MATCH condition, the first (indexed) one included: all must hold (SPEC §12)
+        "matches": [{"operator": o, "pattern": p, "field": f} for o, p, f in all_matches(spec)],
         "filter": spec.filter,
         "action": spec.action,
         "target": spec.target,
+        "target_from": spec.target_from,
         "enabled": spec.enabled,
         "start": spec.start,
         "credit": spec.credit,
@@ -118,19 +121,24 @@ def _configure(selector: Selector, settings: dict[str, Any]) -> None:
     """Apply WHEN, DO, credit and start from `settings` (keys that are absent stay)."""
     when = settings.get("when")
     match = settings.get("match")
+    matches = settings.get("matches")
     expression = settings.get("filter")
+    if match is not None and matches is not None:
+        raise InvalidArgument("give `match` (one condition) or `matches` (a list), not both")
+    if match is not None:
+        if not isinstance(match, dict):
+            raise InvalidArgument("match must be {operator, pattern, field}")
+        matches = [match]
     if when is not None:
         if when not in WHEN_KINDS:
             raise InvalidArgument(f"when must be one of {', '.join(WHEN_KINDS)}, not {when!r}")
         if when in ("match", "filter"):
-            if match is None and expression is None:
-                raise InvalidArgument("a match or filter selector needs `match` or `filter`")
-            if match is not None:
-                if not isinstance(match, dict):
-                    raise InvalidArgument("match must be {operator, pattern, field}")
-                selector.when_match(
-                    match.get("operator"), match.get("pattern"), match.get("field") or "address"
+            if not matches and expression is None:
+                raise InvalidArgument(
+                    "a match or filter selector needs `match`, `matches` or `filter`"
                 )
+            if matches:
+                selector.when_matches(matches)
                 if expression is not None:
                     selector.when_filter(expression)
             else:
@@ -143,6 +151,10 @@ def _configure(selector: Selector, settings: dict[str, Any]) -> None:
             raise InvalidArgument(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
         if action == "delete":
             selector.do_delete()
+        elif settings.get("target_from") is not None:
+            getattr(selector, f"do_{action}")(
+                settings.get("target"), target_from=settings["target_from"]
+            )
         else:
             getattr(selector, f"do_{action}")(settings.get("target"))
     if settings.get("start") is not None:
@@ -151,7 +163,10 @@ def _configure(selector: Selector, settings: dict[str, Any]) -> None:
         selector.set_credit(settings["credit"])
 
 
-SELECTOR_SETTINGS = {"when", "match", "filter", "action", "target", "start", "credit", "enabled"}
+SELECTOR_SETTINGS = {
+    "when", "match", "matches", "filter", "action", "target", "target_from", "start", "credit",
+    "enabled",
+}  # fmt: skip
 
 
 def _check_settings(settings: dict[str, Any]) -> None:
@@ -202,17 +217,32 @@ def selector_update(engine: Engine, queue: str, id: int, **settings: Any) -> Ans
 def _restore(selector: Selector, spec: Any) -> None:
     if spec.when == "match":
         if spec.match is not None:
-            selector.when_match(*spec.match)
+            selector.when_matches(list(all_matches(spec)))
         if spec.filter is not None:
             selector.when_filter(spec.filter)
     elif spec.when is not None:
         getattr(selector, f"when_{spec.when}")()
     if spec.action == "delete":
         selector.do_delete()
+    elif spec.target_from is not None:
+        getattr(selector, f"do_{spec.action}")(target_from=spec.target_from)
     elif spec.action is not None:
         getattr(selector, f"do_{spec.action}")(spec.target)
     selector.start_at(spec.start)
     selector.set_credit(spec.credit)
+
+
+def explain(engine: Engine, queue: str, message: dict[str, Any]) -> Answer:
+    """Engine.explain of a message given as JSON (address, headers, return_address, ttl);
+    the body never changes where a message goes, so it is not carried."""
+    envelope = Message(
+        message.get("address", ""),
+        message.get("headers") or {},
+        b"",
+        message.get("return_address"),
+        ttl=message.get("ttl"),
+    )
+    return engine.explain(queue, envelope), NONE
 
 
 def selector_delete(engine: Engine, queue: str, id: int) -> Answer:
@@ -642,6 +672,7 @@ CALLS = {
         "tick", "trim", "pattern_build", "pattern_remove", "pattern_unbuild", "purge",
         "dead_letter_send", "definitions_apply", "messages_operate", "scheduled", "cancel",
         "stomp_topic_open", "stomp_topic_close", "stomp_topic_router", "stomp_mailbox",
+        "explain",
     }
 }  # fmt: skip
 

@@ -332,12 +332,15 @@ class QueueAdmin(EngineAdmin):
 class SelectorForm(EngineForm):
     class Meta:
         model = Selector
-        fields = ("queue", "when", "match_operator", "match_pattern", "match_field", "filter",
-                  "action", "target", "start", "credit", "enabled")  # fmt: skip
+        fields = ("queue", "when", "match_operator", "match_pattern", "match_field",
+                  "more_matches", "filter", "action", "target", "target_from", "start",
+                  "credit", "enabled")  # fmt: skip
         widgets = {"filter": forms.Textarea(attrs={"rows": 3, "cols": 80})}
         help_texts = {
             "when": "match / filter: the match below, the filter, or both (match AND filter)",
-            "match_field": "address, or a header name",
+            "match_field": "address, return_address, header:<name> or a header name",
+            "more_matches": 'further conditions, all must hold: [["eq", "eu", "region"], ...]',
+            "target_from": "instead of target: the field naming each message's target",
             "filter": "JMS / SQL-92 selector over headers, e.g. priority > 5 AND region = 'eu'",
             "target": "the queue (copy, move, bounce) or destination (deliver)",
             "start": "current, head, or a history seq",
@@ -354,15 +357,21 @@ class SelectorForm(EngineForm):
                 "pattern": data.get("match_pattern") or "",
                 "field": (data.get("match_field") or "").strip() or "address",
             }
+        more = data.get("more_matches") or []
+        if not isinstance(more, list):
+            more = [more]  # the engine says what is wrong with it
         start = (data.get("start") or "current").strip()
         action = data.get("action") or None
         target = (data.get("target") or "").strip() or None
+        target_from = (data.get("target_from") or "").strip() or None
         return {
             "when": when,
-            "match": match,
+            "match": None,
+            "matches": [match, *more] if match else None,
             "filter": expression if when == "match" else None,
             "action": action,
-            "target": None if action == "delete" else target,
+            "target": None if action == "delete" or target_from else target,
+            "target_from": None if action == "delete" else target_from,
             "start": int(start) if start.isdigit() else start,
             "credit": data.get("credit"),
             "enabled": bool(data.get("enabled")),
@@ -380,7 +389,7 @@ class SelectorForm(EngineForm):
         # the engine combines a new match or filter with the other half of an old
         # match-and-filter WHEN; when a half goes away, clear the WHEN first
         dropped = old.when == "match" and (
-            (old.match_operator and settings["match"] is None)
+            (old.match_operator and settings["matches"] is None)
             or (old.filter and settings["filter"] is None)
         )
         if dropped:
@@ -395,13 +404,14 @@ class SelectorForm(EngineForm):
 
     @staticmethod
     def _restore(queue: str, number: int, old: Selector) -> None:
-        match = None
+        matches = None
         if old.match_operator:
-            match = {"operator": old.match_operator, "pattern": old.match_pattern,
+            first = {"operator": old.match_operator, "pattern": old.match_pattern,
                      "field": old.match_field or "address"}  # fmt: skip
+            matches = [first, *(old.more_matches or [])]
         try:
             service().call("selector_update", queue=queue, id=number, when="match",
-                           match=match, filter=old.filter, enabled=old.enabled)  # fmt: skip
+                           matches=matches, filter=old.filter, enabled=old.enabled)  # fmt: skip
         except XumpError:
             pass  # the error the user sees is the update's; the selector stays disabled
 

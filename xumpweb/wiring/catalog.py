@@ -77,6 +77,8 @@ class DjangoCatalog:
                 "enabled": spec.enabled,
                 "start": str(spec.start),
                 "credit": spec.credit,
+                "more_matches": [list(match) for match in spec.more_matches],
+                "target_from": spec.target_from,
             },
         )
 
@@ -113,4 +115,6 @@ def selector_spec(row: models.Selector, queue: str) -> SelectorSpec:
         enabled=row.enabled,
         start=start,
         credit=row.credit,
+        more_matches=tuple(tuple(m) for m in row.more_matches or ()) if match else (),
+        target_from=row.target_from or None,
     )

@@ -35,6 +35,7 @@ from django.db import transaction
 from engine import patterns as engine_patterns
 from engine.core import Engine
 from engine.errors import InvalidArgument, XumpError
+from engine.selectors import MAX_CONDITIONS
 from engine.validation import check_name
 from xumpweb.wiring import audit
 from xumpweb.wiring.models import ApiToken, Pattern, Queue, Selector, Store
@@ -44,9 +45,10 @@ SECTIONS = ("stores", "queues", "selectors", "patterns", "tokens")
 STORE_KEYS = ("name", "kind", "url")
 QUEUE_KEYS = ("name", "store", "limit", "history", "dead_letter", "self_destruct", "journal")
 QUEUE_SETTINGS = ("limit", "history", "dead_letter", "self_destruct", "journal")
-SELECTOR_KEYS = ("queue", "when", "match", "filter", "action", "target", "enabled", "credit",
-                 "start")  # fmt: skip
-SELECTOR_CONTENT = ("when", "match", "filter", "action", "target")
+# `match` is the first condition (all a selector had before SPEC §12); `matches` all of them
+SELECTOR_KEYS = ("queue", "when", "match", "matches", "filter", "action", "target",
+                 "target_from", "enabled", "credit", "start")  # fmt: skip
+SELECTOR_CONTENT = ("when", "match", "matches", "filter", "action", "target", "target_from")
 SELECTOR_SETTINGS = ("enabled", "credit", "start")
 PATTERN_KEYS = ("kind", "name", "router", "topic", "credit")
 TOKEN_KEYS = ("name", "owner", "rights")
@@ -117,14 +119,20 @@ def selector_json(row: Selector) -> dict[str, Any]:
                  "field": row.match_field or "address"}  # fmt: skip
     if when == "match" and match is None:
         when = "filter"
+    matches = None
+    if match is not None:
+        more = [{"operator": o, "pattern": p, "field": f} for o, p, f in row.more_matches or ()]
+        matches = [match, *more]
     start: str | int = int(row.start) if row.start.isdigit() else row.start
     return {
         "queue": row.queue.name,
         "when": when,
         "match": match,
+        "matches": matches,
         "filter": row.filter,
         "action": row.action or None,
         "target": row.target,
+        "target_from": row.target_from or None,
         "enabled": row.enabled,
         "credit": row.credit,
         "start": start,
@@ -203,8 +211,9 @@ SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict[str, tuple[type, 
                {"name": (str,), "store": (str,), "limit": (int,), "history": (int,),
                 "dead_letter": (str,), "self_destruct": (bool,), "journal": (bool,)}),
     "selectors": (SELECTOR_KEYS, ("queue",),
-                  {"queue": (str,), "when": (str,), "match": (dict,), "filter": (str,),
-                   "action": (str,), "target": (str,), "enabled": (bool,), "credit": (int,),
+                  {"queue": (str,), "when": (str,), "match": (dict,), "matches": (list,),
+                   "filter": (str,), "action": (str,), "target": (str,),
+                   "target_from": (str,), "enabled": (bool,), "credit": (int,),
                    "start": (str, int)}),
     "patterns": (PATTERN_KEYS, ("kind", "name", "router"),
                  {"kind": (str,), "name": (str,), "router": (str,), "topic": (str,),
@@ -216,8 +225,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "stores": {"url": None},
     "queues": {"store": None, "limit": None, "history": 0, "dead_letter": None,
                "self_destruct": False, "journal": True},
-    "selectors": {"when": None, "match": None, "filter": None, "action": None, "target": None,
-                  "enabled": False, "credit": -1, "start": "current"},
+    "selectors": {"when": None, "match": None, "matches": None, "filter": None, "action": None,
+                  "target": None, "target_from": None, "enabled": False, "credit": -1,
+                  "start": "current"},
     "patterns": {"topic": "", "credit": 1},
     "tokens": {"owner": None},
 }  # fmt: skip
@@ -274,13 +284,43 @@ def _normalize_selector(selector: dict[str, Any], where: str, problems: list[str
     "filter"."""
     match = selector["match"]
     if isinstance(match, dict):
-        bad = sorted(set(match) - {"operator", "pattern", "field"})
-        if bad:
-            problems.append(f"{where}: unknown key(s) in match: {', '.join(bad)}")
-        selector["match"] = {"operator": match.get("operator"), "pattern": match.get("pattern"),
-                             "field": match.get("field") or "address"}  # fmt: skip
-    elif match is None and selector["when"] == "match":
+        match = selector["match"] = _normal_match(match, f"{where}: match", problems)
+    matches = selector["matches"]
+    if isinstance(matches, list):
+        if len(matches) > MAX_CONDITIONS:
+            problems.append(f"{where}: at most {MAX_CONDITIONS} matches, not {len(matches)}")
+            matches = matches[:MAX_CONDITIONS]
+        normal = []
+        for number, item in enumerate(matches):
+            if not isinstance(item, dict):
+                problems.append(f"{where}: matches[{number}] must be an object")
+                continue
+            normal.append(_normal_match(item, f"{where}: matches[{number}]", problems))
+        if match is not None and normal and normal[0] != match:
+            problems.append(f"{where}: match and matches[0] differ; give one of them")
+        selector["matches"] = normal or None
+        selector["match"] = normal[0] if normal else match
+    elif isinstance(match, dict):
+        selector["matches"] = [match]
+    if selector["match"] is None and selector["when"] == "match":
         selector["when"] = "filter"
+
+
+def _normal_match(match: dict[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
+    bad = sorted(str(key)[:40] for key in set(match) - {"operator", "pattern", "field"})
+    if bad:
+        problems.append(f"{where}: unknown key(s) {', '.join(bad)}")
+    return {"operator": match.get("operator"), "pattern": match.get("pattern"),
+            "field": match.get("field") or "address"}  # fmt: skip
+
+
+def router_settings(selector: dict[str, Any]) -> dict[str, Any]:
+    """A selector of the document as the router's selector_create takes it: `matches`
+    alone when there are conditions (the first is `match` too, in the document)."""
+    settings = {k: selector[k] for k in SELECTOR_KEYS}
+    if settings["matches"]:
+        settings["match"] = None
+    return settings
 
 
 def _plan_stores(
@@ -384,7 +424,7 @@ def _check_wiring(doc: dict[str, Any], current: dict[str, Any], problems: list[s
                 problems.append(f"queues[{index}] ({queue['name']}): {error}")
     for index, selector in enumerate(doc["selectors"]):
         where = f"selectors[{index}] (on {selector['queue']})"
-        settings = {k: selector[k] for k in SELECTOR_KEYS if k != "queue"}
+        settings = {k: v for k, v in router_settings(selector).items() if k != "queue"}
         try:
             _check_settings(settings)
             created = scratch.selector_create(selector["queue"])
@@ -453,10 +493,9 @@ def _plan_selectors(selectors: list[dict[str, Any]], result: Plan) -> None:
 def _describe(selector: dict[str, Any]) -> str:
     """WHEN -> DO in words, for the diff."""
     when = selector["when"] or "(no WHEN)"
-    match = selector["match"]
     if when in ("match", "filter"):
         parts = []
-        if match:
+        for match in selector["matches"] or ([selector["match"]] if selector["match"] else []):
             field_ = match.get("field") or "address"
             parts.append(f"{field_} {match.get('operator')} {match.get('pattern')!r}")
         if selector["filter"]:
@@ -464,6 +503,8 @@ def _describe(selector: dict[str, Any]) -> str:
         when = " and ".join(parts)
     action = selector["action"] or "(no DO)"
     target = f" {selector['target']}" if selector["target"] else ""
+    if selector["target_from"]:
+        target = f" (target from {selector['target_from']})"
     return f"WHEN {when} DO {action}{target}"
 
 
@@ -550,7 +591,7 @@ def apply(result: Plan, who: str, call: Any) -> dict[str, Any]:
             stores=result.stores,
             queues_create=[{k: q[k] for k in QUEUE_KEYS} for q in result.queues_create],
             queues_update=result.queues_update,
-            selectors_create=[{k: s[k] for k in SELECTOR_KEYS} for s in result.selectors_create],
+            selectors_create=[router_settings(s) for s in result.selectors_create],
             selectors_update=result.selectors_update,
             patterns=result.patterns,
         )

@@ -92,6 +92,18 @@ class Selector(models.Model):
     enabled = models.BooleanField(default=False)
     start = models.CharField(max_length=30, default="current")
     credit = models.IntegerField(default=-1, help_text="-1: unlimited")
+    more_matches = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="match conditions after the first: [[operator, pattern, field], ...]; "
+        "all must hold",
+    )
+    target_from = models.CharField(
+        max_length=210,
+        null=True,
+        blank=True,
+        help_text="the field naming each message's target (instead of target)",
+    )
 
     class Meta:
         ordering = ["queue__name", "number"]
@@ -110,7 +122,10 @@ class Selector(models.Model):
         if self.when == "match" and self.match_operator:
             match = (self.match_operator, self.match_pattern, self.match_field or "address")
         expression = self.filter if self.when == "match" else None
-        return describe_in_words(self.when or None, match, expression, self.action, self.target)
+        more = tuple(tuple(m) for m in self.more_matches or ()) if match is not None else ()
+        return describe_in_words(
+            self.when or None, match, expression, self.action, self.target, more, self.target_from
+        )
 
 
 class Pattern(models.Model):

@@ -1,0 +1,151 @@
+"""SPEC §12, lineage: `eng.trace(mid)` tells what happened to a message, oldest first."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import Engine, Message
+from engine.errors import InvalidArgument, NotFound
+
+
+@pytest.fixture
+def jeng(store_kind, engine_on) -> Engine:
+    return engine_on(store_kind, journal=True)
+
+
+def network(eng: Engine) -> None:
+    """in copies into a and b; a moves into work, which delivers to app; dlq keeps letters."""
+    eng.queue_create("dlq", history=10)
+    for name in ("a", "b", "work"):
+        eng.queue_create(name, dead_letter="dlq")
+    eng.queue_create("in")
+    eng.selector_create("in").when_always().do_copy("a").enable()
+    eng.selector_create("in").when_always().do_copy("b").enable()
+    eng.selector_create("a").when_always().do_move("work").enable()
+    eng.selector_create("work").when_always().do_deliver("app").enable()
+    eng.selector_create("b").when_always().do_delete().enable()
+
+
+def kinds(steps: list[dict]) -> list[tuple]:
+    return [(s["kind"], s["queue"], s["target"], s["detail"]) for s in steps]
+
+
+def test_the_trace_of_a_copied_moved_delivered_rejected_message(jeng: Engine) -> None:
+    network(jeng)
+    delivery = jeng.publish("in", Message(address="x"))[0]
+    again = jeng.reject(delivery, requeue=True)[0]
+    assert again.redelivered
+    jeng.reject(again, requeue=False)
+    steps = jeng.trace(delivery.message.mid)
+    assert kinds(steps) == [
+        ("publish", "in", None, None),
+        ("route", "in", "a", "copy"),
+        ("route", "a", "work", "move"),
+        ("deliver", "work", "app", None),
+        ("route", "in", "b", "copy"),
+        ("delete", "b", None, None),
+        ("reject", "work", "app", "requeue"),
+        ("deliver", "work", "app", "redelivered"),
+        ("reject", "work", "app", None),
+        ("dead_letter", "work", "dlq", "rejected"),
+    ]
+    assert steps[0]["seq"] == 1 and steps[0]["address"] == "x"
+    assert all(isinstance(s["time"], float) for s in steps)
+    assert steps[3]["said"] == "selector 1 of 'work' delivered it to destination 'app'"
+    assert steps[-1]["said"] == "dead-lettered from 'work' into 'dlq' (rejected)"
+
+
+def test_the_trace_of_a_confirmed_message(jeng: Engine) -> None:
+    network(jeng)
+    delivery = jeng.publish("in", Message())[0]
+    jeng.confirm(delivery)
+    assert kinds(jeng.trace(delivery.message.mid))[-1] == ("confirm", "work", "app", None)
+
+
+def test_the_trace_of_an_expired_message(jeng: Engine) -> None:
+    jeng.queue_create("dlq", history=10)
+    jeng.queue_create("slow", dead_letter="dlq", ttl=1.0)
+    jeng.publish("slow", Message())  # no selectors: it waits, then expires
+    mid = jeng.peek("slow")[0].mid
+    jeng.tick(now=jeng.peek("slow")[0].timestamp + 5)
+    assert kinds(jeng.trace(mid))[-1] == ("dead_letter", "slow", "dlq", "expired")
+
+
+def test_a_target_from_the_envelope_and_its_failure_are_traced(jeng: Engine) -> None:
+    jeng.queue_create("dlq", history=10)
+    jeng.queue_create("in", dead_letter="dlq")
+    jeng.selector_create("in").when_always().do_move(target_from="to").enable()
+    jeng.publish("in", Message(headers={"to": "nowhere"}))
+    mid = jeng.peek("dlq")[0].mid
+    assert kinds(jeng.trace(mid))[-1] == ("dead_letter", "in", "dlq", "no-such-queue")
+
+
+def test_a_queue_without_journal_is_not_traced(jeng: Engine) -> None:
+    jeng.queue_create("quiet", journal=False, history=1)
+    jeng.selector_create("quiet").when_always().do_delete().enable()
+    jeng.publish("quiet", Message())
+    with pytest.raises(NotFound):
+        jeng.trace(jeng.browse("quiet")[0].mid)
+
+
+def test_trace_of_an_unknown_mid_is_not_found(jeng: Engine) -> None:
+    with pytest.raises(NotFound, match="no events"):
+        jeng.trace("nope-1")
+
+
+@pytest.mark.parametrize("mid", ["", "x" * 201, 7, "a\nb", None])
+def test_trace_refuses_what_is_no_mid(jeng: Engine, mid) -> None:
+    with pytest.raises(InvalidArgument):
+        jeng.trace(mid)
+
+
+def test_an_engine_without_journal_says_so(eng: Engine) -> None:
+    with pytest.raises(InvalidArgument, match="journal"):
+        eng.trace("m-1")
+
+
+def test_trace_reads_only_what_was_not_drained(jeng: Engine) -> None:
+    jeng.queue_create("q", history=1)
+    jeng.selector_create("q").when_always().do_delete().enable()
+    jeng.publish("q", Message())
+    mid = jeng.browse("q")[0].mid
+    jeng.journal.drain()
+    with pytest.raises(NotFound, match="drained"):
+        jeng.trace(mid)
+
+
+def test_archived_events_give_the_same_steps(jeng: Engine, tmp_path) -> None:
+    from engine.archive import Archive
+    from engine.lineage import step_of
+
+    network(jeng)
+    delivery = jeng.publish("in", Message(address="x"))[0]
+    jeng.reject(delivery, requeue=False)
+    mid = delivery.message.mid
+    live = jeng.trace(mid)
+    archive = Archive(tmp_path / "archive")
+    archive.write_events(jeng.journal.drain())
+    found = sorted(archive.events_of(mid), key=lambda item: item[1])
+    assert [step_of(event) for _, _, event in found] == live
+    assert archive.events_of("nope") == []
+
+
+def test_a_delivery_to_a_destination_the_message_names_is_traced_with_it(jeng: Engine) -> None:
+    jeng.queue_create("in")
+    jeng.selector_create("in").when_always().do_deliver(target_from="user").enable()
+    delivery = jeng.publish("in", Message(headers={"user": "alice"}))[0]
+    jeng.reject(delivery, requeue=True)
+    [timed_out] = jeng.expire(0)  # the redelivery timed out: delivered a third time
+    assert timed_out.destination == "alice"
+    jeng.confirm(timed_out)
+    steps = kinds(jeng.trace(delivery.message.mid))
+    assert [kind for kind, *_ in steps] == [
+        "publish",
+        "deliver",
+        "reject",
+        "deliver",
+        "expire",
+        "deliver",
+        "confirm",
+    ]
+    assert {target for kind, _, target, _ in steps if kind != "publish"} == {"alice"}

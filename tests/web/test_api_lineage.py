@@ -1,0 +1,92 @@
+"""SPEC §12 over HTTP: POST /api/queues/{queue}/explain and GET /api/messages/{mid}/trace."""
+
+from __future__ import annotations
+
+from tests.web.conftest import unique, wait_for
+from tests.web.test_api_conditions import three_conditions
+
+
+def make_queue(client, **settings) -> str:
+    name = unique()
+    assert client.post("/api/queues", json={"name": name, **settings}).status_code == 201
+    return name
+
+
+def issue(service, rights: dict) -> str:
+    with service.client() as client:
+        made = client.post("/api/tokens", json={"name": unique("t"), "rights": rights})
+        assert made.status_code == 201, made.text
+        return made.json()["secret"]
+
+
+def test_explain_gives_verdicts_and_changes_nothing(service) -> None:
+    with service.client() as client:
+        queue, target = make_queue(client), make_queue(client)
+        client.post(f"/api/queues/{queue}/selectors", json=three_conditions(client, target))
+        before = client.get(f"/api/queues/{queue}/stats").json()
+        said = client.post(
+            f"/api/queues/{queue}/explain",
+            json={"address": "orders.new", "return_address": "shop", "headers": {"tier": "gold"}},
+        )
+        assert said.status_code == 200, said.text
+        verdict = said.json()["steps"][0]["selectors"][0]
+        assert verdict["condition"] == 2 and "return_address" in verdict["reason"]
+        said = client.post(
+            f"/api/queues/{queue}/explain",
+            json={"address": "orders.new", "return_address": "desk", "headers": {"tier": "gold"}},
+        )
+        assert [s["queue"] for s in said.json()["steps"]] == [queue, target]
+        assert client.get(f"/api/queues/{queue}/stats").json() == before
+
+
+def test_explain_refuses_bad_bodies_unknown_queues_and_callers_without_read(service) -> None:
+    with service.client() as client:
+        queue = make_queue(client)
+        deep = b'{"headers": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+        answer = client.post(f"/api/queues/{queue}/explain", content=deep)
+        assert answer.status_code == 400
+        surrogate = rb'{"headers": {"h": "\ud800"}}'
+        answer = client.post(f"/api/queues/{queue}/explain", content=surrogate)
+        assert answer.status_code == 400
+        assert client.post(f"/api/queues/{queue}/explain", json={"bogus": 1}).status_code == 400
+        assert client.post(f"/api/queues/{unique()}/explain", json={}).status_code == 404
+    other = issue(service, {"elsewhere": ["read"]})
+    with service.client(other) as stranger:
+        assert stranger.post(f"/api/queues/{queue}/explain", json={}).status_code == 403
+
+
+def test_trace_of_a_copied_delivered_and_confirmed_message(service) -> None:
+    with service.client() as client:
+        queue, copy = make_queue(client), make_queue(client)
+        client.post(
+            f"/api/queues/{queue}/selectors",
+            json={"when": "always", "action": "copy", "target": copy, "enabled": True},
+        )
+        client.post(
+            f"/api/queues/{queue}/selectors",
+            json={"when": "always", "action": "delete", "enabled": True},
+        )
+        mid = client.post(f"/api/queues/{queue}/publish", json={"body": "x"}).json()["mid"]
+
+        def traced():
+            answer = client.get(f"/api/messages/{mid}/trace")
+            return answer.status_code == 200 and len(answer.json()["steps"]) >= 3 and answer
+
+        answer = wait_for(traced)
+        steps = answer.json()["steps"]
+        assert [(s["kind"], s["queue"]) for s in steps] == [
+            ("publish", queue),
+            ("route", queue),
+            ("delete", queue),
+        ]
+        assert steps[0]["seq"] == 1 and steps[1]["target"] == copy
+        assert all(s["source"] == "journal" for s in steps)
+    reader = issue(service, {copy: ["read"]})  # may not read `queue`: sees nothing of it
+    with service.client(reader) as stranger:
+        assert stranger.get(f"/api/messages/{mid}/trace").status_code == 404
+
+
+def test_trace_of_an_unknown_or_bad_mid(service) -> None:
+    with service.client() as client:
+        assert client.get("/api/messages/nope-12345/trace").status_code == 404
+        assert client.get(f"/api/messages/{'m' * 300}/trace").status_code == 400

@@ -1,0 +1,70 @@
+"""A message's lineage in the service (SPEC §12): its journal events, wherever they are now.
+
+The router's engine records events (engine/event_journal.py) and, after every routing step,
+appends them to the store's journal list in Redis (journal.py); the archive export moves
+them from there into Parquet (engine/archive.py). So a message's events are in the list
+(recent), in the archive (older), or briefly in both (written, not yet removed from the
+list): both are read and each event is kept once, by its (epoch, position).
+
+Events of one journal epoch (one router's engine) are in recording order by position, which
+is the order things happened (their times come from two clocks: a call's start and each
+delivery's moment). Epochs (routers one after another) are ordered by their first event's
+time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from engine.archive import Archive
+from engine.lineage import check_mid, step_of
+from xumpweb.analytics.journal import journal_key
+from xumpweb.runtime import Service
+
+READ = 100  # journal chunks (up to 100,000 events) per Redis read
+# the newest chunks a trace reads (up to 500,000 events): a journal the archive has not
+# emptied for long can hold millions, and one trace must not pull them all out of Redis
+MOST_CHUNKS = 500
+
+
+def trace(
+    service: Service, mid: str, archive: Path | None, most: int = MOST_CHUNKS
+) -> list[dict[str, Any]]:
+    """Every recorded step of message `mid`, oldest first, each with `epoch` and `position`
+    and the `source` it was read from ("journal" or "archive"). [] when none is known.
+    Reads the newest `most` chunks of the journal list (steps older than those and not yet
+    archived are left out)."""
+    check_mid(mid)
+    found: dict[tuple[str, int], tuple[tuple, str]] = {}
+    if archive is not None and archive.is_dir():
+        for epoch, position, event in Archive(archive).events_of(mid):
+            found[(epoch, position)] = (event, "archive")
+    needle = orjson.dumps(mid)  # the mid as the chunk's JSON spells it
+    client = service.redis
+    key = journal_key(service.store)
+    start = -most
+    while start < 0:
+        items = client.lrange(key, start, min(start + READ, 0) - 1)
+        for item in items:
+            if needle not in item:
+                continue  # most chunks: no JSON parse at all
+            chunk = orjson.loads(item)
+            epoch, first = chunk["epoch"], chunk["first"]
+            for offset, event in enumerate(chunk["events"]):
+                if event[2] == mid:
+                    found[(epoch, first + offset)] = (tuple(event), "journal")
+        start += READ
+    first_time: dict[str, float] = {}
+    for (epoch, _), (event, _) in found.items():
+        first_time[epoch] = min(first_time.get(epoch, event[0]), event[0])
+    steps = []
+    for (epoch, position), (event, source) in sorted(
+        found.items(), key=lambda item: (first_time[item[0][0]], item[0][0], item[0][1])
+    ):
+        step = step_of(event)
+        step.update({"epoch": epoch, "position": position, "source": source})
+        steps.append(step)
+    return steps
