@@ -9,6 +9,7 @@ Redis keys), so tests can make users and tokens through the models.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -286,3 +287,24 @@ def create_queues(redis_url: str, store: str, names: list[str], threads: int = 8
 def unique(prefix: str = "q") -> str:
     """A queue or destination name no other test uses."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')  # a console form's token
+
+
+@contextmanager
+def console_login(url: str) -> Iterator[httpx.Client]:
+    """An httpx client logged in to the console as the admin (through the login form)."""
+    with httpx.Client(base_url=url, timeout=120) as client:
+        token = CSRF.search(client.get("/login/").text)[1]
+        fields = {"csrfmiddlewaretoken": token, "username": "admin", "password": "admin-password"}
+        answer = client.post("/login/", data=fields)
+        assert answer.status_code == 302, answer.text
+        yield client
+
+
+@pytest.fixture
+def console(service):
+    """An httpx client logged in to the console as the admin."""
+    with console_login(service.url) as client:
+        yield client

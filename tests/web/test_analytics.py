@@ -18,9 +18,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from tests.web import conftest
-from tests.web.conftest import ROOT, eventually, unique
+from tests.web.conftest import CSRF, ROOT, console_login, eventually, unique
 
-HIDDEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 ORDERS, INVOICES = 40, 20  # messages published: order.eu.N and invoice.us.N
 
 
@@ -190,17 +189,12 @@ def test_only_the_newest_periodic_archive_runs_are_kept(analytics_service):
 @pytest.fixture(scope="module")
 def browser(analytics_service):
     """A logged-in console session (httpx with the session cookie and CSRF)."""
-    with httpx.Client(base_url=analytics_service.url, timeout=30) as client:
-        page = client.get("/login/")
-        token = HIDDEN.search(page.text)[1]
-        fields = {"csrfmiddlewaretoken": token, "username": "admin", "password": "admin-password"}
-        answer = client.post("/login/", data=fields)
-        assert answer.status_code == 302, answer.text
+    with console_login(analytics_service.url) as client:
         yield client
 
 
 def post_form(browser: httpx.Client, page: str, action: str, fields: dict) -> httpx.Response:
-    token = HIDDEN.search(browser.get(page).text)[1]
+    token = CSRF.search(browser.get(page).text)[1]
     return browser.post(action, data={"csrfmiddlewaretoken": token, **fields})
 
 

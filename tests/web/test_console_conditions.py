@@ -5,29 +5,15 @@ from __future__ import annotations
 
 import re
 
-import httpx
-import pytest
+from tests.web.conftest import CSRF, unique, wait_for
 
-from tests.web.conftest import unique, wait_for
-
-HIDDEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 SUMMARY = re.compile(r"<strong>(\d+)</strong> of the last (\d+) message")
-
-
-@pytest.fixture
-def console(service):
-    """An httpx client logged in to the console as the admin."""
-    with httpx.Client(base_url=service.url, timeout=30) as client:
-        token = HIDDEN.search(client.get("/login/").text)[1]
-        fields = {"csrfmiddlewaretoken": token, "username": "admin", "password": "admin-password"}
-        assert client.post("/login/", data=fields).status_code == 302
-        yield client
 
 
 def builder(console, queue: str, **fields) -> dict:
     page = console.get(f"/queues/{queue}/selectors/new/")
     form = {
-        "csrfmiddlewaretoken": HIDDEN.search(page.text)[1],
+        "csrfmiddlewaretoken": CSRF.search(page.text)[1],
         "when": "match",
         "operator": "topic",
         "pattern": "orders.*",

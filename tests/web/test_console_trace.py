@@ -3,24 +3,9 @@ message's detail page; nothing of queues the person may not read; input escaped.
 
 from __future__ import annotations
 
-import re
-
 import httpx
-import pytest
 
-from tests.web.conftest import unique, wait_for
-
-HIDDEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
-
-
-@pytest.fixture
-def console(service):
-    """An httpx client logged in to the console as the admin."""
-    with httpx.Client(base_url=service.url, timeout=30) as client:
-        token = HIDDEN.search(client.get("/login/").text)[1]
-        fields = {"csrfmiddlewaretoken": token, "username": "admin", "password": "admin-password"}
-        assert client.post("/login/", data=fields).status_code == 302
-        yield client
+from tests.web.conftest import CSRF, unique, wait_for
 
 
 def test_a_copied_and_delivered_message_is_traced_with_its_path(service, console) -> None:
@@ -80,7 +65,7 @@ def test_the_publish_form_explains_a_test_message_without_publishing_it(service,
     page = console.get(f"/queues/{queue}/")
     assert "Explain (publishes nothing)" in page.text
     form = {
-        "csrfmiddlewaretoken": HIDDEN.search(page.text)[1],
+        "csrfmiddlewaretoken": CSRF.search(page.text)[1],
         "address": "a",
         "headers": "region: us",
         "body": "",

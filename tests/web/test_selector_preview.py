@@ -7,24 +7,12 @@ from __future__ import annotations
 
 import re
 
-import httpx
 import pytest
 
-from tests.web.conftest import unique
+from tests.web.conftest import CSRF, unique
 from tests.web.test_subscribe import wait_for, xump  # noqa: F401 (xump: a fixture)
 
-HIDDEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 SUMMARY = re.compile(r"<strong>(\d+)</strong> of the last (\d+) message")
-
-
-@pytest.fixture
-def console(service):
-    """An httpx client logged in to the console as the admin."""
-    with httpx.Client(base_url=service.url, timeout=30) as client:
-        token = HIDDEN.search(client.get("/login/").text)[1]
-        fields = {"csrfmiddlewaretoken": token, "username": "admin", "password": "admin-password"}
-        assert client.post("/login/", data=fields).status_code == 302
-        yield client
 
 
 WHENS = [
@@ -54,7 +42,7 @@ def test_the_preview_counts_what_a_late_selector_takes(service, xump, console, w
     assert wait_for(lambda: xump.stats(queue)["history_size"] == 30)
     form = {"operator": "", "pattern": "", "field": "address", "filter": "", **when,
             "action": "copy", "target": sink, "credit": "-1", "start": "head"}  # fmt: skip
-    csrf = HIDDEN.search(console.get(f"/queues/{queue}/selectors/new/").text)[1]
+    csrf = CSRF.search(console.get(f"/queues/{queue}/selectors/new/").text)[1]
     answer = console.post(
         f"/queues/{queue}/selectors/preview/", data={**form, "csrfmiddlewaretoken": csrf}
     )
@@ -83,7 +71,7 @@ def test_the_preview_lists_waiting_messages_in_priority_order(service, xump, con
     assert wait_for(lambda: xump.stats(queue)["depth"] == 4)
     form = {"when": "always", "operator": "", "pattern": "", "field": "address", "filter": "",
             "action": "move", "target": sink, "credit": "-1", "start": "current"}  # fmt: skip
-    csrf = HIDDEN.search(console.get(f"/queues/{queue}/selectors/new/").text)[1]
+    csrf = CSRF.search(console.get(f"/queues/{queue}/selectors/new/").text)[1]
     answer = console.post(
         f"/queues/{queue}/selectors/preview/", data={**form, "csrfmiddlewaretoken": csrf}
     )
