@@ -74,8 +74,31 @@ def queue_update(engine: Engine, name: str, **changes: Any) -> Answer:
     return queue_json(engine, engine.queue_update(name, **changes)), NONE
 
 
+# the private queues of STOMP connections (topic and durable subscriptions, temp queues):
+# the COPY selectors feeding them are part of the subscription, not wiring of their own
+STOMP_PRIVATE = ("stomp:", "stomp-durable:")
+
+
 def queue_delete(engine: Engine, name: str) -> Answer:
-    return {"deleted": name}, engine.queue_delete(name)
+    """Delete a queue. A STOMP subscription's private queue (a durable subscription an
+    operator removes on the console, say) goes with the COPY selectors that feed it, as
+    UNSUBSCRIBE takes it down: left behind, a COPY into a queue that is gone would wait
+    there, unseen, and feed the queue of the same name made by the subscriber's next
+    SUBSCRIBE with its old pattern and selector."""
+    if not name.startswith(STOMP_PRIVATE):
+        return {"deleted": name}, engine.queue_delete(name)
+    engine.queue_fetch(name)  # NotFound before anything is removed
+    return {"deleted": name}, _take_down(engine, _feeding(engine, name), [name])
+
+
+def _feeding(engine: Engine, queue: str) -> list[tuple[str, int]]:
+    """The COPY selectors (owner queue, number) of every queue that copy into `queue`."""
+    return [
+        (info.name, selector.id)
+        for info in engine.queues()
+        for selector in engine.selectors(info.name)
+        if selector.spec.action == "copy" and selector.spec.target == queue
+    ]
 
 
 # -- selectors ---------------------------------------------------------------------------

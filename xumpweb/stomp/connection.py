@@ -350,7 +350,8 @@ class StompConnection:
 
     def deliver(self, subscription: str, delivery: Delivery) -> list[Action]:
         """A delivery for `subscription`: the MESSAGE frame to send (plus its Settle in
-        ack:auto mode). A delivery for a subscription that is gone is rejected (requeued)."""
+        ack:auto mode). A delivery for a subscription that is gone gets a rejecting Settle and
+        no MESSAGE: the transport gives it back (session.py: to the outbox, untaken)."""
         sub = self._subscriptions.get(subscription)
         if sub is None or self.state is State.CLOSED:
             return [Settle(subscription, (delivery.tag,), accept=False)]

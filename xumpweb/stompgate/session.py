@@ -21,7 +21,9 @@ carries out the actions it returns, the same way for both transports:
 * **Settle** (ACK/NACK): confirms or rejects (requeue) through the OutboxReader; each
   settled delivery opens the subscription's window by one.
 * **Unsubscribe** and the end of the connection give back every delivery not settled
-  (requeue, redelivered to the others) and take a topic's private queue down.
+  (requeue, redelivered to the others) and take a topic's private queue down. What the
+  pump's last take brought after the subscription ended was never sent: it goes back to
+  the head of the outbox untaken, in order, not as redeliveries (OutboxReader.untake).
 
 Answers (RECEIPT, ERROR of a failed action) go out in the order of the frames that asked
 for them: each action that answers takes a slot in a FIFO and a writer task sends the
@@ -192,9 +194,12 @@ class _Subscription:
                 continue
             if not popped:
                 continue
+            if self.stopping:  # it ended while the take waited: what came is not ours
+                return await self._untake(popped)
             self.item_size = max(1, sum(map(len, popped)) // len(popped))
             data: list[bytes] = []
             auto: list[str] = []
+            back: list[bytes] = []
             for raw in popped:
                 try:
                     delivery = delivery_from_json(raw)
@@ -202,13 +207,15 @@ class _Subscription:
                 except Exception as problem:  # an item no frame can carry: dead letters
                     await self._set_aside(raw, problem)
                     continue
+                if type(actions[0]) is not Send:  # the subscription is gone: never sent
+                    back.append(raw)
+                    continue
                 reader.unsettled[delivery.tag] = None
-                for action in actions:
-                    if type(action) is Send:
-                        data.append(action.data)
-                    elif type(action) is Settle and action.accept:
-                        auto.extend(action.tags)
-                    # a Settle that rejects: the subscription is gone; close() gives it back
+                data.append(actions[0].data)
+                if len(actions) > 1 and type(actions[1]) is Settle and actions[1].accept:
+                    auto.extend(actions[1].tags)
+            if back:
+                await self._untake(back)
             if self.ack != "auto":
                 self.credit -= len(data)
             for chunk in _chunks(data):
@@ -216,6 +223,18 @@ class _Subscription:
                     return
             if auto:
                 await reader.ack(auto)
+
+    async def _untake(self, items: list[bytes]) -> None:
+        """Items taken after the subscription ended (UNSUBSCRIBE, DISCONNECT, a closed
+        socket while the take waited) go back to the head of the outbox as they were:
+        the next subscriber receives them first, in order, not as redeliveries."""
+        try:
+            await self.reader.untake(items)
+        except redis.RedisError as problem:  # then close() rejects them: requeued
+            logger.warning("cannot put %d item(s) back in %r: %s", len(items),
+                           self.reader.outbox, problem)  # fmt: skip
+            for raw in items:
+                self.reader.unsettled[delivery_from_json(raw).tag] = None
 
     async def _set_aside(self, raw: bytes, problem: Exception) -> None:
         reason = f"the delivery cannot be sent as a STOMP frame: {type(problem).__name__}"
