@@ -227,6 +227,29 @@ def test_client_individual_ack_and_nack_settle_one_message() -> None:
     assert conn.unsettled() == {"a": ("t1",)}
 
 
+def test_nack_with_requeue_false_rejects_without_requeue() -> None:
+    """RabbitMQ's NACK header `requeue:false`: dead letters or dropped, not redelivered;
+    `true` (any case) or no header requeues; another value is an ERROR."""
+    conn = connected()
+    conn.receive_data(
+        frame("SUBSCRIBE", id="a", destination="/queue/work", ack="client-individual")
+    )
+    ids = deliver_three(conn, "a")
+    assert conn.receive_data(frame("NACK", id=ids[0], requeue="false")) == [
+        Settle("a", ("t1",), accept=False, requeue=False)
+    ]
+    assert conn.receive_data(frame("NACK", id=ids[1], requeue="True")) == [
+        Settle("a", ("t2",), accept=False)
+    ]
+    assert conn.receive_data(frame("ACK", id=ids[2], requeue="false")) == [
+        Settle("a", ("t3",), accept=True)  # means nothing on an ACK
+    ]
+    ids = deliver_three(conn, "a")
+    error = server_frames(conn.receive_data(frame("NACK", id=ids[0], requeue="no")))[0]
+    assert error.headers["message"] == "bad header"
+    assert conn.unsettled() == {"a": ("t1", "t2", "t3")}
+
+
 def test_stomp_11_acks_by_message_id() -> None:
     conn = connected()
     conn.receive_data(frame("SUBSCRIBE", id="a", destination="/queue/work", ack="client"))

@@ -461,6 +461,32 @@ def test_a_nacked_message_goes_to_one_of_the_competing_subscribers_once(http, cl
     assert len(first.messages) + len(second.messages) == 2
 
 
+def test_a_nack_with_requeue_false_dead_letters_or_drops_instead_of_redelivering(http, clients):
+    """RabbitMQ's `requeue:false`: the queue's dead-letter queue gets it (`x-reason:
+    rejected`); a queue without one drops it. Either way it is not delivered again."""
+    lettered, plain, dead = unique(), unique(), unique("dead")
+    lettered_to, plain_to = unique("d"), unique("d")
+    make_queue(http, dead)
+    deliver(http, lettered, lettered_to, dead_letter=dead)
+    deliver(http, plain, plain_to)
+    client = clients()
+    client.subscribe(f"/queue/{lettered_to}", sid="l")
+    client.subscribe(f"/queue/{plain_to}", sid="p")
+    client.send(f"/queue/{lettered}", "poison", receipt="r1")
+    client.send(f"/queue/{plain}", "unwanted", receipt="r2")
+    for frame in client.take(2):
+        client.connection.nack(frame.headers["ack"], requeue="false")
+    [letter] = eventually(lambda: waiting(http, dead), "the rejected message's dead letter")
+    assert letter["body"] == "poison" and letter["headers"]["x-reason"] == "rejected"
+    eventually(lambda: stats(http, plain)["dropped"] == 1, "the drop to be counted")
+    client.send(f"/queue/{lettered}", "next", receipt="r3")  # behind where a redelivery would be
+    client.send(f"/queue/{plain}", "next", receipt="r4")
+    assert sorted(bodies(client.take(4)[2:])) == ["next", "next"]
+    client.ack(client.messages[2])
+    client.ack(client.messages[3], receipt="acked")
+    assert len(client.messages) == 4
+
+
 # -- consumers that leave -----------------------------------------------------------------------
 @pytest.mark.parametrize("leaving", ["unsubscribe", "disconnect", "drop"])
 @pytest.mark.parametrize("taker", ["the other subscriber", "the same consumer reconnected"])

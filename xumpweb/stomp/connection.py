@@ -25,8 +25,9 @@ Deliveries go the other way: `deliver(subscription, delivery)` returns the MESSA
 when idle for `send` ms, and treat the client as gone after silence of about twice `receive`.
 
 Choices (SPEC §9 leaves them to us):
-* versions 1.2 and 1.1 are spoken; a client offering only 1.0 (no `accept-version`) gets an
-  ERROR listing `version:1.1,1.2`. `host` is optional (passed to `Authenticate`).
+* versions 1.2, 1.1 and 1.0 (a CONNECT without `accept-version`) are spoken; a client
+  offering none of them gets an ERROR listing `version:1.0,1.1,1.2`. `host` is optional
+  (passed to `Authenticate`).
 * transactions are supported: SEND, ACK and NACK inside BEGIN … COMMIT are buffered and
   emitted at COMMIT (ABORT or a closed connection drops them), after a `Commit(size,
   receipt)` that makes them all or nothing (the transport checks them all first). A
@@ -35,7 +36,8 @@ Choices (SPEC §9 leaves them to us):
 * `ack:client` ACK and NACK are cumulative (every earlier unsettled MESSAGE of that
   subscription too), as RabbitMQ and ActiveMQ do; `client-individual` settles one.
 * `message-id` and `ack` of a MESSAGE are the same per-connection number; ACK/NACK take it
-  from `id` (1.2) or `message-id` (1.1).
+  from `id` (1.2) or `message-id` (1.1). NACK `requeue:false` (RabbitMQ's) rejects without
+  requeue.
 
 Every client mistake ends in `Send(ERROR)` + `Close()` (STOMP closes after an ERROR), with
 `receipt-id` when the offending frame asked for a receipt, and no engine action for that
@@ -584,6 +586,7 @@ class StompConnection:
                 f"{ack_id!r}"[:60] + " is not the `ack` of a MESSAGE this connection "
                 "received and has not settled yet",
             )
+        _requeue(frame)  # a bad value is an ERROR now, not at its transaction's COMMIT
         return self._maybe_in_transaction(frame, receipt, None)
 
     def _settle(self, frame: Frame, receipt: str | None) -> list[Action]:
@@ -604,7 +607,9 @@ class StompConnection:
         tags = tuple(sub.unsettled.pop(i) for i in ids)
         for i in ids:
             del self._ack_owner[i]
-        return [Settle(sub.id, tags, accept=frame.command == "ACK", receipt=receipt)]
+        accept = frame.command == "ACK"
+        requeue = accept or _requeue(frame)
+        return [Settle(sub.id, tags, accept=accept, receipt=receipt, requeue=requeue)]
 
     def _on_begin(self, frame: Frame, receipt: str | None) -> list[Action]:
         tx = _required(frame, "transaction")
@@ -759,6 +764,17 @@ def _typed(value: str) -> HeaderValue:
         return int(value)
     number = float(value)
     return number if repr(number) == value else value
+
+
+def _requeue(frame: Frame) -> bool:
+    """A NACK's `requeue` header (RabbitMQ's): `false` rejects without requeue (dead
+    letters or dropped, by the queue's rules); `true` or none requeues."""
+    value = frame.headers.get("requeue")
+    if value is None or frame.command != "NACK":
+        return True
+    if value.lower() not in ("true", "false"):
+        raise ProtocolError("bad header", f"requeue must be true or false, not {value!r}"[:300])
+    return value.lower() == "true"
 
 
 def _required(frame: Frame, header: str) -> str:

@@ -18,8 +18,9 @@ carries out the actions it returns, the same way for both transports:
   wants and leaves the others); /topic/<pattern> first builds a private queue
   (topics.py). One pump task per subscription takes at most `credit` (prefetch) items,
   hands each to the core for its MESSAGE frame and writes them in one write.
-* **Settle** (ACK/NACK): confirms or rejects (requeue) through the OutboxReader; each
-  settled delivery opens the subscription's window by one.
+* **Settle** (ACK/NACK): confirms or rejects (requeue, or with NACK `requeue:false` dead
+  letters) through the OutboxReader; each settled delivery opens the subscription's
+  window by one.
 * **Unsubscribe** and the end of the connection give back every delivery not settled
   (requeue, redelivered to the others) and take a topic's private queue down. What the
   pump's last take brought after the subscription ended was never sent: it goes back to
@@ -661,7 +662,7 @@ class StompSession:
             if action.accept:
                 await sub.reader.ack(tags)
             else:
-                await sub.reader.reject(tags, requeue=True)
+                await sub.reader.reject(tags, requeue=action.requeue)
             if sub.ack != "auto":
                 sub.opened(len(tags))
             if action.receipt is not None:
