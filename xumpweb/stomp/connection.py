@@ -31,13 +31,13 @@ Choices (SPEC §9 leaves them to us):
 * transactions are supported: SEND, ACK and NACK inside BEGIN … COMMIT are buffered and
   emitted at COMMIT (ABORT or a closed connection drops them), after a `Commit(size,
   receipt)` that makes them all or nothing (the transport checks them all first). A
-  frame inside a transaction gets its RECEIPT at once (received, not yet done); COMMIT's
-  receipt means all done.
+  frame inside a transaction gets its RECEIPT when COMMIT has carried it out (as
+  RabbitMQ does; never at ABORT); COMMIT's receipt means all done.
 * `ack:client` ACK and NACK are cumulative (every earlier unsettled MESSAGE of that
   subscription too), as RabbitMQ and ActiveMQ do; `client-individual` settles one.
 * `message-id` and `ack` of a MESSAGE are the same per-connection number; ACK/NACK take it
-  from `id` (1.2) or `message-id` (1.1). NACK `requeue:false` (RabbitMQ's) rejects without
-  requeue.
+  from `id` in 1.2 and from `message-id` in 1.1 and 1.0 (each version's header only: a 1.2
+  ACK without `id` is an ERROR). NACK `requeue:false` (RabbitMQ's) rejects without requeue.
 
 Every client mistake ends in `Send(ERROR)` + `Close()` (STOMP closes after an ERROR), with
 `receipt-id` when the offending frame asked for a receipt, and no engine action for that
@@ -573,12 +573,20 @@ class StompConnection:
             del self._ack_owner[ack_id]
         return [Unsubscribe(sid, tuple(sub.unsettled.values()), receipt, durable)]
 
+    def _ack_header(self) -> str:
+        """Where ACK and NACK carry the MESSAGE's id: `id` (its `ack` header) in STOMP
+        1.2, `message-id` in 1.1 and 1.0; the other header is not looked at."""
+        return "id" if self.version == "1.2" else "message-id"
+
     def _on_ack(self, frame: Frame, receipt: str | None) -> list[Action]:
-        ack_id = frame.headers.get("id") or frame.headers.get("message-id")
-        if ack_id is None:
+        header = self._ack_header()
+        ack_id = frame.headers.get(header)
+        if not ack_id:
+            source = "ack" if header == "id" else "message-id"
             raise ProtocolError(
-                f"missing id header in {frame.command}",
-                f"{frame.command} needs the `id` header: the `ack` header of the MESSAGE",
+                f"missing {header} header in {frame.command}",
+                f"a STOMP {self.version} {frame.command} needs the `{header}` header: the "
+                f"`{source}` header of the MESSAGE",
             )
         if ack_id not in self._ack_owner:
             raise ProtocolError(
@@ -592,7 +600,7 @@ class StompConnection:
     def _settle(self, frame: Frame, receipt: str | None) -> list[Action]:
         """The Settle of an ACK/NACK whose id was valid when it arrived (a transaction may
         have settled it since: then nothing)."""
-        ack_id = frame.headers.get("id") or frame.headers.get("message-id") or ""
+        ack_id = frame.headers.get(self._ack_header()) or ""
         sub = self._ack_owner.get(ack_id)
         if sub is None:
             return []
@@ -630,7 +638,7 @@ class StompConnection:
             if buffered.command == "SEND":
                 actions.extend(self._on_send_now(buffered))
             else:
-                actions.extend(self._settle(buffered, None))
+                actions.extend(self._settle(buffered, buffered.headers.get("receipt")))
         if actions:
             actions.insert(0, Commit(len(actions), receipt))
         if receipt is not None:
@@ -724,7 +732,9 @@ class StompConnection:
     def _maybe_in_transaction(
         self, frame: Frame, receipt: str | None, actions: list[Action] | None
     ) -> list[Action]:
-        """Buffer `frame` in its transaction (and receipt it now), or do it now."""
+        """Buffer `frame` in its transaction, or do it now. A buffered frame's receipt
+        comes when COMMIT has carried it out (a SEND's: once durable), as RabbitMQ sends
+        it: a RECEIPT never says more than what was done; at ABORT it never comes."""
         if "transaction" not in frame.headers:
             return actions if actions is not None else self._settle(frame, receipt)
         tx = self._open_transaction(frame)
@@ -735,12 +745,13 @@ class StompConnection:
                 f"a transaction may hold {self.config.max_transaction_frames} frames",
             )
         buffered.append(frame)
-        return self._receipt_now(receipt)
+        return []
 
     def _on_send_now(self, frame: Frame) -> list[Action]:
-        """A SEND buffered in a committed transaction (validated when it arrived)."""
+        """A SEND buffered in a committed transaction (validated when it arrived), with
+        its receipt: answered once durable."""
         headers = {k: v for k, v in frame.headers.items() if k not in ("transaction", "receipt")}
-        return self._on_send(Frame("SEND", headers, frame.body), None)
+        return self._on_send(Frame("SEND", headers, frame.body), frame.headers.get("receipt"))
 
     def _receipt_now(self, receipt: str | None) -> list[Action]:
         if receipt is None:
