@@ -26,76 +26,76 @@ CASES = [
         b"SUBSCRIBE\nid:x\nreceipt:r\n\nbody\x00",
         "a SUBSCRIBE frame must not have a body",
     ),
-    ("send without destination", frame("SEND", b"x", receipt="r"), "missing destination header"),
+    ("send without destination", frame("SEND", b"x", receipt="r"), "Missing destination"),
     (
         "send to an exchange",
         frame("SEND", destination="/exchange/a", receipt="r"),
-        "bad destination",
+        "Unknown destination",
     ),
     (
         "send to an empty topic",
         frame("SEND", destination="/topic/", receipt="r"),
-        "bad destination",
+        "Invalid destination",
     ),
     (
         "send to a bad queue name",
         frame("SEND", destination="/queue/a b", receipt="r"),
-        "bad destination",
+        "Invalid destination",
     ),
     (
         "send to a reserved queue",
         frame("SEND", destination="/queue/$dlq", receipt="r"),
-        "bad destination",
+        "Invalid destination",
     ),
     (
         "send with a bad header name",
         frame("SEND", destination="/queue/q", receipt="r", **{"9x": "1"}),
-        "bad header",
+        "Invalid header",
     ),
     (
         "send with a bad priority",
         frame("SEND", destination="/queue/q", receipt="r", priority="high"),
-        "bad header",
+        "Invalid header",
     ),
     (
         "send with a negative priority",
         frame("SEND", destination="/queue/q", receipt="r", priority="-1"),
-        "bad header",
+        "Invalid header",
     ),
     (
         "send with a delay of more than ten years",
         frame("SEND", destination="/queue/q", receipt="r", delay=str(11 * 365 * 24 * 3600_000)),
-        "bad header",
+        "Invalid header",
     ),
     (
         "send with a bad delay",
         frame("SEND", destination="/queue/q", receipt="r", delay="-5"),
-        "bad header",
+        "Invalid header",
     ),
     (
         "send with a bad reply-to",
         frame("SEND", destination="/queue/q", receipt="r", reply_to="x"),
-        "bad destination",
+        "Invalid destination",
     ),
     (
         "subscribe without id",
         frame("SUBSCRIBE", destination="/queue/a", receipt="r"),
-        "missing id header",
+        "Missing header",
     ),
     (
         "subscribe to a bad destination",
         frame("SUBSCRIBE", id="b", destination="/exchange/a", receipt="r"),
-        "bad destination",
+        "Unknown destination",
     ),
     (
         "subscribe with empty pattern",
         frame("SUBSCRIBE", id="b", destination="/topic/", receipt="r"),
-        "bad destination",
+        "Invalid destination",
     ),
     (
         "duplicate subscription id",
         frame("SUBSCRIBE", id="a", destination="/queue/x", receipt="r"),
-        "duplicate subscription id",
+        "Duplicated subscription identifier",
     ),
     (
         "bad ack mode",
@@ -105,12 +105,12 @@ CASES = [
     (
         "bad prefetch",
         frame("SUBSCRIBE", id="b", destination="/queue/a", prefetch_count="0", receipt="r"),
-        "bad header",
+        "Invalid header",
     ),
     ("unsubscribe unknown", frame("UNSUBSCRIBE", id="zz", receipt="r"), "unknown subscription"),
     ("ack unknown id", frame("ACK", id="999", receipt="r"), "unknown ack id in ACK"),
     ("nack unknown id", frame("NACK", id="999", receipt="r"), "unknown ack id in NACK"),
-    ("ack without id", frame("ACK", receipt="r"), "missing id header in ACK"),
+    ("ack without id", frame("ACK", receipt="r"), "Missing header"),
     ("ack of an auto message", frame("ACK", id="1", receipt="r"), "unknown ack id in ACK"),
     (
         "send in unknown transaction",
@@ -122,7 +122,7 @@ CASES = [
         frame("COMMIT", transaction="t", receipt="r"),
         "unknown transaction",
     ),
-    ("begin without transaction", frame("BEGIN", receipt="r"), "missing transaction header"),
+    ("begin without transaction", frame("BEGIN", receipt="r"), "Missing header"),
     ("connect twice", b"CONNECT\naccept-version:1.2\nreceipt:r\n\n\x00", "unexpected CONNECT"),
 ]
 
@@ -197,3 +197,28 @@ def test_error_messages_with_newlines_are_escaped_in_the_header() -> None:
     conn = connected()
     error = error_of(conn.fail("line one\nline: two"))
     assert error.headers["message"] == "line one\nline: two"
+
+
+@pytest.mark.parametrize(
+    ("data", "message", "detail"),
+    [
+        (frame("SEND", destination="/something/interesting"), "Unknown destination", "/queue/"),
+        (frame("SEND"), "Missing destination", "`destination` header"),
+        (frame("SUBSCRIBE", id="s"), "Missing destination", "`destination` header"),
+        (frame("SUBSCRIBE", id="a", destination="/queue/x"), "Duplicated subscription identifier",
+         "'a'"),
+        (frame("SEND", destination="/queue/q", **{"9x": "1"}), "Invalid header", "9x"),
+        (frame("ACK", message_id="1"), "Missing header", "`id` header"),
+    ],
+)  # fmt: skip
+def test_where_rabbitmq_has_words_for_a_mistake_the_message_is_its_and_the_body_ours(
+    data: bytes, message: str, detail: str
+) -> None:
+    """Programs (and RabbitMQ's own tests) written for RabbitMQ compare the ERROR's
+    `message` header: where it has a wording, ours is the same, word for word; the body
+    says what exactly, in our words."""
+    conn = connected()
+    conn.receive_data(SUB)
+    error = error_of(conn.receive_data(data))
+    assert error.headers["message"] == message
+    assert detail in error.body.decode()

@@ -148,7 +148,7 @@ def test_a_bad_queue_name_is_an_error_and_nothing_is_made(http, clients):
     producer = clients()
     producer.send("/queue/$reserved", "x", receipt="r")
     producer.wait(lambda: producer.errors, "an ERROR")
-    assert producer.errors[0].headers["message"] == "bad destination"
+    assert producer.errors[0].headers["message"] == "Invalid destination"
     assert queue_names(http) - before == set()
 
 
@@ -286,7 +286,7 @@ def test_temp_queue_naming_another_connections_queue_is_an_error(http, clients):
     client = clients()
     client.connection.subscribe("/temp-queue/stomp:abc:temp:x", "x", headers={"receipt": "s"})
     client.wait(lambda: client.errors, "an ERROR")
-    assert client.errors[0].headers["message"] == "bad destination"
+    assert client.errors[0].headers["message"] == "Invalid destination"
     assert queue_names(http) - before == set()
 
 
@@ -446,13 +446,13 @@ def test_durable_without_an_id_and_a_bad_client_id_are_errors(http, service, sto
     client = connect_version(service, stomp_port, "1.0")
     client.connection.send_frame("SUBSCRIBE", {"destination": "/topic/x", "durable": "true"})
     client.wait(lambda: client.errors, "an ERROR")
-    assert client.errors[0].headers["message"] == "missing id header"
+    assert client.errors[0].headers["message"] == "Missing header"
     bad = stomp.Connection12([("127.0.0.1", stomp_port)])
     listener = Client(bad)
     bad.set_listener("", listener)
     bad.connect("tests", service.admin_token, headers={"client-id": "a\tb"}, wait=False)
     listener.wait(lambda: listener.errors, "an ERROR")
-    assert listener.errors[0].headers["message"] == "bad header"
+    assert listener.errors[0].headers["message"] == "Invalid header"
     assert queue_names(http) - before == set()
 
 

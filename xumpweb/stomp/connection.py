@@ -456,7 +456,7 @@ class StompConnection:
             try:
                 self.client_id = check_name("client-id", client_id)
             except XumpError as error:
-                raise ProtocolError("bad header", str(error)) from None
+                raise ProtocolError("Invalid header", str(error)) from None
         self.version = version
         self._escaped = self._parser.escapes = version != "1.0"
         self._connect_receipt = receipt
@@ -487,15 +487,15 @@ class StompConnection:
                 check_header_name(name)
                 check_text(f"header {name!r}", value)
             except XumpError as error:
-                raise ProtocolError("bad header", str(error)) from None
+                raise ProtocolError("Invalid header", str(error)) from None
             if "\x00" in value:  # STOMP frames end at a NUL: no client meant this one
-                raise ProtocolError("bad header", f"header {name!r} holds a NUL octet")
+                raise ProtocolError("Invalid header", f"header {name!r} holds a NUL octet")
             message_headers[name] = _typed(value)
         if "priority" in message_headers:
             try:
                 message_headers["priority"] = check_priority(headers["priority"].strip())
             except XumpError as error:
-                raise ProtocolError("bad header", str(error)) from None
+                raise ProtocolError("Invalid header", str(error)) from None
         return_address = headers.get("reply-to")
         if return_address is not None and return_address.startswith(TEMP):
             return_address = self._temp_queue(return_address, made)
@@ -507,7 +507,7 @@ class StompConnection:
             try:
                 check_seconds("delay", delay / 1000)
             except XumpError as error:
-                raise ProtocolError("bad header", f"{error} (STOMP's delay is in ms)") from None
+                raise ProtocolError("Invalid header", f"{error} (STOMP's delay is in ms)") from None
         publish = Publish(
             queue=queue,
             headers=message_headers,
@@ -526,7 +526,7 @@ class StompConnection:
         sid = self._subscription_id(frame)
         if sid in self._subscriptions:
             raise ProtocolError(
-                "duplicate subscription id",
+                "Duplicated subscription identifier",
                 f"this connection already has a subscription with id {sid!r}; ids must be "
                 "unique per connection",
             )
@@ -584,7 +584,7 @@ class StompConnection:
         if not ack_id:
             source = "ack" if header == "id" else "message-id"
             raise ProtocolError(
-                f"missing {header} header in {frame.command}",
+                "Missing header",
                 f"a STOMP {self.version} {frame.command} needs the `{header}` header: the "
                 f"`{source}` header of the MESSAGE",
             )
@@ -665,10 +665,10 @@ class StompConnection:
         a TempQueue to `made` (with an implicit reader unless a SUBSCRIBE reads it)."""
         name = written[len(TEMP) :]
         if not name:
-            raise ProtocolError("bad destination", "/temp-queue/ needs a name after it")
+            raise ProtocolError("Invalid destination", "/temp-queue/ needs a name after it")
         if name.startswith("stomp:"):
             raise ProtocolError(
-                "bad destination",
+                "Invalid destination",
                 f"{written!r}"[:200] + " names a private queue: /temp-queue/<name> takes a "
                 "name of this connection's own; another connection's private queue cannot "
                 "be read",
@@ -697,7 +697,7 @@ class StompConnection:
         if name is not None:
             if self.client_id is None:
                 raise ProtocolError(
-                    "missing client-id",
+                    "Missing header",
                     "a durable subscription (activemq.subscriptionName) needs the "
                     "connection's client-id header in CONNECT",
                 )
@@ -706,7 +706,7 @@ class StompConnection:
                 return None
             if not headers.get("id"):
                 raise ProtocolError(
-                    "missing id header",
+                    "Missing header",
                     "a durable subscription (durable:true) is named by its `id` header",
                 )
             name = sid
@@ -784,7 +784,7 @@ def _requeue(frame: Frame) -> bool:
     if value is None or frame.command != "NACK":
         return True
     if value.lower() not in ("true", "false"):
-        raise ProtocolError("bad header", f"requeue must be true or false, not {value!r}"[:300])
+        raise ProtocolError("Invalid header", f"requeue must be true or false, not {value!r}"[:300])
     return value.lower() == "true"
 
 
@@ -792,7 +792,7 @@ def _required(frame: Frame, header: str) -> str:
     value = frame.headers.get(header)
     if value is None or value == "":
         raise ProtocolError(
-            f"missing {header} header",
+            "Missing destination" if header == "destination" else "Missing header",
             f"a {frame.command} frame needs the `{header}` header",
         )
     return value
@@ -804,11 +804,11 @@ def _integer(
     text = headers[header].strip()
     digits = text.removeprefix("-")
     if not (digits.isascii() and digits.isdigit() and len(digits) <= 19):
-        raise ProtocolError("bad header", f"{header} must be an integer, not {text!r}"[:300])
+        raise ProtocolError("Invalid header", f"{header} must be an integer, not {text!r}"[:300])
     value = int(text)
     if not minimum <= value <= maximum:
         raise ProtocolError(
-            "bad header", f"{header} must be between {minimum} and {maximum}, not {value}"
+            "Invalid header", f"{header} must be between {minimum} and {maximum}, not {value}"
         )
     return value
 
@@ -817,7 +817,7 @@ def _queue_of(destination: str, what: str, *, header: str = "destination") -> st
     """`/queue/<name>` → name (checked by the engine's naming rules)."""
     if not destination.startswith("/queue/"):
         raise ProtocolError(
-            "bad destination",
+            "Invalid destination",
             f"{what}: {header} must be /queue/<name>, not {destination!r}"[:300],
         )
     return _checked("queue", destination[len("/queue/") :])
@@ -831,14 +831,14 @@ def _send_target(destination: str) -> tuple[str | None, str]:
         try:
             check_envelope(address, None)
         except XumpError as error:
-            raise ProtocolError("bad destination", str(error)) from None
+            raise ProtocolError("Invalid destination", str(error)) from None
         if not address:
-            raise ProtocolError("bad destination", "SEND: /topic/ needs an address after it")
+            raise ProtocolError("Invalid destination", "SEND: /topic/ needs an address after it")
         return None, address
     if not destination.startswith("/queue/"):
         shown = repr(destination)[:200]
         raise ProtocolError(
-            "bad destination",
+            "Unknown destination",
             f"SEND: destination must be /queue/<name> or /topic/<address>, not {shown}",
         )
     return _queue_of(destination, "SEND"), ""
@@ -854,7 +854,7 @@ def _destination_of(destination: str) -> tuple[str, str]:
         if destination.startswith(prefix):
             return kind, _checked(what, destination[len(prefix) :])
     raise ProtocolError(
-        "bad destination",
+        "Unknown destination",
         f"SUBSCRIBE: destination must be /queue/<destination> or /topic/<pattern>, "
         f"not {destination!r}"[:300],
     )
@@ -864,7 +864,7 @@ def _checked(kind: str, name: str) -> str:
     try:
         return check_name(kind, name)
     except XumpError as error:
-        raise ProtocolError("bad destination", str(error)) from None
+        raise ProtocolError("Invalid destination", str(error)) from None
 
 
 def _bare(destination: str) -> str:
