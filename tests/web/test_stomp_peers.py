@@ -33,6 +33,7 @@ from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
     waiting,
 )
 from tests.web.test_stomp_protocol import websocket
+from tests.web.test_subscribe import subscribe
 
 
 def queue_answer(http, name: str) -> dict:
@@ -141,6 +142,19 @@ def test_a_destination_that_wiring_feeds_gets_no_mailbox(http, clients):
     producer.send(f"/queue/{queue}", "via wiring", receipt="r")
     producer.receipt("r")
     assert bodies(consumer.take(1)) == ["via wiring"]
+
+
+def test_only_stomp_makes_mailboxes_not_the_json_websocket_nor_the_http_publish(service, http):
+    """A /ws/subscribe/ to a destination nothing feeds waits for wiring, and an HTTP
+    publish to a missing queue is a 404, even for a caller with manage: nothing is made
+    (docs/websocket.md, docs/api.md say why)."""
+    name = unique("box")
+    before = queue_names(http)
+    with subscribe(service, name):  # subscribed: waits for wiring
+        answer = http.post(f"/api/queues/{name}/publish", json={"body": "hello"})
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"] == "not_found"
+    assert queue_names(http) - before == set()
 
 
 def test_a_bad_queue_name_is_an_error_and_nothing_is_made(http, clients):
