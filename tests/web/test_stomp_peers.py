@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 import stomp
 
-from tests.web.conftest import unique
+from tests.web.conftest import service_with_own_redis, unique
 from tests.web.test_api_queues import audit_entries
 from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
     WITHIN,
@@ -498,6 +498,64 @@ def test_a_durable_subscription_survives_a_restart_of_the_stomp_server(service, 
         producer.connection.disconnect()
     finally:
         service.stop("stomp-durable")
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A service with a redis-server of its own, which the test may kill."""
+    yield from service_with_own_redis(tmp_path)
+
+
+def test_a_durable_subscription_survives_a_restart_of_redis(own_redis):
+    """Redis killed (kill -9) and started again on its AOF (appendfsync always): the
+    durable subscription's queue and what it held while the subscriber was away come
+    back, in order; nothing whose receipt came is lost, and it goes on receiving."""
+    service, redis_server = own_redis
+    topic, client_id = unique("news"), unique("app")
+    port = service.start_stomp("stomp-redis")
+    try:
+        first = _stomp_client(service, port, client_id)
+        first.subscribe(f"/topic/{topic}", sid="d", **RABBIT)
+        first.disconnect()
+        producer = _stomp_client(service, port, None)
+        for n in range(3):
+            producer.send(f"/topic/{topic}", f"away {n}", receipt=f"r{n}")
+        producer.receipt("r2")  # durable: in the AOF
+        producer.connection.disconnect()
+        with service.client() as http:
+            (queue,) = [n for n in queue_names(http) if client_id in n]
+            redis_server.kill()
+            redis_server.start()  # the same port and AOF file
+            eventually(
+                lambda: http.get(f"/api/queues/{quote(queue, safe='')}").status_code == 200,
+                "the router to answer again", within=60,
+            )  # fmt: skip
+        back = eventually(lambda: _stomp_client(service, port, client_id, quiet=True),
+                          "the client-id", within=60)  # fmt: skip
+        back.subscribe(f"/topic/{topic}", sid="d", **RABBIT)
+
+        def publish_after() -> bool:
+            """A publisher as programs write one: an ERROR (the first use of a connection
+            to the Redis that was killed may meet `store unavailable`) means not stored,
+            so it connects again and sends again."""
+            producer = _stomp_client(service, port, None)
+            producer.send(f"/topic/{topic}", "after", receipt="r3")
+            producer.wait(lambda: "r3" in producer.receipts or producer.errors, "an answer")
+            if producer.connection.is_connected():
+                producer.connection.disconnect()
+            return "r3" in producer.receipts
+
+        eventually(publish_after, "a publish after the restart to be stored", within=60)
+        got = back.take(4)
+        assert bodies(got) == ["away 0", "away 1", "away 2", "after"]
+        assert [f.headers["redelivered"] for f in got] == ["false"] * 4
+        for frame in got:
+            back.ack(frame)
+        back.connection.unsubscribe("d", headers={"durable": "true", "receipt": "u"})
+        back.receipt("u")
+        back.connection.disconnect()
+    finally:
+        service.stop("stomp-redis")
 
 
 def _stomp_client(service, port: int, client_id: str | None, quiet: bool = False):
