@@ -4,6 +4,8 @@ core returns."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.stomp.conftest import delivery, error_of, frame, server_frames
 from xumpweb.stomp.connection import (
     Publish,
@@ -93,7 +95,19 @@ def test_durable_without_an_id_is_an_error_in_stomp_10() -> None:
     conn.receive_data(b"CONNECT\nlogin:me\npasscode:t\n\n\x00")
     conn.accept(principal="me", session="s-1")
     error = error_of(conn.receive_data(b"SUBSCRIBE\ndestination:/topic/a\ndurable:true\n\n\x00"))
-    assert error.headers["message"] == "Missing header"
+    assert error.headers["message"] == "Missing Header"  # RabbitMQ's words, word for word
+
+
+@pytest.mark.parametrize("written", ["true", "True", "TRUE"])
+def test_durable_and_persistent_in_any_case_make_a_durable_subscription(written) -> None:
+    """Python clients send a header value True as `True`."""
+    conn = connected()
+    for sid, header in (("a", "durable"), ("b", "persistent")):
+        (sub,) = conn.receive_data(
+            frame("SUBSCRIBE", id=sid, destination="/topic/t", **{header: written,
+                                                                  "auto-delete": "False"})
+        )  # fmt: skip
+        assert sub.durable == sid
 
 
 def test_a_client_id_with_control_characters_is_refused() -> None:

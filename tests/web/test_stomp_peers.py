@@ -460,7 +460,7 @@ def test_durable_without_an_id_and_a_bad_client_id_are_errors(http, service, sto
     client = connect_version(service, stomp_port, "1.0")
     client.connection.send_frame("SUBSCRIBE", {"destination": "/topic/x", "durable": "true"})
     client.wait(lambda: client.errors, "an ERROR")
-    assert client.errors[0].headers["message"] == "Missing header"
+    assert client.errors[0].headers["message"] == "Missing Header"
     bad = stomp.Connection12([("127.0.0.1", stomp_port)])
     listener = Client(bad)
     bad.set_listener("", listener)

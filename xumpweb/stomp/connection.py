@@ -701,12 +701,12 @@ class StompConnection:
                     "a durable subscription (activemq.subscriptionName) needs the "
                     "connection's client-id header in CONNECT",
                 )
-        elif "true" in (headers.get("durable"), headers.get("persistent")):
-            if headers.get("auto-delete") == "true":
+        elif "true" in (_flag(headers, "durable"), _flag(headers, "persistent")):
+            if _flag(headers, "auto-delete") == "true":
                 return None
             if not headers.get("id"):
                 raise ProtocolError(
-                    "Missing header",
+                    "Missing Header",  # RabbitMQ's words for this one (capital H)
                     "a durable subscription (durable:true) is named by its `id` header",
                 )
             name = sid
@@ -775,6 +775,12 @@ def _typed(value: str) -> HeaderValue:
         return int(value)
     number = float(value)
     return number if repr(number) == value else value
+
+
+def _flag(headers: Mapping[str, str], name: str) -> str | None:
+    """A true/false header as written in any case (Python clients send `True`)."""
+    value = headers.get(name)
+    return None if value is None else value.lower()
 
 
 def _requeue(frame: Frame) -> bool:
