@@ -448,6 +448,30 @@ def test_deleting_a_durable_subscriptions_queue_removes_what_fed_it(http, durabl
     assert feeding(http, queue) == []
 
 
+def test_a_durable_subscription_asked_for_with_another_pattern_is_made_anew(
+    http, connect, durable_client
+):
+    """The same subscription name with another topic pattern (RabbitMQ's test_separate_ids
+    met it with one id on two destinations): as JMS and ActiveMQ, the old one goes, and
+    the new one receives what its pattern matches; kept, it went on receiving the old
+    pattern's messages and none of the new one's."""
+    topic, client_id = unique("news"), unique("app")
+    first = durable_client("tcp", client_id)
+    first.subscribe(f"/topic/{topic}.eu", sid="news", **RABBIT)
+    first.disconnect()
+    producer = connect("tcp")
+    back = eventually(lambda: durable_client("tcp", client_id), "the client-id to be free")
+    back.subscribe(f"/topic/{topic}.us", sid="news", ack="auto", **RABBIT)
+    producer.send(f"/topic/{topic}.eu", "for the old pattern", receipt="r1")
+    producer.send(f"/topic/{topic}.us", "for the new one", receipt="r2")
+    producer.receipt("r2")
+    assert bodies(back.take(1)) == ["for the new one"]
+    (queue,) = [n for n in queue_names(http) if client_id in n]
+    assert [s["match"]["pattern"] for s in feeding(http, queue)] == [f"{topic}.us"]
+    back.connection.unsubscribe("news", headers={"durable": "true", "receipt": "u"})
+    back.receipt("u")
+
+
 def test_a_second_live_connection_with_the_same_client_id_is_refused(durable_client, transport):
     client_id = unique("app")
     assert durable_client(transport, client_id) is not None

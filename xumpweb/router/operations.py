@@ -490,17 +490,28 @@ def stomp_topic_open(
     (self-destructing) delivering to the destination of the same name, fed by a COPY of
     what the router queue `router` receives whose address matches `pattern` (and
     `filter`, when given), from now on. `durable`: a durable subscription's queue, not
-    self-destructing, kept as it is when it exists already (what it holds waits for the
-    subscriber's return)."""
+    self-destructing, kept as it is when it exists already with the same pattern and
+    filter (what it holds waits for the subscriber's return). Asked for with another
+    pattern or filter, it is made anew, what it held dropped, as JMS and ActiveMQ do when a
+    durable subscription changes its topic or selector: kept, it would go on receiving
+    what the old pattern matches and nothing the new one asks for."""
+    deliveries: list[Delivery] = []
     if durable:
         try:
             engine.queue_fetch(queue)
-            return {"queue": queue, "selectors": [], "existing": True}, NONE
         except NotFound:
             pass
+        else:
+            copies = [s for s in engine.selectors(router)
+                      if s.spec.action == "copy" and s.spec.target == queue]  # fmt: skip
+            wanted = (("topic", pattern, "address"), filter)
+            found = [(tuple(s.spec.match or ()), s.spec.filter) for s in copies]
+            if found == [wanted]:
+                return {"queue": queue, "selectors": [], "existing": True}, NONE
+            deliveries = _take_down(engine, [(router, s.id) for s in copies], [queue])
     building = patterns.Building(engine)
     try:
-        deliveries = _topic_router(engine, building, router)
+        deliveries += _topic_router(engine, building, router)
         engine.queue_create(queue, self_destruct=not durable)
         building.queues.append(queue)
         deliver = engine.selector_create(queue).when_always().do_deliver(queue)
