@@ -32,7 +32,7 @@ from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
     transport,
     waiting,
 )
-from tests.web.test_stomp_protocol import websocket
+from tests.web.test_stomp_protocol import frame, tcp, websocket
 from tests.web.test_subscribe import subscribe
 
 
@@ -470,6 +470,25 @@ def test_a_durable_subscription_asked_for_with_another_pattern_is_made_anew(
     assert [s["match"]["pattern"] for s in feeding(http, queue)] == [f"{topic}.us"]
     back.connection.unsubscribe("news", headers={"durable": "true", "receipt": "u"})
     back.receipt("u")
+
+
+def test_a_topic_subscription_receives_nothing_sent_before_it_on_its_connection(
+    stomp_port, service
+):
+    """Frames of one connection act in order: SENDs pipelined before a SUBSCRIBE to a
+    topic they match are not its messages (RabbitMQ's durable subscription test met one:
+    the SUBSCRIBE's wiring, a router call, overtook the SEND on its way to the inbox)."""
+    topic = unique("news")
+    with tcp(stomp_port, service.admin_token) as client:
+        before = b"".join(
+            frame("SEND", f"before {n}".encode(), destination=f"/topic/{topic}") for n in range(20)
+        )
+        client.send(before + frame("SUBSCRIBE", id="s", destination=f"/topic/{topic}",
+                                   receipt="sub"))  # fmt: skip
+        assert client.expect("RECEIPT").headers["receipt-id"] == "sub"
+        client.send(frame("SEND", b"after", destination=f"/topic/{topic}", receipt="p"))
+        assert client.expect("RECEIPT").headers["receipt-id"] == "p"
+        assert [m.body for m in client.messages(1)] == [b"after"]
 
 
 def test_a_second_live_connection_with_the_same_client_id_is_refused(durable_client, transport):

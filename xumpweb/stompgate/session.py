@@ -305,6 +305,7 @@ class StompSession:
         self.client_id: str | None = None  # CONNECT's client-id, held in Redis while here
         self.slots: deque[_Slot] = deque()
         self.wake = asyncio.Event()
+        self.answered_now = asyncio.Event()  # set whenever a slot is answered
         self.router_answers = RouterAnswers()
         self.redis: aioredis.Redis | None = None
         self.closed = False
@@ -396,6 +397,7 @@ class StompSession:
             slot.actions = actions
         slot.ready = True
         self.wake.set()
+        self.answered_now.set()
 
     async def _write_answers(self) -> None:
         slots, connection = self.slots, self.connection
@@ -596,6 +598,7 @@ class StompSession:
                 wanted = _wanted(selects)
         destination = action.destination
         if action.kind == "topic":
+            await self._earlier_sends_stored()
             if action.durable is not None:
                 destination = topics.durable_name(self.client_id or self.who, action.durable)
             else:
@@ -618,6 +621,17 @@ class StompSession:
         metrics.subscriber_joined(sub)
         if action.receipt is not None:
             self._add_slot(_Slot(barrier=action.receipt))
+
+    async def _earlier_sends_stored(self) -> None:
+        """Wait until the SENDs this connection made before are in the inbox (or refused):
+        a /topic/ subscription is wired by a router call, which would otherwise overtake
+        them and receive a message sent before it (frames of a connection act in order)."""
+        pending = [slot for slot in self.slots if not slot.ready]
+        while pending:
+            self.answered_now.clear()
+            pending = [slot for slot in pending if not slot.ready]
+            if pending:
+                await self.answered_now.wait()
 
     def _foreign(self, destination: str) -> bool:
         """A private queue (topic or temp) of another connection: nobody else reads it."""
