@@ -26,7 +26,7 @@ rabbitmq_stomp`); when it does not answer, its column is left out.
 
 Each test file runs in its own pytest process (`-p no:cacheprovider`, a JUnit XML report);
 the script prints run / passed / failed / errors / skipped per file and broker, and the
-names of the tests that did not pass.
+names of the tests that did not pass, each with the first words of its failure.
 """
 
 from __future__ import annotations
@@ -94,12 +94,11 @@ def run_file(cwd: Path, target: str, env: dict[str, str], report: Path, *more: s
         outcome = [child.tag for child in case]
         if "skipped" in outcome:
             counts["skipped"] += 1
-        elif "failure" in outcome:
-            counts["failed"] += 1
-            counts["not passed"].append(name)
-        elif "error" in outcome:
-            counts["errors"] += 1
-            counts["not passed"].append(name)
+        elif "failure" in outcome or "error" in outcome:
+            counts["failed" if "failure" in outcome else "errors"] += 1
+            problem = next(child for child in case if child.tag in ("failure", "error"))
+            reason = " ".join((problem.get("message") or "").split())[:160]
+            counts["not passed"].append(f"{name}: {reason}" if reason else name)
         else:
             counts["passed"] += 1
     return counts
@@ -169,7 +168,9 @@ def print_table(title: str, results: dict[str, dict]) -> None:
     for broker in brokers:
         missed = [t for c in results[broker].values() for t in c["not passed"]]
         if missed:
-            print(f"  not passed on {broker}: " + ", ".join(missed))
+            print(f"  not passed on {broker} (each with the first words of its failure):")
+            for line in missed:
+                print(f"    {line}")
 
 
 def main() -> None:

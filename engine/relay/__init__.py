@@ -63,7 +63,7 @@ from __future__ import annotations
 
 from engine.relay.client import RelayClient, call_outcome, store_failure
 from engine.relay.router import EXPIRE_BATCH, REPLY_TTL_MS, TICK_EVERY, Call, RelayRouter
-from engine.relay.scripts import GUARDED_PUSH, PURGE, TAKE, TAKE_THESE
+from engine.relay.scripts import GUARDED_PUSH, PURGE, TAKE, TAKE_THESE, UNTAKE
 from engine.relay.wire import (
     PRESENCE_EVERY,
     PRESENCE_TTL_MS,
@@ -83,6 +83,7 @@ __all__ = [
     "TAKE",
     "TAKE_THESE",
     "TICK_EVERY",
+    "UNTAKE",
     "Call",
     "RelayClient",
     "RelayRouter",

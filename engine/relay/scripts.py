@@ -1,4 +1,5 @@
-"""The relay's Lua scripts: how consumers take deliveries off an outbox (TAKE, TAKE_THESE),
+"""The relay's Lua scripts: how consumers take deliveries off an outbox (TAKE, TAKE_THESE)
+and put back what they took and never handed on (UNTAKE),
 how the router drops revoked ones (PURGE) and how clients append to a bounded inbox
 (_BOUNDED_PUSH, GUARDED_PUSH). Each runs in one atomic step on one store's keys. See the
 package doc.
@@ -98,6 +99,32 @@ for _, item in ipairs(ARGV) do
     end
 end
 return kept
+"""
+)
+
+# KEYS: outbox, taken set. ARGV: items TAKE returned, in their order.
+# Puts items a consumer took and never handed on (it was closing meanwhile) back at the
+# head of the outbox, in their order, and forgets they were taken: as if never taken, so
+# the destination's next consumer receives them first, in order, not as redeliveries.
+UNTAKE = (
+    _TAG_OF
+    + r"""
+local tags = {}
+for i = #ARGV, 1, -1 do
+    redis.call('LPUSH', KEYS[1], ARGV[i])
+    local tag = tag_of(ARGV[i])
+    if tag then
+        tags[#tags + 1] = tag
+    end
+    if #tags >= 1000 then
+        redis.call('ZREM', KEYS[2], unpack(tags))
+        tags = {}
+    end
+end
+if #tags > 0 then
+    redis.call('ZREM', KEYS[2], unpack(tags))
+end
+return #ARGV
 """
 )
 

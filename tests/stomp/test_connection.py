@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.stomp.conftest import CONNECT, connected, delivery, frame, server_frames
+from tests.stomp.conftest import CONNECT, connected, delivery, error_of, frame, server_frames
 from xumpweb.stomp.connection import (
     Authenticate,
     Barrier,
@@ -227,12 +227,40 @@ def test_client_individual_ack_and_nack_settle_one_message() -> None:
     assert conn.unsettled() == {"a": ("t1",)}
 
 
-def test_stomp_11_acks_by_message_id() -> None:
+def test_nack_with_requeue_false_rejects_without_requeue() -> None:
+    """RabbitMQ's NACK header `requeue:false`: dead letters or dropped, not redelivered;
+    `true` (any case) or no header requeues; another value is an ERROR."""
+    conn = connected()
+    conn.receive_data(
+        frame("SUBSCRIBE", id="a", destination="/queue/work", ack="client-individual")
+    )
+    ids = deliver_three(conn, "a")
+    assert conn.receive_data(frame("NACK", id=ids[0], requeue="false")) == [
+        Settle("a", ("t1",), accept=False, requeue=False)
+    ]
+    assert conn.receive_data(frame("NACK", id=ids[1], requeue="True")) == [
+        Settle("a", ("t2",), accept=False)
+    ]
+    assert conn.receive_data(frame("ACK", id=ids[2], requeue="false")) == [
+        Settle("a", ("t3",), accept=True)  # means nothing on an ACK
+    ]
+    ids = deliver_three(conn, "a")
+    error = server_frames(conn.receive_data(frame("NACK", id=ids[0], requeue="no")))[0]
+    assert error.headers["message"] == "Invalid header"
+    assert conn.unsettled() == {"a": ("t1", "t2", "t3")}
+
+
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_stomp_12_acks_by_id_only(command) -> None:
+    """STOMP 1.2 §ACK: the `id` header, the MESSAGE's `ack`; a 1.2 ACK with only 1.1's
+    `message-id` is an ERROR (RabbitMQ's test_ack_without_id_header_fails), not taken
+    as the id."""
     conn = connected()
     conn.receive_data(frame("SUBSCRIBE", id="a", destination="/queue/work", ack="client"))
     (ack_id, *_) = deliver_three(conn, "a")
-    actions = conn.receive_data(frame("ACK", subscription="a", message_id=ack_id))
-    assert actions == [Settle("a", ("t1",), accept=True)]
+    error = error_of(conn.receive_data(frame(command, subscription="a", message_id=ack_id)))
+    assert error.headers["message"] == "Missing header"
+    assert "`id`" in error.body.decode()
 
 
 def test_unsubscribe_hands_back_the_unsettled_tags() -> None:
@@ -254,14 +282,14 @@ def test_transactions_buffer_sends_and_acks_until_commit() -> None:
     assert conn.receive_data(frame("BEGIN", transaction="tx")) == []
     inside = conn.receive_data(
         frame("SEND", b"1", destination="/queue/q", transaction="tx", receipt="r1")
-        + frame("ACK", id=ids[0], transaction="tx")
+        + frame("ACK", id=ids[0], transaction="tx", receipt="r2")
     )
-    assert [f.headers for f in server_frames(inside)] == [{"receipt-id": "r1"}]
+    assert inside == []  # their receipts come once COMMIT has carried them out
     assert conn.unsettled() == {"a": ("t1", "t2", "t3")}
     assert conn.receive_data(frame("COMMIT", transaction="tx", receipt="c")) == [
         Commit(2, "c"),
-        Publish("q", {}, b"1"),
-        Settle("a", ("t1",), accept=True),
+        Publish("q", {}, b"1", receipt="r1"),
+        Settle("a", ("t1",), accept=True, receipt="r2"),
         Barrier("c"),
     ]
 
@@ -269,9 +297,9 @@ def test_transactions_buffer_sends_and_acks_until_commit() -> None:
 def test_abort_drops_the_transaction() -> None:
     conn = connected()
     conn.receive_data(frame("BEGIN", transaction="tx"))
-    conn.receive_data(frame("SEND", b"1", destination="/queue/q", transaction="tx"))
+    conn.receive_data(frame("SEND", b"1", destination="/queue/q", transaction="tx", receipt="s"))
     (receipt,) = server_frames(conn.receive_data(frame("ABORT", transaction="tx", receipt="r")))
-    assert receipt.headers == {"receipt-id": "r"}
+    assert receipt.headers == {"receipt-id": "r"}  # the dropped SEND's never comes
     error = server_frames(conn.receive_data(frame("COMMIT", transaction="tx")))[0]
     assert error.headers["message"] == "unknown transaction"
 

@@ -37,35 +37,35 @@ CASES = [
         b"SUBSCRIBE\nid:x\nreceipt:r\n\nbody\x00",
         "a SUBSCRIBE frame must not have a body",
     ),
-    ("send without destination", frame("SEND", b"x", receipt="r"), "missing destination header"),
-    ("send to an exchange", send(destination="/exchange/a"), "bad destination"),
-    ("send to an empty topic", send(destination="/topic/"), "bad destination"),
-    ("send to a bad queue name", send(destination="/queue/a b"), "bad destination"),
-    ("send to a reserved queue", send(destination="/queue/$dlq"), "bad destination"),
-    ("send with a bad header name", send(**{"9x": "1"}), "bad header"),
-    ("send with a bad priority", send(priority="high"), "bad header"),
-    ("send with a negative priority", send(priority="-1"), "bad header"),
+    ("send without destination", frame("SEND", b"x", receipt="r"), "Missing destination"),
+    ("send to an exchange", send(destination="/exchange/a"), "Unknown destination"),
+    ("send to an empty topic", send(destination="/topic/"), "Invalid destination"),
+    ("send to a bad queue name", send(destination="/queue/a b"), "Invalid destination"),
+    ("send to a reserved queue", send(destination="/queue/$dlq"), "Invalid destination"),
+    ("send with a bad header name", send(**{"9x": "1"}), "Invalid header"),
+    ("send with a bad priority", send(priority="high"), "Invalid header"),
+    ("send with a negative priority", send(priority="-1"), "Invalid header"),
     ("send with a delay of more than ten years", send(delay=str(11 * 365 * 24 * 3600_000)),
-     "bad header"),
-    ("send with a bad delay", send(delay="-5"), "bad header"),
-    ("send with a bad reply-to", send(reply_to="x"), "bad destination"),
+     "Invalid header"),
+    ("send with a bad delay", send(delay="-5"), "Invalid header"),
+    ("send with a bad reply-to", send(reply_to="x"), "Invalid destination"),
     ("subscribe without id", frame("SUBSCRIBE", destination="/queue/a", receipt="r"),
-     "missing id header"),
-    ("subscribe to a bad destination", subscribe(destination="/exchange/a"), "bad destination"),
-    ("subscribe with empty pattern", subscribe(destination="/topic/"), "bad destination"),
+     "Missing header"),
+    ("subscribe to a bad destination", subscribe(destination="/exchange/a"), "Unknown destination"),
+    ("subscribe with empty pattern", subscribe(destination="/topic/"), "Invalid destination"),
     ("duplicate subscription id", subscribe(id="a", destination="/queue/x"),
-     "duplicate subscription id"),
+     "Duplicated subscription identifier"),
     ("bad ack mode", subscribe(ack="sometimes"), "bad ack mode"),
-    ("bad prefetch", subscribe(prefetch_count="0"), "bad header"),
+    ("bad prefetch", subscribe(prefetch_count="0"), "Invalid header"),
     ("unsubscribe unknown", frame("UNSUBSCRIBE", id="zz", receipt="r"), "unknown subscription"),
     ("ack unknown id", frame("ACK", id="999", receipt="r"), "unknown ack id in ACK"),
     ("nack unknown id", frame("NACK", id="999", receipt="r"), "unknown ack id in NACK"),
-    ("ack without id", frame("ACK", receipt="r"), "missing id header in ACK"),
+    ("ack without id", frame("ACK", receipt="r"), "Missing header"),
     ("ack of an auto message", frame("ACK", id="1", receipt="r"), "unknown ack id in ACK"),
     ("send in unknown transaction", send(transaction="t"), "unknown transaction"),
     ("commit unknown transaction", frame("COMMIT", transaction="t", receipt="r"),
      "unknown transaction"),
-    ("begin without transaction", frame("BEGIN", receipt="r"), "missing transaction header"),
+    ("begin without transaction", frame("BEGIN", receipt="r"), "Missing header"),
     ("connect twice", b"CONNECT\naccept-version:1.2\nreceipt:r\n\n\x00", "unexpected CONNECT"),
 ]  # fmt: skip
 
@@ -140,3 +140,28 @@ def test_error_messages_with_newlines_are_escaped_in_the_header() -> None:
     conn = connected()
     error = error_of(conn.fail("line one\nline: two"))
     assert error.headers["message"] == "line one\nline: two"
+
+
+@pytest.mark.parametrize(
+    ("data", "message", "detail"),
+    [
+        (frame("SEND", destination="/something/interesting"), "Unknown destination", "/queue/"),
+        (frame("SEND"), "Missing destination", "`destination` header"),
+        (frame("SUBSCRIBE", id="s"), "Missing destination", "`destination` header"),
+        (frame("SUBSCRIBE", id="a", destination="/queue/x"), "Duplicated subscription identifier",
+         "'a'"),
+        (frame("SEND", destination="/queue/q", **{"9x": "1"}), "Invalid header", "9x"),
+        (frame("ACK", message_id="1"), "Missing header", "`id` header"),
+    ],
+)  # fmt: skip
+def test_where_rabbitmq_has_words_for_a_mistake_the_message_is_its_and_the_body_ours(
+    data: bytes, message: str, detail: str
+) -> None:
+    """Programs (and RabbitMQ's own tests) written for RabbitMQ compare the ERROR's
+    `message` header: where it has a wording, ours is the same, word for word; the body
+    says what exactly, in our words."""
+    conn = connected()
+    conn.receive_data(SUB)
+    error = error_of(conn.receive_data(data))
+    assert error.headers["message"] == message
+    assert detail in error.body.decode()

@@ -4,6 +4,8 @@ core returns."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.stomp.conftest import delivery, error_of, frame, server_frames
 from xumpweb.stomp.connection import (
     Publish,
@@ -52,7 +54,7 @@ def test_another_connections_private_queue_cannot_be_named_in_temp_queue() -> No
     error = error_of(
         conn.receive_data(frame("SUBSCRIBE", id="r", destination="/temp-queue/stomp:s-2:temp:a"))
     )
-    assert error.headers["message"] == "bad destination"
+    assert error.headers["message"] == "Invalid destination"
 
 
 def test_durable_subscriptions_in_both_dialects() -> None:
@@ -85,7 +87,7 @@ def test_activemq_durable_needs_a_client_id() -> None:
             frame("SUBSCRIBE", id="d", destination="/topic/a", **{"activemq.subscriptionName": "n"})
         )
     )
-    assert error.headers["message"] == "missing client-id"
+    assert error.headers["message"] == "Missing header"
 
 
 def test_durable_without_an_id_is_an_error_in_stomp_10() -> None:
@@ -93,13 +95,25 @@ def test_durable_without_an_id_is_an_error_in_stomp_10() -> None:
     conn.receive_data(b"CONNECT\nlogin:me\npasscode:t\n\n\x00")
     conn.accept(principal="me", session="s-1")
     error = error_of(conn.receive_data(b"SUBSCRIBE\ndestination:/topic/a\ndurable:true\n\n\x00"))
-    assert error.headers["message"] == "missing id header"
+    assert error.headers["message"] == "Missing Header"  # RabbitMQ's words, word for word
+
+
+@pytest.mark.parametrize("written", ["true", "True", "TRUE"])
+def test_durable_and_persistent_in_any_case_make_a_durable_subscription(written) -> None:
+    """Python clients send a header value True as `True`."""
+    conn = connected()
+    for sid, header in (("a", "durable"), ("b", "persistent")):
+        (sub,) = conn.receive_data(
+            frame("SUBSCRIBE", id=sid, destination="/topic/t", **{header: written,
+                                                                  "auto-delete": "False"})
+        )  # fmt: skip
+        assert sub.durable == sid
 
 
 def test_a_client_id_with_control_characters_is_refused() -> None:
     conn = StompConnection()
     error = error_of(conn.receive_data(b"CONNECT\naccept-version:1.2\nclient-id:a\x07b\n\n\x00"))
-    assert error.headers["message"] == "bad header"
+    assert error.headers["message"] == "Invalid header"
 
 
 def test_header_values_written_as_decimal_numbers_become_numbers() -> None:

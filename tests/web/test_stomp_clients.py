@@ -468,6 +468,32 @@ def test_a_nacked_message_goes_to_one_of_the_competing_subscribers_once(http, cl
     assert len(first.messages) + len(second.messages) == 2
 
 
+def test_a_nack_with_requeue_false_dead_letters_or_drops_instead_of_redelivering(http, clients):
+    """RabbitMQ's `requeue:false`: the queue's dead-letter queue gets it (`x-reason:
+    rejected`); a queue without one drops it. Either way it is not delivered again."""
+    lettered, plain, dead = unique(), unique(), unique("dead")
+    lettered_to, plain_to = unique("d"), unique("d")
+    make_queue(http, dead)
+    deliver(http, lettered, lettered_to, dead_letter=dead)
+    deliver(http, plain, plain_to)
+    client = clients()
+    client.subscribe(f"/queue/{lettered_to}", sid="l")
+    client.subscribe(f"/queue/{plain_to}", sid="p")
+    client.send(f"/queue/{lettered}", "poison", receipt="r1")
+    client.send(f"/queue/{plain}", "unwanted", receipt="r2")
+    for frame in client.take(2):
+        client.connection.nack(frame.headers["ack"], requeue="false")
+    [letter] = eventually(lambda: waiting(http, dead), "the rejected message's dead letter")
+    assert letter["body"] == "poison" and letter["headers"]["x-reason"] == "rejected"
+    eventually(lambda: stats(http, plain)["dropped"] == 1, "the drop to be counted")
+    client.send(f"/queue/{lettered}", "next", receipt="r3")  # behind where a redelivery would be
+    client.send(f"/queue/{plain}", "next", receipt="r4")
+    assert sorted(bodies(client.take(4)[2:])) == ["next", "next"]
+    client.ack(client.messages[2])
+    client.ack(client.messages[3], receipt="acked")
+    assert len(client.messages) == 4
+
+
 # -- consumers that leave -----------------------------------------------------------------------
 @pytest.mark.parametrize("leaving", ["unsubscribe", "disconnect", "drop"])
 @pytest.mark.parametrize("taker", ["the other subscriber", "the same consumer reconnected"])
@@ -620,11 +646,15 @@ def test_a_committed_transaction_publishes_its_sends(http, clients):
     tx = client.connection.begin()
     for n in range(3):
         client.connection.send(f"/queue/{queue}", f"m{n}", transaction=tx, receipt=f"r{n}")
-    client.receipt("r2")  # received, not yet published
-    assert waiting(http, queue) == []
+    client.send(f"/queue/{queue}", "outside", receipt="outside")
+    client.receipt("outside")  # receipts come in the order of the frames asking
+    # a SEND's receipt says durable: a held one's comes once COMMIT has published it
+    assert client.receipts.isdisjoint({"r0", "r1", "r2"})
+    assert [m["body"] for m in waiting(http, queue)] == ["outside"]
     client.connection.commit(tx, receipt="committed")
     client.receipt("committed")
-    assert [m["body"] for m in waiting(http, queue)] == ["m0", "m1", "m2"]
+    assert {"r0", "r1", "r2"} <= client.receipts
+    assert [m["body"] for m in waiting(http, queue)] == ["outside", "m0", "m1", "m2"]
 
 
 def test_an_aborted_transaction_publishes_nothing(http, clients):

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 import stomp
 
-from tests.web.conftest import unique
+from tests.web.conftest import service_with_own_redis, unique
 from tests.web.test_api_queues import audit_entries
 from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
     WITHIN,
@@ -34,7 +34,8 @@ from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
     transport,
     waiting,
 )
-from tests.web.test_stomp_protocol import websocket
+from tests.web.test_stomp_protocol import frame, tcp, websocket
+from tests.web.test_subscribe import subscribe
 
 
 def queue_answer(http, name: str) -> dict:
@@ -144,12 +145,25 @@ def test_a_destination_that_wiring_feeds_gets_no_mailbox(http, clients):
     assert bodies(consumer.take(1)) == ["via wiring"]
 
 
+def test_only_stomp_makes_mailboxes_not_the_json_websocket_nor_the_http_publish(service, http):
+    """A /ws/subscribe/ to a destination nothing feeds waits for wiring, and an HTTP
+    publish to a missing queue is a 404, even for a caller with manage: nothing is made
+    (docs/websocket.md, docs/api.md say why)."""
+    name = unique("box")
+    before = queue_names(http)
+    with subscribe(service, name):  # subscribed: waits for wiring
+        answer = http.post(f"/api/queues/{name}/publish", json={"body": "hello"})
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"] == "not_found"
+    assert queue_names(http) - before == set()
+
+
 def test_a_bad_queue_name_is_an_error_and_nothing_is_made(http, clients):
     before = queue_names(http)
     producer = clients()
     producer.send("/queue/$reserved", "x", receipt="r")
     producer.wait(lambda: producer.errors, "an ERROR")
-    assert producer.errors[0].headers["message"] == "bad destination"
+    assert producer.errors[0].headers["message"] == "Invalid destination"
     assert queue_names(http) - before == set()
 
 
@@ -284,7 +298,7 @@ def test_temp_queue_naming_another_connections_queue_is_an_error(http, clients):
     client = clients()
     client.connection.subscribe("/temp-queue/stomp:abc:temp:x", "x", headers={"receipt": "s"})
     client.wait(lambda: client.errors, "an ERROR")
-    assert client.errors[0].headers["message"] == "bad destination"
+    assert client.errors[0].headers["message"] == "Invalid destination"
     assert queue_names(http) - before == set()
 
 
@@ -328,7 +342,9 @@ def test_a_durable_subscription_keeps_what_is_published_while_away_rabbitmq_dial
         lambda: durable_client(transport, client_id, auto_ack=True), "the client-id to be free"
     )
     back.subscribe(f"/topic/{topic}.*", sid="news", ack="client-individual", **RABBIT)
-    assert sorted(bodies(back.take(3))) == ["away 0", "away 1", "away 2"]
+    got = back.take(3)
+    assert bodies(got) == ["away 0", "away 1", "away 2"]  # per-queue FIFO
+    assert [f.headers["redelivered"] for f in got] == ["false"] * 3
     durable = [n for n in queue_names(http) if n.startswith("stomp-durable:") and client_id in n]
     assert len(durable) == 1
     receipt = "gone"
@@ -354,6 +370,111 @@ def test_a_durable_subscription_activemq_dialect(http, connect, durable_client, 
     assert not [n for n in queue_names(http) if client_id in n]
 
 
+def test_what_is_published_as_a_durable_subscriber_leaves_waits_in_order_never_delivered(
+    connect, durable_client, transport
+):
+    """The subscription's last take, waiting for the outbox as it ends, may take what
+    arrives then: that goes back to the head of the outbox as it was, so the subscriber's
+    return receives it first, in order, and not as a redelivery (it reached nobody).
+    Rejected with requeue instead, it came back redelivered, behind what had arrived
+    meanwhile: out of order. Each round publishes right as the subscriber leaves."""
+    producer = connect(transport)
+    for lap in range(4):
+        topic, client_id = unique("news"), unique("app")
+        first = durable_client(transport, client_id)
+        first.subscribe(f"/topic/{topic}", sid="news", ack="client-individual", **RABBIT)
+        first.disconnect()
+        for n in range(3):
+            producer.send(f"/topic/{topic}", f"away {n}", receipt=f"r{lap}-{n}")
+        producer.receipt(f"r{lap}-2")
+        back = eventually(
+            lambda id=client_id: durable_client(transport, id, auto_ack=True), "the client-id"
+        )
+        back.subscribe(f"/topic/{topic}", sid="news", ack="client-individual", **RABBIT)
+        got = back.take(3)
+        assert bodies(got) == ["away 0", "away 1", "away 2"]
+        assert [f.headers["redelivered"] for f in got] == ["false"] * 3
+        back.connection.unsubscribe("news", headers={"durable": "true", "receipt": "u"})
+        back.receipt("u")
+        back.disconnect()
+
+
+def feeding(http, queue: str) -> list[dict]:
+    """The topic router's selectors that copy into `queue`."""
+    answer = http.get("/api/queues/parrot/selectors")
+    assert answer.status_code == 200, answer.text
+    return [s for s in answer.json()["selectors"] if s["target"] == queue]
+
+
+def test_deleting_a_durable_subscriptions_queue_removes_what_fed_it(http, durable_client,
+                                                                    connect):  # fmt: skip
+    """An operator removes a durable subscription through the API (or the console): its
+    queue goes with the router's COPY feeding it, so the subscriber's next SUBSCRIBE, with
+    another pattern, receives only what that pattern asks for."""
+    topic, client_id = unique("news"), unique("app")
+    first = durable_client("tcp", client_id)
+    first.subscribe(f"/topic/{topic}.*", sid="news", **RABBIT)
+    first.disconnect()
+    (queue,) = [n for n in queue_names(http) if n.startswith("stomp-durable:") and client_id in n]
+    assert [s["action"] for s in feeding(http, queue)] == ["copy"]
+    answer = http.delete(f"/api/queues/{quote(queue, safe='')}")
+    assert answer.status_code == 200, answer.text
+    assert feeding(http, queue) == []
+    back = eventually(lambda: durable_client("tcp", client_id), "the client-id to be free")
+    back.subscribe(f"/topic/{topic}.us", sid="news", ack="auto", **RABBIT)
+    producer = connect("tcp")
+    producer.send(f"/topic/{topic}.eu", "for the old pattern", receipt="r0")
+    producer.send(f"/topic/{topic}.us", "for the new one", receipt="r1")
+    producer.receipt("r1")
+    assert bodies(back.take(1)) == ["for the new one"]  # routed after the other, in order
+    back.connection.unsubscribe("news", headers={"durable": "true", "receipt": "u"})
+    back.receipt("u")
+    assert feeding(http, queue) == []
+
+
+def test_a_durable_subscription_asked_for_with_another_pattern_is_made_anew(
+    http, connect, durable_client
+):
+    """The same subscription name with another topic pattern (RabbitMQ's test_separate_ids
+    met it with one id on two destinations): as JMS and ActiveMQ, the old one goes, and
+    the new one receives what its pattern matches; kept, it went on receiving the old
+    pattern's messages and none of the new one's."""
+    topic, client_id = unique("news"), unique("app")
+    first = durable_client("tcp", client_id)
+    first.subscribe(f"/topic/{topic}.eu", sid="news", **RABBIT)
+    first.disconnect()
+    producer = connect("tcp")
+    back = eventually(lambda: durable_client("tcp", client_id), "the client-id to be free")
+    back.subscribe(f"/topic/{topic}.us", sid="news", ack="auto", **RABBIT)
+    producer.send(f"/topic/{topic}.eu", "for the old pattern", receipt="r1")
+    producer.send(f"/topic/{topic}.us", "for the new one", receipt="r2")
+    producer.receipt("r2")
+    assert bodies(back.take(1)) == ["for the new one"]
+    (queue,) = [n for n in queue_names(http) if client_id in n]
+    assert [s["match"]["pattern"] for s in feeding(http, queue)] == [f"{topic}.us"]
+    back.connection.unsubscribe("news", headers={"durable": "true", "receipt": "u"})
+    back.receipt("u")
+
+
+def test_a_topic_subscription_receives_nothing_sent_before_it_on_its_connection(
+    stomp_port, service
+):
+    """Frames of one connection act in order: SENDs pipelined before a SUBSCRIBE to a
+    topic they match are not its messages (RabbitMQ's durable subscription test met one:
+    the SUBSCRIBE's wiring, a router call, overtook the SEND on its way to the inbox)."""
+    topic = unique("news")
+    with tcp(stomp_port, service.admin_token) as client:
+        before = b"".join(
+            frame("SEND", f"before {n}".encode(), destination=f"/topic/{topic}") for n in range(20)
+        )
+        client.send(before + frame("SUBSCRIBE", id="s", destination=f"/topic/{topic}",
+                                   receipt="sub"))  # fmt: skip
+        assert client.expect("RECEIPT").headers["receipt-id"] == "sub"
+        client.send(frame("SEND", b"after", destination=f"/topic/{topic}", receipt="p"))
+        assert client.expect("RECEIPT").headers["receipt-id"] == "p"
+        assert [m.body for m in client.messages(1)] == [b"after"]
+
+
 def test_a_second_live_connection_with_the_same_client_id_is_refused(durable_client, transport):
     client_id = unique("app")
     assert durable_client(transport, client_id) is not None
@@ -366,12 +487,12 @@ def test_durable_without_an_id_and_a_bad_client_id_are_errors(http, service, sto
     client = connect_version(service, stomp_port, "1.0")
     client.connection.send_frame("SUBSCRIBE", {"destination": "/topic/x", "durable": "true"})
     client.wait(lambda: client.errors, "an ERROR")
-    assert client.errors[0].headers["message"] == "missing id header"
+    assert client.errors[0].headers["message"] == "Missing Header"
     bad = stomp.Connection12([("127.0.0.1", stomp_port)])
     listener = Client(bad)
     bad.connect("tests", service.admin_token, headers={"client-id": "a\tb"}, wait=False)
     listener.wait(lambda: listener.errors, "an ERROR")
-    assert listener.errors[0].headers["message"] == "bad header"
+    assert listener.errors[0].headers["message"] == "Invalid header"
     assert queue_names(http) - before == set()
 
 
@@ -395,7 +516,7 @@ def test_a_durable_subscription_survives_a_restart_of_the_stomp_server(service, 
             lambda: _stomp_client(service, port, client_id, quiet=True), "the client-id"
         )
         back.subscribe(f"/topic/{topic}", sid="d", **RABBIT)
-        assert sorted(bodies(back.take(3))) == ["during 0", "during 1", "during 2"]
+        assert bodies(back.take(3)) == ["during 0", "during 1", "during 2"]
         back.connection.unsubscribe("d", headers={"durable": "true", "receipt": "u"})
         back.receipt("u")
         assert not [n for n in queue_names(http) if client_id in n]
@@ -403,6 +524,64 @@ def test_a_durable_subscription_survives_a_restart_of_the_stomp_server(service, 
         producer.connection.disconnect()
     finally:
         service.stop("stomp-durable")
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A service with a redis-server of its own, which the test may kill."""
+    yield from service_with_own_redis(tmp_path)
+
+
+def test_a_durable_subscription_survives_a_restart_of_redis(own_redis):
+    """Redis killed (kill -9) and started again on its AOF (appendfsync always): the
+    durable subscription's queue and what it held while the subscriber was away come
+    back, in order; nothing whose receipt came is lost, and it goes on receiving."""
+    service, redis_server = own_redis
+    topic, client_id = unique("news"), unique("app")
+    port = service.start_stomp("stomp-redis")
+    try:
+        first = _stomp_client(service, port, client_id)
+        first.subscribe(f"/topic/{topic}", sid="d", **RABBIT)
+        first.disconnect()
+        producer = _stomp_client(service, port, None)
+        for n in range(3):
+            producer.send(f"/topic/{topic}", f"away {n}", receipt=f"r{n}")
+        producer.receipt("r2")  # durable: in the AOF
+        producer.connection.disconnect()
+        with service.client() as http:
+            (queue,) = [n for n in queue_names(http) if client_id in n]
+            redis_server.kill()
+            redis_server.start()  # the same port and AOF file
+            eventually(
+                lambda: http.get(f"/api/queues/{quote(queue, safe='')}").status_code == 200,
+                "the router to answer again", within=60,
+            )  # fmt: skip
+        back = eventually(lambda: _stomp_client(service, port, client_id, quiet=True),
+                          "the client-id", within=60)  # fmt: skip
+        back.subscribe(f"/topic/{topic}", sid="d", **RABBIT)
+
+        def publish_after() -> bool:
+            """A publisher as programs write one: an ERROR (the first use of a connection
+            to the Redis that was killed may meet `store unavailable`) means not stored,
+            so it connects again and sends again."""
+            producer = _stomp_client(service, port, None)
+            producer.send(f"/topic/{topic}", "after", receipt="r3")
+            producer.wait(lambda: "r3" in producer.receipts or producer.errors, "an answer")
+            if producer.connection.is_connected():
+                producer.connection.disconnect()
+            return "r3" in producer.receipts
+
+        eventually(publish_after, "a publish after the restart to be stored", within=60)
+        got = back.take(4)
+        assert bodies(got) == ["away 0", "away 1", "away 2", "after"]
+        assert [f.headers["redelivered"] for f in got] == ["false"] * 4
+        for frame in got:
+            back.ack(frame)
+        back.connection.unsubscribe("d", headers={"durable": "true", "receipt": "u"})
+        back.receipt("u")
+        back.connection.disconnect()
+    finally:
+        service.stop("stomp-redis")
 
 
 def _stomp_client(service, port: int, client_id: str | None, quiet: bool = False):

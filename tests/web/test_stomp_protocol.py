@@ -296,7 +296,7 @@ def _mistakes(queue: str) -> dict[str, tuple[bytes, str, str | None]]:
         ),
         "bad header escape": (send.encode() + b"x-tab:a\\tb\n\nx\x00", "bad escape", "r1"),
         "unknown command": (b"PUBLISH\nreceipt:r1\n\nx\x00", "unknown command", "r1"),
-        "SEND without destination": (b"SEND\nreceipt:r1\n\nx\x00", "missing destination", "r1"),
+        "SEND without destination": (b"SEND\nreceipt:r1\n\nx\x00", "Missing destination", "r1"),
         "CONNECT twice": (connect_frame("x"), "CONNECT", None),
     }
 

@@ -29,7 +29,8 @@ consumers registry who it is (registry.py), for as long as the reader is open.
 
 Rules this file keeps:
 * a take in flight is never cancelled (its items would leave the list unseen, and come
-  back only at their delivery timeout): `close()` waits for it, at most POP_WAIT;
+  back only at their delivery timeout): `close()` waits for it, at most POP_WAIT; what
+  it returns to a consumer that is ending goes back untaken (`untake`), first, in order;
 * settlements reach the router in the consumer's order (a reject flushes the acks first).
 """
 
@@ -44,7 +45,7 @@ import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 
-from engine.relay import PRESENCE_EVERY, PRESENCE_TTL_MS, TAKE, TAKE_THESE
+from engine.relay import PRESENCE_EVERY, PRESENCE_TTL_MS, TAKE, TAKE_THESE, UNTAKE
 from xumpweb.live import registry
 from xumpweb.live.frames import encode
 from xumpweb.runtime import Service
@@ -87,6 +88,7 @@ class OutboxReader:
         self.redis = client
         self.take_script = client.register_script(TAKE)
         self.take_these = client.register_script(TAKE_THESE)
+        self.untake_script = client.register_script(UNTAKE)
         self.on_problem = on_problem
         self.wanted = wanted
         self.judged: dict[bytes, bool] = {}  # outbox items a filtering reader looked at last
@@ -133,6 +135,20 @@ class OutboxReader:
             return []
         keys = [self.outbox, self.taken, self.revoked]
         return await self.take_these(keys=keys, args=chosen)  # type: ignore[no-any-return]
+
+    async def untake(self, items: list[bytes]) -> None:
+        """Put items `take` returned and the consumer never handed on (it was ending
+        meanwhile) back at the head of the outbox, in order, untaken: the destination's
+        next consumer receives them first, and not as redeliveries. Rejecting them instead
+        would requeue each behind what reached the outbox meanwhile (out of order,
+        redelivered, counted as a delivery)."""
+        if not items:
+            return
+        self.taking = True  # part of the take: `stop` waits for it rather than cancel it
+        try:
+            await self.untake_script(keys=[self.outbox, self.taken], args=items)
+        finally:
+            self.taking = False
 
     # -- settling ----------------------------------------------------------------------------
     async def ack(self, tags: list[str]) -> list[str]:

@@ -74,8 +74,31 @@ def queue_update(engine: Engine, name: str, **changes: Any) -> Answer:
     return queue_json(engine, engine.queue_update(name, **changes)), NONE
 
 
+# the private queues of STOMP connections (topic and durable subscriptions, temp queues):
+# the COPY selectors feeding them are part of the subscription, not wiring of their own
+STOMP_PRIVATE = ("stomp:", "stomp-durable:")
+
+
 def queue_delete(engine: Engine, name: str) -> Answer:
-    return {"deleted": name}, engine.queue_delete(name)
+    """Delete a queue. A STOMP subscription's private queue (a durable subscription an
+    operator removes on the console, say) goes with the COPY selectors that feed it, as
+    UNSUBSCRIBE takes it down: left behind, a COPY into a queue that is gone would wait
+    there, unseen, and feed the queue of the same name made by the subscriber's next
+    SUBSCRIBE with its old pattern and selector."""
+    if not name.startswith(STOMP_PRIVATE):
+        return {"deleted": name}, engine.queue_delete(name)
+    engine.queue_fetch(name)  # NotFound before anything is removed
+    return {"deleted": name}, _take_down(engine, _feeding(engine, name), [name])
+
+
+def _feeding(engine: Engine, queue: str) -> list[tuple[str, int]]:
+    """The COPY selectors (owner queue, number) of every queue that copy into `queue`."""
+    return [
+        (info.name, selector.id)
+        for info in engine.queues()
+        for selector in engine.selectors(info.name)
+        if selector.spec.action == "copy" and selector.spec.target == queue
+    ]
 
 
 # -- selectors ---------------------------------------------------------------------------
@@ -497,17 +520,28 @@ def stomp_topic_open(
     (self-destructing) delivering to the destination of the same name, fed by a COPY of
     what the router queue `router` receives whose address matches `pattern` (and
     `filter`, when given), from now on. `durable`: a durable subscription's queue, not
-    self-destructing, kept as it is when it exists already (what it holds waits for the
-    subscriber's return)."""
+    self-destructing, kept as it is when it exists already with the same pattern and
+    filter (what it holds waits for the subscriber's return). Asked for with another
+    pattern or filter, it is made anew, what it held dropped, as JMS and ActiveMQ do when a
+    durable subscription changes its topic or selector: kept, it would go on receiving
+    what the old pattern matches and nothing the new one asks for."""
+    deliveries: list[Delivery] = []
     if durable:
         try:
             engine.queue_fetch(queue)
-            return {"queue": queue, "selectors": [], "existing": True}, NONE
         except NotFound:
             pass
+        else:
+            copies = [s for s in engine.selectors(router)
+                      if s.spec.action == "copy" and s.spec.target == queue]  # fmt: skip
+            wanted = (("topic", pattern, "address"), filter)
+            found = [(tuple(s.spec.match or ()), s.spec.filter) for s in copies]
+            if found == [wanted]:
+                return {"queue": queue, "selectors": [], "existing": True}, NONE
+            deliveries = _take_down(engine, [(router, s.id) for s in copies], [queue])
     building = patterns.Building(engine)
     try:
-        deliveries = _topic_router(engine, building, router)
+        deliveries += _topic_router(engine, building, router)
         engine.queue_create(queue, self_destruct=not durable)
         building.queues.append(queue)
         deliver = engine.selector_create(queue).when_always().do_deliver(queue)

@@ -90,12 +90,14 @@ class TempQueue:
 
 @dataclass(frozen=True, slots=True)
 class Settle:
-    """Confirm (`accept`) or reject (requeue per the queue's rules) delivery tags."""
+    """Confirm (`accept`) or reject delivery tags: requeued per the queue's rules, or with
+    `requeue` False (NACK `requeue:false`) dead-lettered (`x-reason: rejected`) or dropped."""
 
     subscription: str
     tags: tuple[str, ...]
     accept: bool
     receipt: str | None = None
+    requeue: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,17 +25,19 @@ Deliveries go the other way: `deliver(subscription, delivery)` returns the MESSA
 when idle for `send` ms, and treat the client as gone after silence of about twice `receive`.
 
 Choices (SPEC §9 leaves them to us):
-* versions 1.2 and 1.1 are spoken; a client offering only 1.0 (no `accept-version`) gets an
-  ERROR listing `version:1.1,1.2`. `host` is optional (passed to `Authenticate`).
+* versions 1.2, 1.1 and 1.0 (a CONNECT without `accept-version`) are spoken; a client
+  offering none of them gets an ERROR listing `version:1.0,1.1,1.2`. `host` is optional
+  (passed to `Authenticate`).
 * transactions are supported: SEND, ACK and NACK inside BEGIN … COMMIT are buffered and
   emitted at COMMIT (ABORT or a closed connection drops them), after a `Commit(size,
   receipt)` that makes them all or nothing (the transport checks them all first). A
-  frame inside a transaction gets its RECEIPT at once (received, not yet done); COMMIT's
-  receipt means all done.
+  frame inside a transaction gets its RECEIPT when COMMIT has carried it out (as
+  RabbitMQ does; never at ABORT); COMMIT's receipt means all done.
 * `ack:client` ACK and NACK are cumulative (every earlier unsettled MESSAGE of that
   subscription too), as RabbitMQ and ActiveMQ do; `client-individual` settles one.
 * `message-id` and `ack` of a MESSAGE are the same per-connection number; ACK/NACK take it
-  from `id` (1.2) or `message-id` (1.1).
+  from `id` in 1.2 and from `message-id` in 1.1 and 1.0 (each version's header only: a 1.2
+  ACK without `id` is an ERROR). NACK `requeue:false` (RabbitMQ's) rejects without requeue.
 
 Every client mistake ends in `Send(ERROR)` + `Close()` (STOMP closes after an ERROR), with
 `receipt-id` when the offending frame asked for a receipt, and no engine action for that
@@ -350,7 +352,8 @@ class StompConnection:
 
     def deliver(self, subscription: str, delivery: Delivery) -> list[Action]:
         """A delivery for `subscription`: the MESSAGE frame to send (plus its Settle in
-        ack:auto mode). A delivery for a subscription that is gone is rejected (requeued)."""
+        ack:auto mode). A delivery for a subscription that is gone gets a rejecting Settle and
+        no MESSAGE: the transport gives it back (session.py: to the outbox, untaken)."""
         sub = self._subscriptions.get(subscription)
         if sub is None or self.state is State.CLOSED:
             return [Settle(subscription, (delivery.tag,), accept=False)]
@@ -453,7 +456,7 @@ class StompConnection:
             try:
                 self.client_id = check_name("client-id", client_id)
             except XumpError as error:
-                raise ProtocolError("bad header", str(error)) from None
+                raise ProtocolError("Invalid header", str(error)) from None
         self.version = version
         self._escaped = self._parser.escapes = version != "1.0"
         self._connect_receipt = receipt
@@ -484,15 +487,15 @@ class StompConnection:
                 check_header_name(name)
                 check_text(f"header {name!r}", value)
             except XumpError as error:
-                raise ProtocolError("bad header", str(error)) from None
+                raise ProtocolError("Invalid header", str(error)) from None
             if "\x00" in value:  # STOMP frames end at a NUL: no client meant this one
-                raise ProtocolError("bad header", f"header {name!r} holds a NUL octet")
+                raise ProtocolError("Invalid header", f"header {name!r} holds a NUL octet")
             message_headers[name] = _typed(value)
         if "priority" in message_headers:
             try:
                 message_headers["priority"] = check_priority(headers["priority"].strip())
             except XumpError as error:
-                raise ProtocolError("bad header", str(error)) from None
+                raise ProtocolError("Invalid header", str(error)) from None
         return_address = headers.get("reply-to")
         if return_address is not None and return_address.startswith(TEMP):
             return_address = self._temp_queue(return_address, made)
@@ -504,7 +507,7 @@ class StompConnection:
             try:
                 check_seconds("delay", delay / 1000)
             except XumpError as error:
-                raise ProtocolError("bad header", f"{error} (STOMP's delay is in ms)") from None
+                raise ProtocolError("Invalid header", f"{error} (STOMP's delay is in ms)") from None
         publish = Publish(
             queue=queue,
             headers=message_headers,
@@ -523,7 +526,7 @@ class StompConnection:
         sid = self._subscription_id(frame)
         if sid in self._subscriptions:
             raise ProtocolError(
-                "duplicate subscription id",
+                "Duplicated subscription identifier",
                 f"this connection already has a subscription with id {sid!r}; ids must be "
                 "unique per connection",
             )
@@ -570,12 +573,20 @@ class StompConnection:
             del self._ack_owner[ack_id]
         return [Unsubscribe(sid, tuple(sub.unsettled.values()), receipt, durable)]
 
+    def _ack_header(self) -> str:
+        """Where ACK and NACK carry the MESSAGE's id: `id` (its `ack` header) in STOMP
+        1.2, `message-id` in 1.1 and 1.0; the other header is not looked at."""
+        return "id" if self.version == "1.2" else "message-id"
+
     def _on_ack(self, frame: Frame, receipt: str | None) -> list[Action]:
-        ack_id = frame.headers.get("id") or frame.headers.get("message-id")
-        if ack_id is None:
+        header = self._ack_header()
+        ack_id = frame.headers.get(header)
+        if not ack_id:
+            source = "ack" if header == "id" else "message-id"
             raise ProtocolError(
-                f"missing id header in {frame.command}",
-                f"{frame.command} needs the `id` header: the `ack` header of the MESSAGE",
+                "Missing header",
+                f"a STOMP {self.version} {frame.command} needs the `{header}` header: the "
+                f"`{source}` header of the MESSAGE",
             )
         if ack_id not in self._ack_owner:
             raise ProtocolError(
@@ -583,12 +594,13 @@ class StompConnection:
                 f"{ack_id!r}"[:60] + " is not the `ack` of a MESSAGE this connection "
                 "received and has not settled yet",
             )
+        _requeue(frame)  # a bad value is an ERROR now, not at its transaction's COMMIT
         return self._maybe_in_transaction(frame, receipt, None)
 
     def _settle(self, frame: Frame, receipt: str | None) -> list[Action]:
         """The Settle of an ACK/NACK whose id was valid when it arrived (a transaction may
         have settled it since: then nothing)."""
-        ack_id = frame.headers.get("id") or frame.headers.get("message-id") or ""
+        ack_id = frame.headers.get(self._ack_header()) or ""
         sub = self._ack_owner.get(ack_id)
         if sub is None:
             return []
@@ -603,7 +615,9 @@ class StompConnection:
         tags = tuple(sub.unsettled.pop(i) for i in ids)
         for i in ids:
             del self._ack_owner[i]
-        return [Settle(sub.id, tags, accept=frame.command == "ACK", receipt=receipt)]
+        accept = frame.command == "ACK"
+        requeue = accept or _requeue(frame)
+        return [Settle(sub.id, tags, accept=accept, receipt=receipt, requeue=requeue)]
 
     def _on_begin(self, frame: Frame, receipt: str | None) -> list[Action]:
         tx = _required(frame, "transaction")
@@ -624,7 +638,7 @@ class StompConnection:
             if buffered.command == "SEND":
                 actions.extend(self._on_send_now(buffered))
             else:
-                actions.extend(self._settle(buffered, None))
+                actions.extend(self._settle(buffered, buffered.headers.get("receipt")))
         if actions:
             actions.insert(0, Commit(len(actions), receipt))
         if receipt is not None:
@@ -651,10 +665,10 @@ class StompConnection:
         a TempQueue to `made` (with an implicit reader unless a SUBSCRIBE reads it)."""
         name = written[len(TEMP) :]
         if not name:
-            raise ProtocolError("bad destination", "/temp-queue/ needs a name after it")
+            raise ProtocolError("Invalid destination", "/temp-queue/ needs a name after it")
         if name.startswith("stomp:"):
             raise ProtocolError(
-                "bad destination",
+                "Invalid destination",
                 f"{written!r}"[:200] + " names a private queue: /temp-queue/<name> takes a "
                 "name of this connection's own; another connection's private queue cannot "
                 "be read",
@@ -683,16 +697,16 @@ class StompConnection:
         if name is not None:
             if self.client_id is None:
                 raise ProtocolError(
-                    "missing client-id",
+                    "Missing header",
                     "a durable subscription (activemq.subscriptionName) needs the "
                     "connection's client-id header in CONNECT",
                 )
-        elif "true" in (headers.get("durable"), headers.get("persistent")):
-            if headers.get("auto-delete") == "true":
+        elif "true" in (_flag(headers, "durable"), _flag(headers, "persistent")):
+            if _flag(headers, "auto-delete") == "true":
                 return None
             if not headers.get("id"):
                 raise ProtocolError(
-                    "missing id header",
+                    "Missing Header",  # RabbitMQ's words for this one (capital H)
                     "a durable subscription (durable:true) is named by its `id` header",
                 )
             name = sid
@@ -718,7 +732,9 @@ class StompConnection:
     def _maybe_in_transaction(
         self, frame: Frame, receipt: str | None, actions: list[Action] | None
     ) -> list[Action]:
-        """Buffer `frame` in its transaction (and receipt it now), or do it now."""
+        """Buffer `frame` in its transaction, or do it now. A buffered frame's receipt
+        comes when COMMIT has carried it out (a SEND's: once durable), as RabbitMQ sends
+        it: a RECEIPT never says more than what was done; at ABORT it never comes."""
         if "transaction" not in frame.headers:
             return actions if actions is not None else self._settle(frame, receipt)
         tx = self._open_transaction(frame)
@@ -729,12 +745,13 @@ class StompConnection:
                 f"a transaction may hold {self.config.max_transaction_frames} frames",
             )
         buffered.append(frame)
-        return self._receipt_now(receipt)
+        return []
 
     def _on_send_now(self, frame: Frame) -> list[Action]:
-        """A SEND buffered in a committed transaction (validated when it arrived)."""
+        """A SEND buffered in a committed transaction (validated when it arrived), with
+        its receipt: answered once durable."""
         headers = {k: v for k, v in frame.headers.items() if k not in ("transaction", "receipt")}
-        return self._on_send(Frame("SEND", headers, frame.body), None)
+        return self._on_send(Frame("SEND", headers, frame.body), frame.headers.get("receipt"))
 
     def _receipt_now(self, receipt: str | None) -> list[Action]:
         if receipt is None:
@@ -760,11 +777,28 @@ def _typed(value: str) -> HeaderValue:
     return number if repr(number) == value else value
 
 
+def _flag(headers: Mapping[str, str], name: str) -> str | None:
+    """A true/false header as written in any case (Python clients send `True`)."""
+    value = headers.get(name)
+    return None if value is None else value.lower()
+
+
+def _requeue(frame: Frame) -> bool:
+    """A NACK's `requeue` header (RabbitMQ's): `false` rejects without requeue (dead
+    letters or dropped, by the queue's rules); `true` or none requeues."""
+    value = frame.headers.get("requeue")
+    if value is None or frame.command != "NACK":
+        return True
+    if value.lower() not in ("true", "false"):
+        raise ProtocolError("Invalid header", f"requeue must be true or false, not {value!r}"[:300])
+    return value.lower() == "true"
+
+
 def _required(frame: Frame, header: str) -> str:
     value = frame.headers.get(header)
     if value is None or value == "":
         raise ProtocolError(
-            f"missing {header} header",
+            "Missing destination" if header == "destination" else "Missing header",
             f"a {frame.command} frame needs the `{header}` header",
         )
     return value
@@ -776,11 +810,11 @@ def _integer(
     text = headers[header].strip()
     digits = text.removeprefix("-")
     if not (digits.isascii() and digits.isdigit() and len(digits) <= 19):
-        raise ProtocolError("bad header", f"{header} must be an integer, not {text!r}"[:300])
+        raise ProtocolError("Invalid header", f"{header} must be an integer, not {text!r}"[:300])
     value = int(text)
     if not minimum <= value <= maximum:
         raise ProtocolError(
-            "bad header", f"{header} must be between {minimum} and {maximum}, not {value}"
+            "Invalid header", f"{header} must be between {minimum} and {maximum}, not {value}"
         )
     return value
 
@@ -789,7 +823,7 @@ def _queue_of(destination: str, what: str, *, header: str = "destination") -> st
     """`/queue/<name>` → name (checked by the engine's naming rules)."""
     if not destination.startswith("/queue/"):
         raise ProtocolError(
-            "bad destination",
+            "Invalid destination",
             f"{what}: {header} must be /queue/<name>, not {destination!r}"[:300],
         )
     return _checked("queue", destination[len("/queue/") :])
@@ -803,14 +837,14 @@ def _send_target(destination: str) -> tuple[str | None, str]:
         try:
             check_envelope(address, None)
         except XumpError as error:
-            raise ProtocolError("bad destination", str(error)) from None
+            raise ProtocolError("Invalid destination", str(error)) from None
         if not address:
-            raise ProtocolError("bad destination", "SEND: /topic/ needs an address after it")
+            raise ProtocolError("Invalid destination", "SEND: /topic/ needs an address after it")
         return None, address
     if not destination.startswith("/queue/"):
         shown = repr(destination)[:200]
         raise ProtocolError(
-            "bad destination",
+            "Unknown destination",
             f"SEND: destination must be /queue/<name> or /topic/<address>, not {shown}",
         )
     return _queue_of(destination, "SEND"), ""
@@ -826,7 +860,7 @@ def _destination_of(destination: str) -> tuple[str, str]:
         if destination.startswith(prefix):
             return kind, _checked(what, destination[len(prefix) :])
     raise ProtocolError(
-        "bad destination",
+        "Unknown destination",
         f"SUBSCRIBE: destination must be /queue/<destination> or /topic/<pattern>, "
         f"not {destination!r}"[:300],
     )
@@ -836,7 +870,7 @@ def _checked(kind: str, name: str) -> str:
     try:
         return check_name(kind, name)
     except XumpError as error:
-        raise ProtocolError("bad destination", str(error)) from None
+        raise ProtocolError("Invalid destination", str(error)) from None
 
 
 def _bare(destination: str) -> str:

@@ -20,11 +20,12 @@ import logging
 from asgiref.sync import sync_to_async
 
 from engine.errors import XumpError
+from xumpweb.router.operations import STOMP_PRIVATE
 from xumpweb.runtime import Service
 
 logger = logging.getLogger("xump.stomp")
 
-PRIVATE_PREFIXES = ("stomp:", "stomp-durable:")
+PRIVATE_PREFIXES = STOMP_PRIVATE
 
 
 def is_private(name: str) -> bool:

@@ -18,10 +18,13 @@ carries out the actions it returns, the same way for both transports:
   wants and leaves the others); /topic/<pattern> first builds a private queue
   (topics.py). One pump task per subscription takes at most `credit` (prefetch) items,
   hands each to the core for its MESSAGE frame and writes them in one write.
-* **Settle** (ACK/NACK): confirms or rejects (requeue) through the OutboxReader; each
-  settled delivery opens the subscription's window by one.
+* **Settle** (ACK/NACK): confirms or rejects (requeue, or with NACK `requeue:false` dead
+  letters) through the OutboxReader; each settled delivery opens the subscription's
+  window by one.
 * **Unsubscribe** and the end of the connection give back every delivery not settled
-  (requeue, redelivered to the others) and take a topic's private queue down.
+  (requeue, redelivered to the others) and take a topic's private queue down. What the
+  pump's last take brought after the subscription ended was never sent: it goes back to
+  the head of the outbox untaken, in order, not as redeliveries (OutboxReader.untake).
 
 Answers (RECEIPT, ERROR of a failed action) go out in the order of the frames that asked
 for them: each action that answers takes a slot in a FIFO and a writer task sends the
@@ -192,9 +195,12 @@ class _Subscription:
                 continue
             if not popped:
                 continue
+            if self.stopping:  # it ended while the take waited: what came is not ours
+                return await self._untake(popped)
             self.item_size = max(1, sum(map(len, popped)) // len(popped))
             data: list[bytes] = []
             auto: list[str] = []
+            back: list[bytes] = []
             for raw in popped:
                 try:
                     delivery = delivery_from_json(raw)
@@ -202,13 +208,15 @@ class _Subscription:
                 except Exception as problem:  # an item no frame can carry: dead letters
                     await self._set_aside(raw, problem)
                     continue
+                if type(actions[0]) is not Send:  # the subscription is gone: never sent
+                    back.append(raw)
+                    continue
                 reader.unsettled[delivery.tag] = None
-                for action in actions:
-                    if type(action) is Send:
-                        data.append(action.data)
-                    elif type(action) is Settle and action.accept:
-                        auto.extend(action.tags)
-                    # a Settle that rejects: the subscription is gone; close() gives it back
+                data.append(actions[0].data)
+                if len(actions) > 1 and type(actions[1]) is Settle and actions[1].accept:
+                    auto.extend(actions[1].tags)
+            if back:
+                await self._untake(back)
             if self.ack != "auto":
                 self.credit -= len(data)
             for chunk in _chunks(data):
@@ -216,6 +224,18 @@ class _Subscription:
                     return
             if auto:
                 await reader.ack(auto)
+
+    async def _untake(self, items: list[bytes]) -> None:
+        """Items taken after the subscription ended (UNSUBSCRIBE, DISCONNECT, a closed
+        socket while the take waited) go back to the head of the outbox as they were:
+        the next subscriber receives them first, in order, not as redeliveries."""
+        try:
+            await self.reader.untake(items)
+        except redis.RedisError as problem:  # then close() rejects them: requeued
+            logger.warning("cannot put %d item(s) back in %r: %s", len(items),
+                           self.reader.outbox, problem)  # fmt: skip
+            for raw in items:
+                self.reader.unsettled[delivery_from_json(raw).tag] = None
 
     async def _set_aside(self, raw: bytes, problem: Exception) -> None:
         reason = f"the delivery cannot be sent as a STOMP frame: {type(problem).__name__}"
@@ -285,6 +305,7 @@ class StompSession:
         self.client_id: str | None = None  # CONNECT's client-id, held in Redis while here
         self.slots: deque[_Slot] = deque()
         self.wake = asyncio.Event()
+        self.answered_now = asyncio.Event()  # set whenever a slot is answered
         self.router_answers = RouterAnswers()
         self.redis: aioredis.Redis | None = None
         self.closed = False
@@ -376,6 +397,7 @@ class StompSession:
             slot.actions = actions
         slot.ready = True
         self.wake.set()
+        self.answered_now.set()
 
     async def _write_answers(self) -> None:
         slots, connection = self.slots, self.connection
@@ -576,6 +598,7 @@ class StompSession:
                 wanted = _wanted(selects)
         destination = action.destination
         if action.kind == "topic":
+            await self._earlier_sends_stored()
             if action.durable is not None:
                 destination = topics.durable_name(self.client_id or self.who, action.durable)
             else:
@@ -598,6 +621,17 @@ class StompSession:
         metrics.subscriber_joined(sub)
         if action.receipt is not None:
             self._add_slot(_Slot(barrier=action.receipt))
+
+    async def _earlier_sends_stored(self) -> None:
+        """Wait until the SENDs this connection made before are in the inbox (or refused):
+        a /topic/ subscription is wired by a router call, which would otherwise overtake
+        them and receive a message sent before it (frames of a connection act in order)."""
+        pending = [slot for slot in self.slots if not slot.ready]
+        while pending:
+            self.answered_now.clear()
+            pending = [slot for slot in pending if not slot.ready]
+            if pending:
+                await self.answered_now.wait()
 
     def _foreign(self, destination: str) -> bool:
         """A private queue (topic or temp) of another connection: nobody else reads it."""
@@ -642,7 +676,7 @@ class StompSession:
             if action.accept:
                 await sub.reader.ack(tags)
             else:
-                await sub.reader.reject(tags, requeue=True)
+                await sub.reader.reject(tags, requeue=action.requeue)
             if sub.ack != "auto":
                 sub.opened(len(tags))
             if action.receipt is not None:
