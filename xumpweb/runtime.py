@@ -12,7 +12,9 @@ before it.
 Who routes: with `XUMP_ROUTING=worker` (the default) a Celery task (router/tasks.py)
 becomes the router for a burst of traffic: a client that sends a command while no router is
 busy schedules one task (`kick`), which drains the inbox and lingers a little before it
-lets the lease go. With `XUMP_ROUTING=inline` the web process routes in a thread of its own.
+lets the lease go; and every worker's lease watch takes the lease over when nobody holds
+it and work waits (a router died, deliveries are outstanding), beat or no beat
+(router/watch.py). With `XUMP_ROUTING=inline` the web process routes in a thread of its own.
 
 The router's engine keeps an event journal; every routing step appends its events to the
 store's journal list in Redis in the same atomic step as its changes, for the archive
