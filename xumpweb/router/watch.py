@@ -128,12 +128,20 @@ class LeaseWatch(threading.Thread):
 
     def run(self) -> None:
         pause = 0.0
+        failing = False  # said once per outage, not at every look
         while not _stopping.wait(pause):
             try:
                 pause = self.look()
             except Exception as problem:  # Redis away, the lease lost while routing...
-                logger.warning("lease watch: %s", problem)
+                if not failing:
+                    logger.warning("lease watch: %s; looking again every %.2f s", problem,
+                                   self.every)  # fmt: skip
+                failing = True
                 pause = self.every
+            else:
+                if failing:
+                    logger.warning("lease watch: looking again normally")
+                failing = False
 
     def look(self) -> float:
         """One look (routing here if the lease is free and work waits); seconds until the
