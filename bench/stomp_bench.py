@@ -571,6 +571,7 @@ def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
         api(service, "POST", "/api/patterns", json={
             "kind": "wolfpack", "router": router, "name": worker, "credit": PATTERN_CREDIT,
         })  # fmt: skip
+        disk = redis_round_trips(redis_server.url)
         listener = TraceListener(redis_server.url, service.env["XUMP_STORE"])
         listener.start()
         try:
@@ -579,7 +580,29 @@ def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
         finally:
             listener.stop()
         run["hops"], run["traced"] = hop_table(run, listener.stamps)
+        run["disk"] = disk
         return run
+
+
+def redis_round_trips(url: str, count: int = 500) -> dict[str, tuple[float, float]]:
+    """p50/p99 of one client's INCR (a write: with appendfsync always it waits for its
+    fsync) and GET on the bench's Redis, just before the paced run: what the disk and the
+    machine give a lone write at that moment."""
+    client = redis.Redis.from_url(url)
+    found: dict[str, tuple[float, float]] = {}
+    try:
+        for name, command in (("INCR", lambda: client.incr("bench:probe")),
+                              ("GET", lambda: client.get("bench:probe"))):  # fmt: skip
+            times = []
+            for _ in range(count):
+                started = time.perf_counter()
+                command()
+                times.append(time.perf_counter() - started)
+            found[name] = percentiles(times)
+        client.delete("bench:probe")
+    finally:
+        client.close()
+    return found
 
 
 def paced_rabbit(args: argparse.Namespace) -> dict | None:
@@ -608,6 +631,9 @@ def print_paced(args: argparse.Namespace, xump: dict | None, rabbit: dict | None
               f"routing, 1 stomp_server; a wolfpack of one worker ({xump['counted']:,} "
               f"messages counted, {xump['traced']:,} with every stamp; sent at "
               f"{xump['sent_rate']:,.0f}/s)")  # fmt: skip
+        (w50, w99), (r50, r99) = xump["disk"]["INCR"], xump["disk"]["GET"]
+        print(f"  its Redis just before, one client: INCR (fsync'd) p50 {w50:.3f} / p99 "
+              f"{w99:.3f} ms, GET p50 {r50:.3f} / p99 {r99:.3f} ms")  # fmt: skip
         print(f"  {'hop':52} {'p50 ms':>8} {'p99 ms':>8}")
         for label, p50, p99 in xump["hops"]:
             print(f"  {label:52} {p50:>8.3f} {p99:>8.3f}")
