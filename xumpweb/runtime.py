@@ -93,6 +93,7 @@ def keys(store: str) -> dict[str, str]:
         "snapshot": prefix + "snapshot",  # JSON stats of every queue, from the router
         "series": prefix + "series:",  # + queue: its samples of the last hour (series.py)
         "lease": prefix + "lease",
+        "fence": prefix + "fence",  # the lease's fencing counter (engine/stores/redis.py)
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
         "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
         **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay/wire.py)
@@ -441,6 +442,11 @@ class Router:
         self._fence = _fence(store.lease_token)
         _count_lease(True)  # a handover
         return True
+
+    @property
+    def fence(self) -> int:
+        """The fencing number of the lease this router last held (-1: none yet)."""
+        return self._fence
 
     def _build(self, store: RedisStore) -> _RelayRouter:
         from engine.catalog import StoreSpec

@@ -22,9 +22,10 @@ that expires by itself, the `kicked` flag that tells clients a router is schedul
 schedule none for up to 30 s), and its Celery task, acknowledged late, which the broker
 gives back only after its visibility timeout (minutes). Before the watch only beat's
 `tick` noticed; without beat routing stopped until the task came back. Now a surviving
-worker takes the lease over as soon as it expires (within the lease time of the dead
-router's last renewal, plus one look), whether beat runs or not, and when it lets go it
-clears the stale `kicked` flag as every router does, so clients schedule tasks again.
+worker takes the lease over once it expires (the lease time after the dead router's last
+renewal, plus a look or two, see "Who takes it"), whether beat runs or not, and when it
+lets go it clears the stale `kicked` flag as every router does, so clients schedule tasks
+again.
 
 Why never two routers: the watch changes only *when* a worker tries to take the lease,
 never how routing writes. The lease is taken only when its key is absent (one atomic
@@ -42,9 +43,14 @@ engine from the store as last committed and takes the same head of the inbox. Th
 worker's task, when the broker gives it back, finds the lease held or nothing to do
 (tasks are idempotent).
 
-Cost: per worker, one pipelined LLEN + PTTL (reads: no AOF write, no fsync) every look,
-and a read of the router's stats snapshot only when nobody holds the lease and the inbox
-is empty.
+Who takes it: the process that held the lease last, when it is alive, since its engine is
+current (the fencing number tells); any other rebuilds its engine from the store. So a
+watch that finds the lease free lets one look pass unless its process held it last, and
+the last holder's watch looks again within half a look after it let go.
+
+Cost: per worker, one pipelined LLEN + PTTL + GET (reads: no AOF write, no fsync) every
+look, and a read of the router's stats snapshot only when nobody holds the lease and the
+inbox is empty.
 """
 
 from __future__ import annotations
@@ -125,6 +131,7 @@ class LeaseWatch(threading.Thread):
     def __init__(self, every: float) -> None:
         super().__init__(name="xump-lease-watch", daemon=True)
         self.every = every  # seconds between looks at most
+        self.deferred = False  # it let the last look pass for the last holder (see look)
 
     def run(self) -> None:
         pause = 0.0
@@ -148,12 +155,23 @@ class LeaseWatch(threading.Thread):
         next."""
         service = runtime.service()
         keys = service.keys
-        waiting, left = (service.redis.pipeline(transaction=False).llen(keys["inbox"])
-                         .pttl(keys["lease"]).execute())  # fmt: skip
+        waiting, left, fence = (service.redis.pipeline(transaction=False)
+                                .llen(keys["inbox"]).pttl(keys["lease"])
+                                .get(keys["fence"]).execute())  # fmt: skip
         if left != -2:  # held: look again when it would expire (-1, no expiry: never set)
+            self.deferred = False
             return min(self.every, left / 1000 + 0.005) if left > 0 else self.every
         if not work_waiting(service, waiting):
+            self.deferred = False
             return self.every
+        # the last holder goes first: its engine is current, another process would rebuild
+        # its own from the store. So a worker that did not hold the lease last lets one look
+        # pass (the last holder's watch looks again within half of one), then takes it
+        # (the holder died, or is busy): a takeover still comes within the lease time
+        if not self.deferred and not _held_last(fence):
+            self.deferred = True
+            return self.every
+        self.deferred = False
         close_old_connections()  # the router may read the wiring: not on a dead connection
         routed = route_here(wait=0.0)
         if routed is None:  # another thread of this process is taking it, or another worker
@@ -161,8 +179,14 @@ class LeaseWatch(threading.Thread):
         let_go()
         logger.debug("lease watch routed %d command(s)", routed)
         # not at once: with deliveries outstanding (nothing else to do) a router comes back
-        # every look, as beat's tick had it, rather than holding the lease for ever
-        return self.every
+        # every half look, as beat's tick had it, rather than holding the lease for ever
+        return self.every / 2
+
+
+def _held_last(fence: bytes | None) -> bool:
+    """Whether this process's router held the lease last (its fencing number is the
+    store's latest), so its engine is current."""
+    return _router is not None and fence is not None and _router.fence == int(fence)
 
 
 def start() -> None:
