@@ -78,6 +78,12 @@ def test_killing_the_routing_worker_without_beat_the_other_takes_the_lease_over(
     service = start_service(redis_server.url, tmp_path, "worker")
     try:
         workers = {"first": service.start_worker("first"), "second": service.start_worker("second")}
+        # both up before the first call (on a loaded machine a worker takes seconds to start)
+        app = Celery(broker=service.env["XUMP_REDIS_URL"])
+        try:
+            assert wait_for(lambda: len(app.control.ping(timeout=1.0)) >= 2, within=120)
+        finally:
+            app.close()
         store = service.env["XUMP_STORE"]
         lease_time = int(service.env["XUMP_LEASE_MS"]) / 1000
         queue, destination = unique(), unique("d")
