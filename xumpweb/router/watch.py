@@ -167,7 +167,7 @@ class LeaseWatch(threading.Thread):
         # the last holder goes first: its engine is current, another process would rebuild
         # its own from the store. So a worker that did not hold the lease last lets one look
         # pass (the last holder's watch looks again within half of one), then takes it
-        # (the holder died, or is busy): a takeover still comes within the lease time
+        # (the holder died, or is busy): a takeover comes one look after the lease expired
         if not self.deferred and not _held_last(fence):
             self.deferred = True
             return self.every
