@@ -2,6 +2,7 @@
 
     python bench/stomp_bench.py [--messages N] [--seconds S] [--only xump|rabbitmq]
                                 [--xump-port PORT] [--appendfsync always|everysec]
+    python bench/stomp_bench.py --paced RATE [--seconds S] ...   (the hop table only)
 
 The same client code (stomp.py, `stomp.Connection12`, TCP_NODELAY, no heart-beats) runs
 against both brokers; only the connection settings differ. Xump: the bench starts its own
@@ -31,6 +32,18 @@ broker's STOMP plugin on 127.0.0.1:61613 (guest/guest, virtual host /; enable it
    body carries its send time (time.time(): both processes read the same clock), p50/p99
    of send -> MESSAGE received.
 
+--paced RATE: where a lone message's time goes (docs/live-path.md). One publisher process
+SENDs RATE persistent messages a second for --seconds (each with a receipt, not awaited,
+and the bench-only header `x-trace`, engine/relay/trace.py) into a wolfpack of one worker
+whose one consumer process SUBSCRIBEs with `ack:auto`. The STOMP server stamps when it
+read the SEND and when the subscriber's process took the delivery into the MESSAGE's
+`x-trace` header; it and the router publish on the store's trace channel when the inbox
+append and the routing step came back durable and when the frame was written; the bench
+listens there. Printed: p50/p99 of each hop, of the whole SEND -> MESSAGE and of SEND ->
+RECEIPT; beside them RabbitMQ's SEND -> MESSAGE and SEND -> RECEIPT at the same pace, same
+client, ack:auto (when its STOMP answers). The first half second of messages is a warm-up,
+not counted.
+
 Every body carries a serial number; runs 2 and 3 check that every message arrived exactly
 once (none missing, none twice) and fail loudly otherwise. When RabbitMQ's STOMP does not
 answer (the plugin off) its column is empty; a broker that fails during a run stops the
@@ -55,9 +68,11 @@ from urllib.parse import quote
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+import redis
 import stomp
 
 from bench.service_bench import (
+    PATTERN_CREDIT,
     RATE,
     CpuMeter,
     Run,
@@ -72,6 +87,7 @@ from bench.service_bench import (
     wait_for_counter,
     worker_service,
 )
+from engine.relay.trace import TRACE, parse_header, parse_line, trace_channel
 from tests.web.conftest import PYTHON, ROOT
 
 HOST = "127.0.0.1"
@@ -393,6 +409,249 @@ def bench_rabbit(args: argparse.Namespace) -> dict | None:
         admin.close()
 
 
+# -- paced and traced: where a lone message's time goes ----------------------------------------
+WARM_UP = 0.5  # seconds of messages a paced run sends first and does not count
+# (label, from stamp, to stamp): "send" and "client" are the clients' own clocks, the rest
+# the service's stamps (engine/relay/trace.py); one machine, one clock
+HOPS = (
+    ("SEND -> STOMP server has read it", "send", "recv"),
+    ("read -> inbox append durable", "recv", "inbox"),
+    ("inbox durable -> routing step durable", "inbox", "step"),
+    ("step durable -> subscriber's process has it", "step", "learn"),
+    ("subscriber's process has it -> frame written", "learn", "write"),
+    ("frame written -> client has the MESSAGE", "write", "client"),
+    ("SEND -> MESSAGE, the whole path", "send", "client"),
+)
+
+
+def traced_consumer(broker: Broker, destination: str, total: int, results, ready) -> None:
+    """SUBSCRIBE with ack:auto until `total` MESSAGEs came; puts each one's (serial, send
+    time, receive time, mid header, x-trace header) on `results`."""
+    seen: list[tuple] = []
+    every = threading.Event()
+    connection, listener = connect(broker)
+
+    def take(frame) -> None:
+        now = time.time()
+        text = frame.body
+        seen.append((int(text[17:27]), float(text[:17]), now, frame.headers.get("mid"),
+                     frame.headers.get(TRACE, "")))  # fmt: skip
+        if len(seen) >= total:
+            every.set()
+
+    subscribed = threading.Event()
+    listener.on_taken = take
+    listener.on_receipted = lambda _: subscribed.set()
+    connection.subscribe(destination, id="1", ack="auto", headers={"receipt": "subscribed"})
+    if not subscribed.wait(WAIT):
+        listener.fail("no RECEIPT for SUBSCRIBE")
+    ready.set()
+    every.wait(600)
+    close(connection, listener)
+    results.put(("consumer", seen))
+
+
+def traced_publisher(broker: Broker, destination: str, rate: float, total: int, results,
+                     ready, go) -> None:  # fmt: skip
+    """SEND `total` persistent messages at `rate` a second, each with a receipt (not
+    awaited) and the trace header; puts (SENDs/s, [(serial, SEND -> RECEIPT)]) on
+    `results`."""
+    connection, listener = connect(broker)
+    headers = {**dict(broker.send_headers), TRACE: "on"}
+    sent: dict[str, float] = {}
+    receipted: list[tuple[int, float]] = []
+    listener.on_receipted = lambda rid: (
+        rid in sent and receipted.append((int(rid), time.perf_counter() - sent.pop(rid)))
+    )
+    ready.set()
+    go.wait()
+    started = time.perf_counter()
+    for n in range(total):
+        delay = started + n / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        sent[str(n)] = time.perf_counter()
+        connection.send(destination, body(n), headers={**headers, "receipt": str(n)})
+    sent_rate = total / (time.perf_counter() - started)
+    close(connection, listener)  # its receipt comes after every other
+    results.put(("publisher", sent_rate, receipted))
+
+
+def paced_run(broker: Broker, send_to: str, subscribe_to: str, rate: float,
+              seconds: float) -> dict:  # fmt: skip
+    """The two client processes of a paced run: every MESSAGE seen (checked: each serial
+    once), the publisher's rate and its receipts."""
+    warm = int(rate * WARM_UP)
+    total = warm + int(rate * seconds)
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    ready_c, ready_p, go = context.Event(), context.Event(), context.Event()
+    consumer = context.Process(
+        target=traced_consumer, args=(broker, subscribe_to, total, results, ready_c)
+    )
+    publisher = context.Process(
+        target=traced_publisher, args=(broker, send_to, rate, total, results, ready_p, go)
+    )
+    consumer.start()
+    publisher.start()
+    try:
+        if not (ready_c.wait(60) and ready_p.wait(60)):
+            raise SystemExit(f"{broker.name}: a client process did not start")
+        go.set()
+        found = {}
+        for _ in range(2):
+            kind, *rest = results.get(timeout=seconds + 600)
+            found[kind] = rest
+    finally:
+        for process in (consumer, publisher):
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+    seen = found["consumer"][0]
+    check_once([serial for serial, *_ in seen], total, f"{broker.name} paced")
+    sent_rate, receipted = found["publisher"]
+    return {
+        "messages": [record for record in seen if record[0] >= warm],
+        "receipts": [seconds for serial, seconds in receipted if serial >= warm],
+        "sent_rate": sent_rate,
+        "counted": total - warm,
+    }
+
+
+class TraceListener(threading.Thread):
+    """The store's trace channel, read from before a paced run starts: {mid: {hop: time}}."""
+
+    def __init__(self, url: str, store: str) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url)
+        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.subscribe(trace_channel(store))
+        self.stamps: dict[str, dict[str, float]] = {}
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            found = self.pubsub.get_message(timeout=0.2)
+            if found is None:
+                continue
+            hop, at, mids = parse_line(found["data"])
+            for mid in mids:
+                self.stamps.setdefault(mid, {})[hop] = at
+
+    def stop(self) -> None:
+        time.sleep(0.5)  # the last lines arrive
+        self.stopping.set()
+        self.join()
+        self.pubsub.close()
+        self.client.close()
+
+
+def hop_table(run: dict, stamps: dict[str, dict[str, float]]) -> tuple[list, int]:
+    """(label, p50 ms, p99 ms) per hop, from the messages that have every stamp; how many
+    had."""
+    spans: dict[str, list[float]] = {label: [] for label, _, _ in HOPS}
+    whole = 0
+    for _, send, client, mid, header in run["messages"]:
+        times = {"send": send, "client": client, **parse_header(header or ""),
+                 **stamps.get(mid, {})}  # fmt: skip
+        if not all(stamp in times for _, a, b in HOPS for stamp in (a, b)):
+            continue
+        whole += 1
+        for label, a, b in HOPS:
+            spans[label].append(times[b] - times[a])
+    return [(label, *percentiles(spans[label])) for label, _, _ in HOPS], whole
+
+
+def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
+    with worker_service(directory, "--appendfsync", args.appendfsync) as (service, redis_server):
+        start_stomp_server(service, args.xump_port, directory / "service")
+        broker = Broker("Xump", args.xump_port, "bench", service.admin_token)
+        router = f"bench-paced-{uuid.uuid4().hex[:6]}"
+        worker = f"{router}-w1"
+        api(service, "POST", "/api/patterns", json={
+            "kind": "wolfpack", "router": router, "name": worker, "credit": PATTERN_CREDIT,
+        })  # fmt: skip
+        disk = redis_round_trips(redis_server.url)
+        listener = TraceListener(redis_server.url, service.env["XUMP_STORE"])
+        listener.start()
+        try:
+            run = paced_run(broker, f"/queue/{router}", f"/queue/{worker}", args.paced,
+                            args.seconds)  # fmt: skip
+        finally:
+            listener.stop()
+        run["hops"], run["traced"] = hop_table(run, listener.stamps)
+        run["disk"] = disk
+        return run
+
+
+def redis_round_trips(url: str, count: int = 500) -> dict[str, tuple[float, float]]:
+    """p50/p99 of one client's INCR (a write: with appendfsync always it waits for its
+    fsync) and GET on the bench's Redis, just before the paced run: what the disk and the
+    machine give a lone write at that moment."""
+    client = redis.Redis.from_url(url)
+    found: dict[str, tuple[float, float]] = {}
+    try:
+        for name, command in (("INCR", lambda: client.incr("bench:probe")),
+                              ("GET", lambda: client.get("bench:probe"))):  # fmt: skip
+            times = []
+            for _ in range(count):
+                started = time.perf_counter()
+                command()
+                times.append(time.perf_counter() - started)
+            found[name] = percentiles(times)
+        client.delete("bench:probe")
+    finally:
+        client.close()
+    return found
+
+
+def paced_rabbit(args: argparse.Namespace) -> dict | None:
+    if not listening(HOST, RABBIT_STOMP):
+        return None
+    broker = Broker("RabbitMQ", RABBIT_STOMP, "guest", "guest", vhost="/",
+                    send_headers=(("persistent", "true"),))  # fmt: skip
+    admin = rabbit_connection()
+    name = f"xump-stomp-paced-{uuid.uuid4().hex[:6]}"
+    admin.channel().queue_declare(name, durable=True)
+    try:
+        return paced_run(broker, f"/queue/{name}", f"/queue/{name}", args.paced, args.seconds)
+    finally:
+        admin.channel().queue_delete(name)
+        admin.close()
+
+
+def print_paced(args: argparse.Namespace, xump: dict | None, rabbit: dict | None,
+                load_before: str) -> None:  # fmt: skip
+    print(f"STOMP paced run ({os.cpu_count()} cores; load average {load_before} before, "
+          f"{load()} after): {args.paced:,.0f} persistent SENDs a second for "
+          f"{args.seconds:g} s, each with a receipt (not awaited), stomp.py over TCP; "
+          f"a consumer with ack:auto")  # fmt: skip
+    if xump:
+        print(f"  Xump: Redis with appendfsync {args.appendfsync}, 1 uvicorn, 1 Celery worker "
+              f"routing, 1 stomp_server; a wolfpack of one worker ({xump['counted']:,} "
+              f"messages counted, {xump['traced']:,} with every stamp; sent at "
+              f"{xump['sent_rate']:,.0f}/s)")  # fmt: skip
+        (w50, w99), (r50, r99) = xump["disk"]["INCR"], xump["disk"]["GET"]
+        print(f"  its Redis just before, one client: INCR (fsync'd) p50 {w50:.3f} / p99 "
+              f"{w99:.3f} ms, GET p50 {r50:.3f} / p99 {r99:.3f} ms")  # fmt: skip
+        print(f"  {'hop':52} {'p50 ms':>8} {'p99 ms':>8}")
+        for label, p50, p99 in xump["hops"]:
+            print(f"  {label:52} {p50:>8.3f} {p99:>8.3f}")
+        p50, p99 = percentiles(xump["receipts"])
+        print(f"  {'SEND -> RECEIPT':52} {p50:>8.3f} {p99:>8.3f}")
+        print("  (each hop's percentiles are its own: they do not add up to the whole path's)")
+    if rabbit:
+        whole = [client - send for _, send, client, _, _ in rabbit["messages"]]
+        m50, m99 = percentiles(whole)
+        r50, r99 = percentiles(rabbit["receipts"])
+        print(f"  RabbitMQ on {HOST}:{RABBIT_STOMP}, durable queue, persistent, same pace and "
+              f"client (sent at {rabbit['sent_rate']:,.0f}/s):")  # fmt: skip
+        print(f"  {'SEND -> MESSAGE':52} {m50:>8.3f} {m99:>8.3f}")
+        print(f"  {'SEND -> RECEIPT':52} {r50:>8.3f} {r99:>8.3f}")
+    elif args.only != "xump":
+        print(f"  (no STOMP on {HOST}:{RABBIT_STOMP}: RabbitMQ not measured)")
+
+
 # -- figures ----------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -405,8 +664,20 @@ def main() -> None:
                         "everysec (what the path costs without waiting for the disk)")  # fmt: skip
     parser.add_argument("--xump-port", type=int, default=61713,
                         help="port of the STOMP server the bench starts")  # fmt: skip
+    parser.add_argument("--paced", type=float, metavar="RATE",
+                        help="only the paced, traced run at RATE SENDs a second: the latency "
+                        "of each hop (docs/live-path.md)")  # fmt: skip
     args = parser.parse_args()
     load_before = load()
+    if args.paced:
+        xump = rabbit = None
+        if args.only != "rabbitmq":
+            with tempfile.TemporaryDirectory(prefix="xump-stomp-paced-") as directory:
+                xump = paced_xump(args, Path(directory))
+        if args.only != "xump":
+            rabbit = paced_rabbit(args)
+        print_paced(args, xump, rabbit, load_before)
+        return
     xump = rabbit = None
     if args.only != "rabbitmq":
         with tempfile.TemporaryDirectory(prefix="xump-stomp-bench-") as directory:

@@ -14,8 +14,8 @@ which no caller ignores, and the worker exits ("Unrecoverable error").
 The channel here finishes closing when the pending read fails (the answer is lost with
 the connection either way), and does not try to restore through a detached transport:
 the unacknowledged task stays in the broker's unacked set and kombu puts it back after
-the visibility timeout (every task here is idempotent; `route` is also rescheduled by
-beat's `tick` as soon as Redis answers). tests/test_make_run.py restarts Redis under
+the visibility timeout (every task here is idempotent; meanwhile each worker's lease
+watch starts a router as soon as Redis answers). tests/test_make_run.py restarts Redis under
 traffic and checks that the worker lives on.
 
 Settings: CELERY_BROKER_TRANSPORT = "xumpweb.broker:Transport".

@@ -14,7 +14,8 @@ app = Celery("xumpweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["xumpweb.router", "xumpweb.analytics", "xumpweb.stompgate"])
 app.conf.beat_schedule = {
-    # a worker that died while routing left its kick flag set: make sure someone routes
+    # a second look beside every worker's lease watch (router/watch.py): routing does not
+    # depend on it, but a router is scheduled if work waits and nobody routes
     "tick": {"task": "xumpweb.router.tasks.tick", "schedule": 2.0},
     "heartbeat": {"task": "xumpweb.router.tasks.heartbeat", "schedule": 5.0},
     "trim-history": {"task": "xumpweb.router.tasks.trim", "schedule": 300.0},
@@ -26,6 +27,23 @@ app.conf.beat_schedule = {
         "schedule": settings.XUMP_ARCHIVE_INTERVAL,
     },
 }
+
+
+@signals.worker_ready.connect
+def watch_the_lease(**_: object) -> None:
+    """Every worker takes routing over when the lease is free and work waits, beat or no
+    beat (router/watch.py)."""
+    from xumpweb.router import watch
+
+    watch.start()
+
+
+@signals.worker_shutdown.connect
+def stop_watching(**_: object) -> None:
+    """A router of this worker lets the lease go before the process ends."""
+    from xumpweb.router import watch
+
+    watch.stop()
 
 
 @signals.worker_shutdown.connect

@@ -12,7 +12,9 @@ before it.
 Who routes: with `XUMP_ROUTING=worker` (the default) a Celery task (router/tasks.py)
 becomes the router for a burst of traffic: a client that sends a command while no router is
 busy schedules one task (`kick`), which drains the inbox and lingers a little before it
-lets the lease go. With `XUMP_ROUTING=inline` the web process routes in a thread of its own.
+lets the lease go; and every worker's lease watch takes the lease over when nobody holds
+it and work waits (a router died, deliveries are outstanding), beat or no beat
+(router/watch.py). With `XUMP_ROUTING=inline` the web process routes in a thread of its own.
 
 The router's engine keeps an event journal; every routing step appends its events to the
 store's journal list in Redis in the same atomic step as its changes, for the archive
@@ -91,6 +93,7 @@ def keys(store: str) -> dict[str, str]:
         "snapshot": prefix + "snapshot",  # JSON stats of every queue, from the router
         "series": prefix + "series:",  # + queue: its samples of the last hour (series.py)
         "lease": prefix + "lease",
+        "fence": prefix + "fence",  # the lease's fencing counter (engine/stores/redis.py)
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
         "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
         **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay/wire.py)
@@ -439,6 +442,11 @@ class Router:
         self._fence = _fence(store.lease_token)
         _count_lease(True)  # a handover
         return True
+
+    @property
+    def fence(self) -> int:
+        """The fencing number of the lease this router last held (-1: none yet)."""
+        return self._fence
 
     def _build(self, store: RedisStore) -> _RelayRouter:
         from engine.catalog import StoreSpec

@@ -23,6 +23,7 @@ from engine.core import Engine
 from engine.errors import StoreError, XumpError
 from engine.message import Delivery
 from engine.relay.scripts import PURGE
+from engine.relay.trace import TRACE, trace_channel, trace_line
 from engine.relay.wire import _delivery_json, _encode, _keys, _loads, _message_from, delivery_keys
 from engine.stores.redis import RedisStore
 
@@ -112,6 +113,7 @@ class RelayRouter:
         self.delivery_timeout = delivery_timeout
         self.errors_kept = errors_kept  # stale acks alone would grow the list for ever
         self.inbox, self._outbox, self.errors = _keys(store)
+        self._trace_channel = trace_channel(store)
         self._delivery_keys = delivery_keys(store)
         self._purge = backend.client.register_script(PURGE)
         # the delivery timeout counts from when a consumer took a delivery, which only the
@@ -212,6 +214,7 @@ class RelayRouter:
                 extra.append(("PEXPIRE", key, REPLY_TTL_MS))
             self.store.add_commands(extra)
             self.store.release()  # the commit
+            committed = time.time()
         except BaseException as error:
             if isinstance(error, StoreError) or not isinstance(error, Exception):
                 # the store failed (or the process is stopping): not the commands' fault;
@@ -224,7 +227,14 @@ class RelayRouter:
         finally:
             self._replies.clear()
         self._committed(deliveries)
+        traced = [d.message.mid for d in deliveries if TRACE in d.message.headers]
+        if traced:  # bench-only (engine/relay/trace.py)
+            self._trace("step", committed, traced)  # type: ignore[arg-type]
         return None
+
+    def _trace(self, hop: str, at: float, mids: list[str]) -> None:
+        with contextlib.suppress(redis.RedisError):
+            self.store.client.publish(self._trace_channel, trace_line(hop, at, mids))
 
     def _roll_back(self, journal: Any, mark: int) -> None:
         """Forget a step that was not committed: the store's records, the engine's state

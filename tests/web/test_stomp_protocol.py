@@ -823,3 +823,42 @@ def test_metrics_count_stomp_connections_and_actions(service, xump):
     for action in ("Authenticate", "Publish", "Subscribe"):
         pattern = rf'xump_stomp_actions_total\{{[^}}]*action="{action}"[^}}]*\}} [1-9]'
         assert re.search(pattern, text), action
+
+
+def test_a_traced_send_gathers_each_hops_stamp_and_an_untraced_one_none(service, stomp_port, xump):
+    """bench/stomp_bench.py --paced's trace (engine/relay/trace.py): a SEND with `x-trace`
+    comes out with the STOMP server's recv= and learn= stamps in order in its header, and
+    the store's trace channel says when its inbox append and routing step came back and
+    when its frame was written, in that order; a SEND without it has no such header and no
+    line."""
+    import redis
+
+    from engine.relay.trace import TRACE, parse_header, parse_line, trace_channel
+
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    client = redis.Redis.from_url(service.env["XUMP_REDIS_URL"])
+    listening = client.pubsub(ignore_subscribe_messages=True)
+    listening.subscribe(trace_channel(service.env["XUMP_STORE"]))
+    try:
+        with tcp(stomp_port, service.admin_token) as stomp:
+            stomp.subscribe(f"/queue/{destination}", ack="auto")
+            sent = time.time()
+            stomp.publish(queue, b"plain")
+            stomp.publish(queue, b"traced", x_trace="on")
+            plain, traced = stomp.messages(2)
+        lines: dict[str, float] = {}
+        deadline = time.monotonic() + 10
+        while len(lines) < 3 and time.monotonic() < deadline:
+            found = listening.get_message(timeout=0.5)
+            if found is not None:
+                hop, at, mids = parse_line(found["data"])
+                assert mids == [traced.headers["mid"]], (hop, mids)
+                lines[hop] = at
+    finally:
+        listening.close()
+        client.close()
+    assert plain.body == b"plain" and TRACE not in plain.headers
+    stamps = parse_header(traced.headers[TRACE])
+    assert sent <= stamps["recv"] <= lines["inbox"] <= lines["step"] <= stamps["learn"]
+    assert stamps["learn"] <= lines["write"] <= time.time()

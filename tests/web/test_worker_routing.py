@@ -4,13 +4,14 @@ is lost or routed twice."""
 
 from __future__ import annotations
 
+import time
 from contextlib import closing
 
 import pytest
 from celery import Celery
 
 from engine import Message
-from tests.web.conftest import take_from_relay, unique
+from tests.web.conftest import start_service, take_from_relay, unique, wait_for
 
 
 @pytest.fixture
@@ -53,3 +54,81 @@ def test_a_second_worker_takes_over_where_the_first_stopped(worker_service, rela
     assert stats["confirmed"] == 200 and stats["outstanding"] == 0
     assert stats["history_size"] == 200
     assert relay.client.llen(relay.errors) == 0
+
+
+def _lease(client, store: str) -> tuple[int, int] | None:
+    """The lease record of `store`: (pid of its holder, fencing number), or None when free.
+    Its value is owner#fence, the owner host:pid:thread."""
+    value = client.get(f"xump:{{{store}}}:lease")
+    if value is None:
+        return None
+    owner, fence = value.decode().rsplit("#", 1)
+    return int(owner.split(":")[1]), int(fence)
+
+
+@pytest.mark.slow
+def test_killing_the_routing_worker_without_beat_the_other_takes_the_lease_over(
+    redis_server, tmp_path
+):
+    """Two workers, no beat: kill -9 of the worker whose router holds the lease (its task
+    acknowledged late and the clients' kick flag left set, so no task comes for minutes).
+    The other worker's lease watch takes the lease over once it expires: a message
+    published after the kill is delivered, well within 4 lease times (not the broker's
+    visibility timeout), and nothing published before it is lost or delivered twice."""
+    service = start_service(redis_server.url, tmp_path, "worker")
+    try:
+        workers = {"first": service.start_worker("first"), "second": service.start_worker("second")}
+        # both up before the first call (on a loaded machine a worker takes seconds to start)
+        app = Celery(broker=service.env["XUMP_REDIS_URL"])
+        try:
+            assert wait_for(lambda: len(app.control.ping(timeout=1.0)) >= 2, within=120)
+        finally:
+            app.close()
+        store = service.env["XUMP_STORE"]
+        lease_time = int(service.env["XUMP_LEASE_MS"]) / 1000
+        queue, destination = unique(), unique("d")
+        published: list[str] = []
+        with closing(service.relay()) as relay, service.client() as client:
+            assert client.post("/api/queues", json={"name": queue}).status_code == 201
+            made = client.post(f"/api/queues/{queue}/selectors", json={
+                "when": "always", "action": "deliver", "target": destination,
+                "enabled": True})  # fmt: skip
+            assert made.status_code == 201, made.text
+
+            def publish(body: str) -> None:
+                answer = client.post(f"/api/queues/{queue}/publish", json={"body": body})
+                assert answer.status_code == 202, answer.text
+                published.append(answer.json()["mid"])
+
+            delivered: list[str] = []
+
+            def take(until: float) -> None:
+                while time.monotonic() < until and not set(published) <= set(delivered):
+                    found = relay.deliveries(destination, count=100, wait=0.2)
+                    delivered.extend(d.message.mid for d in found)
+
+            # traffic, so that a router holds the lease when its worker is killed
+            for n in range(20):
+                publish(f"before {n}")
+                time.sleep(0.02)
+            take(time.monotonic() + 30)
+            assert set(published) <= set(delivered)
+            publish("just before")
+            before = wait_for(lambda: _lease(relay.client, store), within=10, every=0.01)
+            assert before, "no router holds the lease under traffic"
+            killed = next(name for name, p in workers.items() if p.pid == before[0])
+            survivor = workers["second" if killed == "first" else "first"]
+            service.stop(killed, kill=True)  # kill -9
+            killed_at = time.monotonic()
+            assert _lease(relay.client, store) == before  # the dead router's, until it expires
+
+            publish("after the kill")
+            take(killed_at + 4 * lease_time)
+            assert set(published) <= set(delivered), "routing did not resume in 4 lease times"
+            assert len(delivered) == len(set(delivered)), "a message was delivered twice"
+            # the deliveries stay outstanding (never confirmed): a router keeps watching them
+            after = wait_for(lambda: (found := _lease(relay.client, store))
+                             and found[1] > before[1] and found, within=4 * lease_time)  # fmt: skip
+            assert after and after[0] == survivor.pid, (before, after)
+    finally:
+        service.close()

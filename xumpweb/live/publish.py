@@ -38,8 +38,10 @@ Rules this file keeps:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import time
 from collections import deque
 from typing import Any
 
@@ -53,6 +55,7 @@ from django.conf import settings
 from engine import errors as engine_errors
 from engine.errors import InboxFull, InvalidArgument, NotFound, XumpError
 from engine.relay import GUARDED_PUSH, call_outcome, store_failure
+from engine.relay.trace import TRACE, trace_channel, trace_line
 from engine.validation import MAX_INT, MAX_NAME, MIN_INT, check_text
 from xumpweb import access
 from xumpweb.api.errors import ENGINE_ERRORS, RETRY_AFTER
@@ -282,12 +285,18 @@ class GroupCommit:
                     f"{self.relay.inbox_limit} commands or more (routing is behind or "
                     "stopped): publish again later"))  # fmt: skip
                 return
+            appended = time.time()
             for items, _ in going:
                 for item in items:
                     if item.applied:
                         item.await_router()
                     else:
                         item.done()
+            traced = [mid for items, _ in going for item in items
+                      for message, mid in zip(item.messages, item.mids, strict=False)
+                      if TRACE in message.headers]  # fmt: skip
+            if traced:  # bench-only (engine/relay/trace.py)
+                trace_later(self.redis, self.service.store, "inbox", appended, traced)
             return
         self._refuse(batch, engine_errors.StoreError("the wiring kept changing; publish again"))
 
@@ -360,6 +369,22 @@ class GroupCommit:
 def _wiring_sets(running: Service, version: int) -> tuple[frozenset[str], frozenset[str]]:
     """The queues, and those that drop what does not fit, as wiring `version` has them."""
     return running.queue_names(version), running.drops_when_full(version)
+
+
+_tracing: set[asyncio.Task] = set()  # trace lines on their way (held until sent)
+
+
+def trace_later(client: aioredis.Redis, store: str, hop: str, at: float, mids: list[str]) -> None:
+    """Publish a trace line (engine/relay/trace.py) beside the path, not on it: a task of
+    its own, which nothing waits for; lost if Redis refuses it (a bench sees it missing)."""
+
+    async def send() -> None:
+        with contextlib.suppress(redis.RedisError):
+            await client.publish(trace_channel(store), trace_line(hop, at, mids))
+
+    task = asyncio.create_task(send())
+    _tracing.add(task)
+    task.add_done_callback(_tracing.discard)
 
 
 def _schedule_router(running: Service) -> None:

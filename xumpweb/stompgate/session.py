@@ -56,13 +56,21 @@ from django.conf import settings
 from engine.errors import InvalidSelector, MessageTooLarge, XumpError
 from engine.filters import compile_filter
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
-from engine.message import Message
+from engine.message import Delivery, Message
 from engine.relay import delivery_from_json
+from engine.relay.trace import TRACE, stamped
 from engine.validation import check_optional_seconds
 from xumpweb import access, metrics
 from xumpweb.live import registry
 from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader
-from xumpweb.live.publish import Forbidden, Pending, RouterAnswers, error_code, group_commit
+from xumpweb.live.publish import (
+    Forbidden,
+    Pending,
+    RouterAnswers,
+    error_code,
+    group_commit,
+    trace_later,
+)
 from xumpweb.live.security import find_token, unwatch, user_principal, watch
 from xumpweb.runtime import service
 from xumpweb.stomp.connection import (
@@ -197,13 +205,18 @@ class _Subscription:
                 continue
             if self.stopping:  # it ended while the take waited: what came is not ours
                 return await self._untake(popped)
+            learned = time.time()
             self.item_size = max(1, sum(map(len, popped)) // len(popped))
             data: list[bytes] = []
             auto: list[str] = []
             back: list[bytes] = []
+            traced: list[str] = []
             for raw in popped:
                 try:
                     delivery = delivery_from_json(raw)
+                    if TRACE in delivery.message.headers:  # bench-only (engine/relay/trace.py)
+                        delivery = _learned(delivery, learned)
+                        traced.append(delivery.message.mid)  # type: ignore[arg-type]
                     actions = session.connection.deliver(self.id, delivery)
                 except Exception as problem:  # an item no frame can carry: dead letters
                     await self._set_aside(raw, problem)
@@ -222,6 +235,8 @@ class _Subscription:
             for chunk in _chunks(data):
                 if not await session.write(chunk):
                     return
+            if traced:
+                trace_later(reader.redis, session.service.store, "write", time.time(), traced)
             if auto:
                 await reader.ack(auto)
 
@@ -569,6 +584,8 @@ class StompSession:
             ttl = max(action.expires - time.time() - (action.delay or 0.0), 0.0)
             check_optional_seconds("ttl", ttl)
         headers = action.headers or EMPTY_HEADERS
+        if TRACE in headers:  # bench-only (engine/relay/trace.py)
+            headers = stamped(headers, "recv")
         if action.delay is None and ttl is None:
             return Message(action.address, headers, action.body, action.return_address)
         return Message(action.address, headers, action.body, action.return_address,
@@ -729,6 +746,14 @@ class StompSession:
         await clients.release(self)
         if self.redis is not None:
             await self.redis.aclose()
+
+
+def _learned(delivery: Delivery, at: float) -> Delivery:
+    """A traced delivery with the time its subscriber's process took it (learn=)."""
+    message = delivery.message
+    return delivery._replace(
+        message=message._replace(headers=stamped(message.headers, "learn", at))
+    )
 
 
 def _chunks(frames: list[bytes]) -> list[bytes]:
