@@ -42,8 +42,9 @@ def timed(run) -> float:
     return time.perf_counter() - start
 
 
-def bench_wolfpack(count: int) -> float:
-    eng = Engine()
+def bench_wolfpack(count: int, journal: bool = False) -> float:
+    """(a), and (h) with `journal`: the journal drained every 10,000 messages."""
+    eng = Engine(journal=journal)
     for worker in ("w1", "w2"):
         wolfpack(eng, "jobs", worker, credit=10)
     message = Message(address="job", body=b"x" * 100)
@@ -51,10 +52,12 @@ def bench_wolfpack(count: int) -> float:
 
     def run() -> None:
         waiting: deque = deque()
-        for _ in range(count):
+        for n in range(count):
             waiting.extend(publish("jobs", message))
             while len(waiting) > 10:
                 waiting.extend(confirm(waiting.popleft()))
+            if journal and n % 10_000 == 0:
+                eng.journal.drain()
         while waiting:
             waiting.extend(confirm(waiting.popleft()))
 
@@ -242,27 +245,6 @@ def bench_target_from(count: int, from_header: bool) -> float:
     return count / seconds
 
 
-def bench_journal(count: int, journal: bool) -> float:
-    eng = Engine(journal=journal)
-    for worker in ("w1", "w2"):
-        wolfpack(eng, "jobs", worker, credit=10)
-    message = Message(address="job", body=b"x" * 100)
-    publish, confirm = eng.publish, eng.confirm
-
-    def run() -> None:
-        waiting: deque = deque()
-        for n in range(count):
-            waiting.extend(publish("jobs", message))
-            while len(waiting) > 10:
-                waiting.extend(confirm(waiting.popleft()))
-            if journal and n % 10_000 == 0:
-                eng.journal.drain()
-        while waiting:
-            waiting.extend(confirm(waiting.popleft()))
-
-    return count / timed(run)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts for a smoke run")
@@ -314,7 +296,7 @@ def main() -> None:
         f"(g) MOVE to a fixed target: {fixed:>10,.0f} msg/s; target from a header: "
         f"{named:>10,.0f} msg/s ({fixed / named:.2f}x)"
     )
-    off, on = bench_journal(300_000 // scale, False), bench_journal(300_000 // scale, True)
+    off, on = bench_wolfpack(300_000 // scale, False), bench_wolfpack(300_000 // scale, True)
     print(
         f"(h) wolfpack journal off: {off:>10,.0f} msg/s; on: {on:>10,.0f} msg/s "
         f"({(1 - on / off) * 100:+.1f}% slower with it)"

@@ -29,12 +29,18 @@ def click_node(page, node_id: str) -> None:
     page.mouse.click(box["x"] + x, box["y"] + y)
 
 
-def test_edges_drawn_by_action_and_a_click_opens_the_queue(page, relay):
+def orders_to_billing(relay) -> tuple[str, str, str]:
+    """orders copies to an audit queue and moves to billing, which delivers to an invoicer."""
     orders = make_queue(relay, unique("orders"))
     audit_copy, billing = make_queue(relay), make_queue(relay, unique("billing"))
     selector(relay, orders, "copy", audit_copy)
     selector(relay, orders, "move", billing)
     selector(relay, billing, "deliver", unique("invoicer"))
+    return orders, audit_copy, billing
+
+
+def test_edges_drawn_by_action_and_a_click_opens_the_queue(page, relay):
+    orders, _, billing = orders_to_billing(relay)
     page.goto("/topology/")
     page.wait_for_function(READY)
     styles = page.evaluate(
@@ -114,11 +120,7 @@ def test_two_hundred_queues_are_laid_out_apart(page, relay, console, redis_serve
 
 
 def test_a_messages_path_is_drawn_over_the_topology(page, relay):
-    orders = make_queue(relay, unique("orders"))
-    audit_copy, billing = make_queue(relay), make_queue(relay, unique("billing"))
-    selector(relay, orders, "copy", audit_copy)
-    selector(relay, orders, "move", billing)
-    selector(relay, billing, "deliver", unique("invoicer"))
+    orders, audit_copy, billing = orders_to_billing(relay)
     other = make_queue(relay)
     selector(relay, other, "copy", audit_copy)
     [mid] = publish(relay, orders, Message(address="o", body=b"x"))

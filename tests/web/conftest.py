@@ -303,6 +303,12 @@ def console_login(url: str) -> Iterator[httpx.Client]:
         yield client
 
 
+def console_form(console: httpx.Client, path: str, **fields) -> tuple[httpx.Response, dict]:
+    """A console page and the form to post back to it: the page's CSRF token and `fields`."""
+    page = console.get(path)
+    return page, {"csrfmiddlewaretoken": CSRF.search(page.text)[1], **fields}
+
+
 @pytest.fixture
 def console(service):
     """An httpx client logged in to the console as the admin."""

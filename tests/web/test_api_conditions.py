@@ -26,6 +26,14 @@ def three_conditions(client, target: str) -> dict:
     }
 
 
+def single_match_selector(client, queue: str):
+    """Selector 1 of `queue`, made with the one-condition `match` form (DELETE when eq a)."""
+    return client.post(
+        f"/api/queues/{queue}/selectors",
+        json={"when": "match", "match": {"operator": "eq", "pattern": "a"}, "action": "delete"},
+    )
+
+
 def test_a_selector_with_three_conditions_is_created_read_and_routes(service) -> None:
     with service.client() as client:
         queue, target = make_queue(client), make_queue(client, history=10)
@@ -50,10 +58,7 @@ def test_a_selector_with_three_conditions_is_created_read_and_routes(service) ->
 def test_the_single_match_is_still_accepted_and_patch_changes_the_list(service) -> None:
     with service.client() as client:
         queue = make_queue(client)
-        made = client.post(
-            f"/api/queues/{queue}/selectors",
-            json={"when": "match", "match": {"operator": "eq", "pattern": "a"}, "action": "delete"},
-        )
+        made = single_match_selector(client, queue)
         assert made.status_code == 201 and len(made.json()["matches"]) == 1
         changed = client.patch(
             f"/api/queues/{queue}/selectors/1",
@@ -73,10 +78,7 @@ def test_the_single_match_is_still_accepted_and_patch_changes_the_list(service) 
 def test_bad_conditions_are_400_and_change_nothing(service) -> None:
     with service.client() as client:
         queue = make_queue(client)
-        made = client.post(
-            f"/api/queues/{queue}/selectors",
-            json={"when": "match", "match": {"operator": "eq", "pattern": "a"}, "action": "delete"},
-        )
+        made = single_match_selector(client, queue)
         before = made.json()
         for matches in (
             [{"operator": "eq", "pattern": "a", "field": "1bad"}],

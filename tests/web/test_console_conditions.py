@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import re
 
-from tests.web.conftest import CSRF, unique, wait_for
+from tests.web.conftest import console_form, unique, wait_for
 
 SUMMARY = re.compile(r"<strong>(\d+)</strong> of the last (\d+) message")
 
 
 def builder(console, queue: str, **fields) -> dict:
-    page = console.get(f"/queues/{queue}/selectors/new/")
-    form = {
-        "csrfmiddlewaretoken": CSRF.search(page.text)[1],
+    defaults = {
         "when": "match",
         "operator": "topic",
         "pattern": "orders.*",
@@ -27,8 +25,15 @@ def builder(console, queue: str, **fields) -> dict:
         "credit": "-1",
         "start": "current",
     }
-    form.update(fields)
-    return form
+    return console_form(console, f"/queues/{queue}/selectors/new/", **(defaults | fields))[1]
+
+
+def new_queue(service) -> str:
+    """A queue made through the API, with no selectors."""
+    queue = unique()
+    with service.client() as api:
+        api.post("/api/queues", json={"name": queue})
+    return queue
 
 
 def test_a_selector_with_three_conditions_and_a_target_from_a_header(service, console) -> None:
@@ -56,9 +61,7 @@ def test_a_selector_with_three_conditions_and_a_target_from_a_header(service, co
 
 
 def test_the_builder_refuses_a_bad_condition_and_both_targets(service, console) -> None:
-    queue = unique()
-    with service.client() as api:
-        api.post("/api/queues", json={"name": queue})
+    queue = new_queue(service)
     refused = console.post(
         f"/queues/{queue}/selectors/new/",
         data=builder(
@@ -75,9 +78,8 @@ def test_the_builder_refuses_a_bad_condition_and_both_targets(service, console) 
 
 
 def test_the_topology_draws_a_target_from_the_envelope_as_a_fan(service, console) -> None:
-    queue = unique()
+    queue = new_queue(service)
     with service.client() as api:
-        api.post("/api/queues", json={"name": queue})
         made = api.post(
             f"/api/queues/{queue}/selectors",
             json={"when": "always", "action": "move", "target_from": "header:to"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.web.conftest import CSRF, unique, wait_for
+from tests.web.conftest import console_form, unique, wait_for
 
 
 def test_a_copied_and_delivered_message_is_traced_with_its_path(service, console) -> None:
@@ -62,15 +62,10 @@ def test_the_publish_form_explains_a_test_message_without_publishing_it(service,
                 ],
             },
         )
-    page = console.get(f"/queues/{queue}/")
+    page, form = console_form(
+        console, f"/queues/{queue}/", address="a", headers="region: us", body="", return_address=""
+    )
     assert "Explain (publishes nothing)" in page.text
-    form = {
-        "csrfmiddlewaretoken": CSRF.search(page.text)[1],
-        "address": "a",
-        "headers": "region: us",
-        "body": "",
-        "return_address": "",
-    }
     said = console.post(f"/queues/{queue}/explain/", data=form)
     assert said.status_code == 200
     assert "condition 2 failed: region eq eu" in said.text

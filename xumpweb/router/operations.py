@@ -357,25 +357,12 @@ def dead_letter_send(
     return {"sent": sum(counts.values()), "to": counts}, deliveries
 
 
-def messages_operate(
-    engine: Engine,
-    queue: str,
-    action: str,
-    filter: str | None = None,
-    seqs: list[int] | None = None,
-    mids: list[str] | None = None,
-    target: str | None = None,
-    address: str | None = None,
-    dry_run: bool = False,
-    expect: int | None = None,
-) -> Answer:
+def messages_operate(engine: Engine, queue: str, action: str, **choice: Any) -> Answer:
     """Move, copy, delete or re-route the unprocessed messages of `queue` chosen by a
     filter, seqs or mids, in one step (engine/message_ops.py); `dry_run` counts them and
-    shows a sample, changing nothing."""
-    outcome, deliveries = message_ops.operate(
-        engine, queue, action, filter=filter, seqs=seqs, mids=mids, target=target,
-        address=address, dry_run=dry_run, expect=expect,
-    )  # fmt: skip
+    shows a sample, changing nothing. `choice` is message_ops.operate's keywords (filter,
+    seqs, mids, target, address, dry_run, expect), passed on as they are."""
+    outcome, deliveries = message_ops.operate(engine, queue, action, **choice)
     answer = {
         "action": outcome.action,
         "queue": outcome.queue,

@@ -111,6 +111,38 @@ class Transport(Protocol):
         """Close the connection (after what was written)."""
 
 
+class Link:
+    """What the TCP and WebSocket transports share: once `gone` (a failed write, a close,
+    the peer leaving) a write answers False and a close does nothing. A subclass says how
+    to put bytes on its wire (`_put`, raising one of `lost` when the peer is gone) and how
+    to shut it (`_shut`)."""
+
+    gone: bool
+    lost: tuple[type[BaseException], ...] = ()
+
+    async def _put(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _shut(self) -> None:
+        raise NotImplementedError
+
+    async def write(self, data: bytes) -> bool:
+        if self.gone:
+            return False
+        try:
+            await self._put(data)
+        except self.lost:
+            self.gone = True
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self.gone:
+            return
+        self.gone = True
+        await self._shut()
+
+
 class _Slot:
     """One answer's place among the session's answers (see the module doc)."""
 

@@ -12,7 +12,7 @@ import logging
 import socket
 
 from xumpweb import metrics
-from xumpweb.stompgate.session import StompSession
+from xumpweb.stompgate.session import Link, StompSession
 
 logger = logging.getLogger("xump.stomp")
 
@@ -20,7 +20,7 @@ KIND = "stomp-tcp"
 READ_SIZE = 256 * 1024
 
 
-class _Connection:
+class _Connection(Link):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
@@ -31,22 +31,15 @@ class _Connection:
         peer = writer.get_extra_info("peername") or ("", 0)
         self.remote = f"{peer[0]}:{peer[1]}" if peer and peer[0] else ""
 
-    async def write(self, data: bytes) -> bool:
-        if self.gone or self.writer.is_closing():
-            self.gone = True
-            return False
-        self.writer.write(data)
-        try:
-            await self.writer.drain()
-        except (ConnectionError, OSError):
-            self.gone = True
-            return False
-        return True
+    lost = (ConnectionError, OSError)
 
-    async def close(self) -> None:
-        if self.gone:
-            return
-        self.gone = True
+    async def _put(self, data: bytes) -> None:
+        if self.writer.is_closing():
+            raise ConnectionError("the socket is closing")
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def _shut(self) -> None:
         try:
             self.writer.write_eof()
         except (OSError, RuntimeError):

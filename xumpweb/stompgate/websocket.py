@@ -17,13 +17,13 @@ from uvicorn.protocols.utils import ClientDisconnected
 from xumpweb import metrics
 from xumpweb.live.consumers import LayerlessConsumer
 from xumpweb.live.security import session_user
-from xumpweb.stompgate.session import StompSession
+from xumpweb.stompgate.session import Link, StompSession
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 KIND = "stomp-websocket"
 
 
-class StompConsumer(LayerlessConsumer):
+class StompConsumer(Link, LayerlessConsumer):
     async def websocket_connect(self, message: dict[str, Any]) -> None:
         self.gone = False
         offered = self.scope.get("subprotocols") or []
@@ -49,26 +49,18 @@ class StompConsumer(LayerlessConsumer):
         raise StopConsumer
 
     # -- the session's Transport ---------------------------------------------------------------
-    async def write(self, data: bytes) -> bool:
-        if self.gone:
-            return False
+    lost = (ClientDisconnected,)
+
+    async def _put(self, data: bytes) -> None:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             event = {"type": "websocket.send", "bytes": data}
         else:
             event = {"type": "websocket.send", "text": text}
-        try:
-            await self.send(event)
-        except ClientDisconnected:
-            self.gone = True
-            return False
-        return True
+        await self.send(event)
 
-    async def close(self) -> None:
-        if self.gone:
-            return
-        self.gone = True
+    async def _shut(self) -> None:
         try:
             await self.send({"type": "websocket.close", "code": 1000})
         except ClientDisconnected:
