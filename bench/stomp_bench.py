@@ -34,10 +34,10 @@ broker's STOMP plugin on 127.0.0.1:61613 (guest/guest, virtual host /; enable it
 
 --paced RATE: where a lone message's time goes (docs/live-path.md). One publisher process
 SENDs RATE persistent messages a second for --seconds (each with a receipt, not awaited,
-and the bench-only header `x-trace`, engine/relay/trace.py) into a wolfpack of one worker
+and the bench-only header `xump-trace`, engine/relay/trace.py) into a wolfpack of one worker
 whose one consumer process SUBSCRIBEs with `ack:auto`. The STOMP server stamps when it
 read the SEND and when the subscriber's process took the delivery into the MESSAGE's
-`x-trace` header; it and the router publish on the store's trace channel when the inbox
+`xump-trace` header; it and the router publish on the store's trace channel when the inbox
 append and the routing step came back durable and when the frame was written; the bench
 listens there. Printed: p50/p99 of each hop, of the whole SEND -> MESSAGE and of SEND ->
 RECEIPT; beside them RabbitMQ's SEND -> MESSAGE and SEND -> RECEIPT at the same pace, same
@@ -426,7 +426,7 @@ HOPS = (
 
 def traced_consumer(broker: Broker, destination: str, total: int, results, ready) -> None:
     """SUBSCRIBE with ack:auto until `total` MESSAGEs came; puts each one's (serial, send
-    time, receive time, mid header, x-trace header) on `results`."""
+    time, receive time, mid header, xump-trace header) on `results`."""
     seen: list[tuple] = []
     every = threading.Event()
     connection, listener = connect(broker)

@@ -1,8 +1,10 @@
 """Where a lone message's time goes: timestamps a traced message gathers on its path
 (bench-only; bench/stomp_bench.py --paced, docs/live-path.md).
 
-A message whose headers hold TRACE (`x-trace`, any value) is traced; every other message
-costs one header lookup at each place below and nothing more. Stamps are epoch seconds
+A message whose headers hold TRACE (`xump-trace`, any value) is traced; every other message
+costs one header lookup at each place below and nothing more. The name is Xump's own: a
+program's header of another name (`x-trace` was one, in the STOMP client tests) is never
+touched. Stamps are epoch seconds
 (time.time(): every process of one machine reads the same clock).
 
 * Stamps known before the message moves on ride in the header itself, which the router
@@ -25,7 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-TRACE = "x-trace"
+TRACE = "xump-trace"
 
 
 def trace_channel(store: str) -> str:

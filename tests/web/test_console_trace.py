@@ -65,7 +65,7 @@ def test_the_publish_form_explains_a_test_message_without_publishing_it(service,
     page, form = console_form(
         console, f"/queues/{queue}/", address="a", headers="region: us", body="", return_address=""
     )
-    assert "Explain (publishes nothing)" in page.text
+    assert "Explain the route (nothing is sent)" in page.text
     said = console.post(f"/queues/{queue}/explain/", data=form)
     assert said.status_code == 200
     assert "condition 2 failed: region eq eu" in said.text

@@ -826,7 +826,7 @@ def test_metrics_count_stomp_connections_and_actions(service, xump):
 
 
 def test_a_traced_send_gathers_each_hops_stamp_and_an_untraced_one_none(service, stomp_port, xump):
-    """bench/stomp_bench.py --paced's trace (engine/relay/trace.py): a SEND with `x-trace`
+    """bench/stomp_bench.py --paced's trace (engine/relay/trace.py): a SEND with `xump-trace`
     comes out with the STOMP server's recv= and learn= stamps in order in its header, and
     the store's trace channel says when its inbox append and routing step came back and
     when its frame was written, in that order; a SEND without it has no such header and no
@@ -845,7 +845,7 @@ def test_a_traced_send_gathers_each_hops_stamp_and_an_untraced_one_none(service,
             stomp.subscribe(f"/queue/{destination}", ack="auto")
             sent = time.time()
             stomp.publish(queue, b"plain")
-            stomp.publish(queue, b"traced", x_trace="on")
+            stomp.publish(queue, b"traced", **{TRACE: "on"})
             plain, traced = stomp.messages(2)
         lines: dict[str, float] = {}
         deadline = time.monotonic() + 10

@@ -7,7 +7,8 @@ message would end. Nothing is published; the caller needs `read` on the queue.
 `GET /api/messages/{mid}/trace` answers the message's steps, oldest first, from the live
 journal and the Parquet archive (xumpweb/analytics/lineage.py). Only steps at queues the
 caller may read are shown; a mid with no step the caller may see is a 404, the same as an
-unknown one, so a trace reveals nothing of queues the caller cannot read.
+unknown one, so a trace reveals nothing of queues the caller cannot read; a login without
+a role is refused (403), as on every other page and call.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja import Router
 
+from xumpweb import access
 from xumpweb.analytics.lineage import trace as trace_of
 from xumpweb.api.auth import allowed, need
 from xumpweb.api.common import call
@@ -61,6 +63,8 @@ def trace(request: HttpRequest, mid: str):
     which selector into which queue, delivered, confirmed, rejected, timed out, expired,
     dead-lettered and why; each step with its `time`, a sentence (`said`) and whether it
     was read from the live `journal` or the `archive`."""
+    if not access.for_request(request).has_role:  # a login nobody gave a role: as everywhere
+        raise ApiError(403, "forbidden", "this login has no role yet: ask an administrator")
     archive = settings.XUMP_ARCHIVE_DIR
     steps = trace_of(service(), mid, archive)
     readable: dict[str, bool] = {}
