@@ -28,6 +28,7 @@ Keys (the store's hash tag keeps them in the store's slot):
                                          (the newest `errors_kept`, 10,000 by default)
     xump:{S}:reply:<id>            LIST  the answer to one call, kept for a minute
     xump:{S}:taken                 ZSET  tag -> when a consumer took it off its outbox
+    xump:{S}:claimed               LIST  items consumers' BLMOVEs claimed, not stamped yet
     xump:{S}:revoked:<destination> SET   tags revoked while a copy may wait in the outbox
     xump:{S}:present:<destination> STRING (expiring) a consumer of the destination is here
     xump:{S}:absent                HASH  destination -> since when the router sees it away
@@ -35,8 +36,7 @@ Keys (the store's hash tag keeps them in the store's slot):
 Delivery timeouts (SPEC §7). A delivery waits in its outbox, one copy, for as long as no
 consumer takes it; the timeout counts from the moment one does. Consumers take deliveries
 with one Lua script (TAKE: LPOP and, in the same atomic step, ZADD of each tag into the
-taken set at the server's time; scripts.py), so no delivery is ever taken unrecorded; a
-consumer that has none waits with BLMOVE of the outbox onto itself, which takes nothing.
+taken set at the server's time; scripts.py), so no delivery is ever taken unrecorded.
 Settling a delivery removes its tag from the taken set (the client does it with its
 confirm or reject). The router's `expire` returns the deliveries taken longer ago than the
 delivery timeout (`delivery_timeout`, default 60 s) and not settled (their consumer may
@@ -45,6 +45,29 @@ again one copy. At-least-once, as in SPEC §7. A delivery never taken is never e
 outbox of a destination nobody consumes holds one copy of each message waiting for it; it
 is bounded by the credit of the DELIVER selectors feeding it (or, with unlimited credit,
 by the messages of their queues), and does not grow with time.
+
+The live path (SPEC §11): claims. A consumer with nothing to take waits in a BLMOVE of its
+outbox onto the store's **claimed** list. The router's step that appends a delivery wakes
+it in the same turn of Redis's event loop: the move is in the AOF with the step, under the
+same fsync, and Redis answers the BLMOVE only after it. So the consumer holds the delivery
+durably recorded (in the claimed list) without a write of its own that the message waits
+for, and only after the step that made it is durable; the move is atomic, so one consumer
+holds it. The delivery's timeout is started after the frame left, off the path: the
+consumer's STAMP (claimed -> taken set, in the round trip of its next take or settlement)
+or, for a consumer that died before, the router's SWEEP at each `expire` (claimed -> taken
+set unless stamped: at most one expire period late, never early). Why nothing is lost and
+nobody holds a delivery twice, case by case:
+* a delivery is in exactly one of: its outbox, the claimed list, the taken set (with the
+  consumer holding it), or settled; every move between them is one atomic Redis step;
+* the consumer dies after the claim: the item stays in the claimed list (durable), the
+  SWEEP stamps it, the timeout returns it to its queue (redelivered), as for a TAKE;
+* Redis restarts: the claim was fsync'd with the step before the consumer had it, so it is
+  either in the outbox (not yet claimed, nobody had it) or in the claimed list;
+* the router dies: the claimed list is the store's, the next router sweeps it;
+* revoked deliveries (below) may be claimed in the moment between the router's step and
+  its PURGE: a consumer that claims while its destination has a revoked set checks the
+  claim first (CLAIM_CHECK, one round trip, only then) and drops a revoked one; PURGE
+  removes revoked items from the claimed list too.
 
 Destinations away. Consumers refresh their destination's presence key every second
 (PRESENCE_TTL_MS). A worker queue (Engine.worker_destinations: fed by a MOVE, all of its
@@ -63,7 +86,16 @@ from __future__ import annotations
 
 from engine.relay.client import RelayClient, call_outcome, store_failure
 from engine.relay.router import EXPIRE_BATCH, REPLY_TTL_MS, TICK_EVERY, Call, RelayRouter
-from engine.relay.scripts import GUARDED_PUSH, PURGE, TAKE, TAKE_THESE, UNTAKE
+from engine.relay.scripts import (
+    CLAIM_CHECK,
+    GUARDED_PUSH,
+    PURGE,
+    STAMP,
+    SWEEP,
+    TAKE,
+    TAKE_THESE,
+    UNTAKE,
+)
 from engine.relay.wire import (
     PRESENCE_EVERY,
     PRESENCE_TTL_MS,
@@ -74,12 +106,15 @@ from engine.relay.wire import (
 )
 
 __all__ = [
+    "CLAIM_CHECK",
     "EXPIRE_BATCH",
     "GUARDED_PUSH",
     "PRESENCE_EVERY",
     "PRESENCE_TTL_MS",
     "PURGE",
     "REPLY_TTL_MS",
+    "STAMP",
+    "SWEEP",
     "TAKE",
     "TAKE_THESE",
     "TICK_EVERY",

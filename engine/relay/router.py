@@ -22,7 +22,7 @@ from engine import errors
 from engine.core import Engine
 from engine.errors import StoreError, XumpError
 from engine.message import Delivery
-from engine.relay.scripts import PURGE
+from engine.relay.scripts import PURGE, SWEEP
 from engine.relay.trace import TRACE, trace_channel, trace_line
 from engine.relay.wire import _delivery_json, _encode, _keys, _loads, _message_from, delivery_keys
 from engine.stores.redis import RedisStore
@@ -116,6 +116,7 @@ class RelayRouter:
         self._trace_channel = trace_channel(store)
         self._delivery_keys = delivery_keys(store)
         self._purge = backend.client.register_script(PURGE)
+        self._sweep = backend.client.register_script(SWEEP)
         # the delivery timeout counts from when a consumer took a delivery, which only the
         # taken set tells: an "expire" call must use it too (the engine's own expire would
         # put a second copy of waiting deliveries in their outbox)
@@ -286,6 +287,7 @@ class RelayRouter:
         keys = self._delivery_keys
         with self.engine._lock:
             try:
+                self._sweep_claims()
                 now = _server_time(client)
                 stale = client.zrangebyscore(keys["taken"], "-inf", now - self.delivery_timeout,
                                              start=0, num=EXPIRE_BATCH)  # fmt: skip
@@ -313,10 +315,17 @@ class RelayRouter:
             deliveries = self._whole(operation, commands)
         for destination in _by_destination(revoked):
             try:
-                self._purge(keys=[self._outbox + destination, keys["revoked"] + destination])
-            except redis.RedisError as error:  # TAKE skips them meanwhile
+                self._purge(keys=[self._outbox + destination, keys["revoked"] + destination,
+                                  keys["claimed"]])  # fmt: skip
+            except redis.RedisError as error:  # TAKE and CLAIM_CHECK skip them meanwhile
                 logger.warning("revoked deliveries stay in %r for now: %s", destination, error)
         return len(deliveries)
+
+    def _sweep_claims(self) -> None:
+        """Start the delivery timeout of the deliveries consumers claimed and did not stamp
+        (they may have died after the claim; see the package doc)."""
+        keys = self._delivery_keys
+        self._sweep(keys=[keys["claimed"], keys["taken"]], args=[EXPIRE_BATCH])
 
     def _absence(self, now: float) -> tuple[set[str], list[tuple]]:
         """The worker destinations away for the delivery timeout, and the commands that
@@ -350,6 +359,7 @@ class RelayRouter:
         if not isinstance(older_than, int | float) or isinstance(older_than, bool):
             raise errors.InvalidArgument(f"older_than must be seconds, not {older_than!r}")
         client = self.store.client
+        self._sweep_claims()
         cutoff = _server_time(client) - older_than
         stale = client.zrangebyscore(self._delivery_keys["taken"], "-inf", cutoff,
                                      start=0, num=EXPIRE_BATCH)  # fmt: skip

@@ -1,8 +1,9 @@
-"""The relay's Lua scripts: how consumers take deliveries off an outbox (TAKE, TAKE_THESE)
-and put back what they took and never handed on (UNTAKE),
-how the router drops revoked ones (PURGE) and how clients append to a bounded inbox
-(_BOUNDED_PUSH, GUARDED_PUSH). Each runs in one atomic step on one store's keys. See the
-package doc.
+"""The relay's Lua scripts: how consumers take deliveries off an outbox (TAKE, TAKE_THESE),
+note when they took what a BLMOVE claimed for them (STAMP, CLAIM_CHECK) and put back what
+they took and never handed on (UNTAKE); how the router starts the timeout of claims nobody
+stamped (SWEEP) and drops revoked deliveries (PURGE); and how clients append to a bounded
+inbox (_BOUNDED_PUSH, GUARDED_PUSH). Each runs in one atomic step on one store's keys. See
+the package doc.
 """
 
 from __future__ import annotations
@@ -102,15 +103,18 @@ return kept
 """
 )
 
-# KEYS: outbox, taken set. ARGV: items TAKE returned, in their order.
+# KEYS: outbox, taken set, claimed list. ARGV: items TAKE returned (or a BLMOVE claimed),
+# in their order.
 # Puts items a consumer took and never handed on (it was closing meanwhile) back at the
-# head of the outbox, in their order, and forgets they were taken: as if never taken, so
-# the destination's next consumer receives them first, in order, not as redeliveries.
+# head of the outbox, in their order, and forgets they were taken (or claimed): as if never
+# taken, so the destination's next consumer receives them first, in order, not as
+# redeliveries.
 UNTAKE = (
     _TAG_OF
     + r"""
 local tags = {}
 for i = #ARGV, 1, -1 do
+    redis.call('LREM', KEYS[3], 1, ARGV[i])
     redis.call('LPUSH', KEYS[1], ARGV[i])
     local tag = tag_of(ARGV[i])
     if tag then
@@ -128,7 +132,86 @@ return #ARGV
 """
 )
 
-# KEYS: outbox, the destination's revoked set. Removes the revoked items; how many.
+# KEYS: claimed list, taken set. ARGV: items a BLMOVE moved from an outbox to the claimed
+# list for this consumer, which it has handed on.
+# Starts their delivery timeouts: each still claimed leaves the claimed list and its tag
+# enters the taken set at the server's time. One the router's SWEEP stamped meanwhile is
+# no longer claimed and is left as it is.
+STAMP = (
+    _TAG_OF
+    + r"""
+local now = redis.call('TIME')
+local at = now[1] .. '.' .. string.format('%06d', now[2])
+local stamped = 0
+for _, item in ipairs(ARGV) do
+    if redis.call('LREM', KEYS[1], 1, item) == 1 then
+        local tag = tag_of(item)
+        if tag then
+            redis.call('ZADD', KEYS[2], at, tag)
+        end
+        stamped = stamped + 1
+    end
+end
+return stamped
+"""
+)
+
+# KEYS: claimed list, taken set, the destination's revoked set. ARGV: one claimed item.
+# For a consumer whose BLMOVE claimed an item while the destination had revoked
+# deliveries: 1 and the item stamped (as STAMP) when it may be handed on, 0 when it was
+# revoked (it leaves the claimed list, never handed on). A claimed item no longer claimed
+# was either stamped by the router's SWEEP (its tag is taken: it may go) or removed by
+# PURGE (revoked).
+CLAIM_CHECK = (
+    _TAG_OF
+    + r"""
+local item = ARGV[1]
+local tag = tag_of(item)
+if tag and redis.call('SREM', KEYS[3], tag) == 1 then
+    redis.call('LREM', KEYS[1], 1, item)
+    return 0
+end
+if redis.call('LREM', KEYS[1], 1, item) == 1 then
+    if tag then
+        local now = redis.call('TIME')
+        redis.call('ZADD', KEYS[2], now[1] .. '.' .. string.format('%06d', now[2]), tag)
+    end
+    return 1
+end
+if tag and redis.call('ZSCORE', KEYS[2], tag) then
+    return 1
+end
+return 0
+"""
+)
+
+# KEYS: claimed list, taken set. ARGV: how many at most.
+# The router's side of STAMP: starts the delivery timeout of the oldest claimed items
+# (their consumer may have died before it stamped them) at the server's time, unless a
+# consumer stamped them already; they leave the claimed list. How many it looked at.
+SWEEP = (
+    _TAG_OF
+    + r"""
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #items == 0 then
+    return 0
+end
+local now = redis.call('TIME')
+local at = now[1] .. '.' .. string.format('%06d', now[2])
+redis.call('LTRIM', KEYS[1], #items, -1)
+for _, item in ipairs(items) do
+    local tag = tag_of(item)
+    if tag then
+        redis.call('ZADD', KEYS[2], 'NX', at, tag)
+    end
+end
+return #items
+"""
+)
+
+# KEYS: outbox, the destination's revoked set, claimed list. Removes the revoked items
+# from the outbox and from the claimed list (a consumer's BLMOVE may have claimed one: its
+# CLAIM_CHECK then finds it gone); how many.
 PURGE = (
     _TAG_OF
     + r"""
@@ -136,10 +219,12 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
     return 0
 end
 local removed = 0
-for _, item in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-    local tag = tag_of(item)
-    if tag and redis.call('SISMEMBER', KEYS[2], tag) == 1 then
-        removed = removed + redis.call('LREM', KEYS[1], 1, item)
+for _, key in ipairs({KEYS[1], KEYS[3]}) do
+    for _, item in ipairs(redis.call('LRANGE', key, 0, -1)) do
+        local tag = tag_of(item)
+        if tag and redis.call('SISMEMBER', KEYS[2], tag) == 1 then
+            removed = removed + redis.call('LREM', key, 1, item)
+        end
     end
 end
 redis.call('DEL', KEYS[2])

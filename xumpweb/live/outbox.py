@@ -5,9 +5,20 @@ destination's **outbox**, a Redis list (engine/relay/). A consumer (a /ws/subscr
 connection, a STOMP subscription) owns one `OutboxReader`: it takes up to `count` items off
 that list with the relay's TAKE script (one round trip that also notes each tag in the
 store's taken set: the delivery timeout starts now, not while the delivery waited) and
-notes them as unsettled. When the outbox is empty it waits (up to POP_WAIT) with a BLMOVE
-of the list onto itself, which takes nothing. Consumers of the same destination compete
-for the same list, so they share its work by credit.
+notes them as unsettled. Consumers of the same destination compete for the same list, so
+they share its work by credit.
+
+When the outbox is empty the reader waits (up to POP_WAIT) in a **BLMOVE of the outbox onto
+the store's claimed list** (SPEC §11: no third durable write on a lone message's path). The
+router's step that appends a delivery wakes it in the same turn of Redis's event loop, so
+the move is written to the AOF with the step and fsync'd with it; Redis answers the BLMOVE
+only after that fsync, so the frame leaves after the step is durable, and the claim costs
+the message no fsync of its own. The claimed item is the consumer's alone (the move is
+atomic). The reader hands it on and only then starts its delivery timeout, without waiting
+(STAMP, in the round trip of its next take or settlement); should the consumer die before,
+the router's SWEEP starts it, at most a second late. When the destination has revoked
+deliveries (it was away; the router gave its work to the pack) the claim is checked before
+the frame goes (CLAIM_CHECK: one more round trip, only then).
 
 A consumer with a filter of its own (a STOMP `selector` on a /queue/ subscription, as
 ActiveMQ's queue selectors) reads the head of the outbox (up to SCAN items), keeps the
@@ -15,10 +26,12 @@ items its filter wants and takes exactly those with TAKE_THESE: the others stay,
 for the destination's other consumers. When none of the head is wanted it looks again
 after SCAN_WAIT.
 
-Acks are gathered for a few milliseconds and go to the router as ONE relay confirm command
-per batch (an RPUSH to the store's inbox, the JSON engine.relay.RelayClient.confirm writes),
-in the same round trip as the router's doorbell, the kick (as runtime's relay client sends
-every command, without a thread hop) and the removal of the tags from the taken set.
+Acks go to the router at once as a relay confirm command (an RPUSH to the store's inbox,
+the JSON engine.relay.RelayClient.confirm writes), in the same round trip as the router's
+doorbell, the kick (as runtime's relay client sends every command, without a thread hop),
+the stamps due and the removal of the tags from the taken set. While one round trip is in
+flight the acks that come meanwhile are gathered and go together when it returns: batching
+only when work is already waiting, never a timer.
 Commands Redis does not take (it is away) are kept and sent again, first, once it answers.
 `close()` rejects with requeue every delivery taken and not seen settled, in the order it
 was delivered: each goes back to the head of its queue and out again (redelivered=true) to
@@ -45,7 +58,15 @@ import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 
-from engine.relay import PRESENCE_EVERY, PRESENCE_TTL_MS, TAKE, TAKE_THESE, UNTAKE
+from engine.relay import (
+    CLAIM_CHECK,
+    PRESENCE_EVERY,
+    PRESENCE_TTL_MS,
+    STAMP,
+    TAKE,
+    TAKE_THESE,
+    UNTAKE,
+)
 from xumpweb.live import registry
 from xumpweb.live.frames import encode
 from xumpweb.runtime import Service
@@ -56,8 +77,7 @@ POP_WAIT = 1.0  # seconds a pop waits for the outbox; also the longest a close w
 MAX_POP = 1000  # deliveries taken off the outbox at once
 SCAN = 1000  # items of the outbox head a filtering consumer looks at
 SCAN_WAIT = 0.1  # seconds before a filtering consumer that wanted none looks again
-ACK_DELAY = 0.005  # seconds acks are gathered before they go to the router as one command
-ACK_BATCH = 1000  # ...or as soon as this many are waiting
+ACK_BATCH = 1000  # acks gathered (while a round trip is in flight) go at once past this
 RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis is away
 
 Problem = Callable[[str], Awaitable[None]]  # told when Redis refuses (the detail)
@@ -81,6 +101,7 @@ class OutboxReader:
         self.kicked = keys["kicked"]
         self.doorbell = keys["doorbell"]
         self.taken = keys["taken"]
+        self.claimed_key = keys["claimed"]
         self.revoked = keys["revoked"] + destination
         self.present = keys["present"] + destination
         self.store = found.store
@@ -89,10 +110,13 @@ class OutboxReader:
         self.take_script = client.register_script(TAKE)
         self.take_these = client.register_script(TAKE_THESE)
         self.untake_script = client.register_script(UNTAKE)
+        self.claim_check = client.register_script(CLAIM_CHECK)
         self.on_problem = on_problem
         self.wanted = wanted
         self.judged: dict[bytes, bool] = {}  # outbox items a filtering reader looked at last
         self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
+        self.claimed: list[bytes] = []  # items claimed by a BLMOVE, not stamped yet
+        self.send_lock = asyncio.Lock()  # settlements go out one round trip at a time
         self.acks: list[str] = []
         self.acked = 0  # deliveries settled by an ack, for the consumers page's acks/s
         self.ack_task: asyncio.Task | None = None
@@ -112,13 +136,39 @@ class OutboxReader:
                 return await self._take_wanted(min(count, MAX_POP))
             keys = [self.outbox, self.taken, self.revoked]
             count = min(count, MAX_POP)
-            found = await self.take_script(keys=keys, args=[count])
-            if not found:
-                await self.redis.blmove(self.outbox, self.outbox, POP_WAIT, "LEFT", "LEFT")
+            if self.claimed:  # the last claim was handed on: its timeout starts now
+                pipe = self.redis.pipeline(transaction=False)
+                self._stamp(pipe)
+                pipe.eval(TAKE, 3, *keys, count)  # EVAL: no NOSCRIPT inside a pipeline
+                found = (await pipe.execute())[-1]
+            else:
                 found = await self.take_script(keys=keys, args=[count])
+            if not found:
+                return await self._claim()
             return found  # type: ignore[no-any-return]
         finally:
             self.taking = False
+
+    async def _claim(self) -> list[bytes]:
+        """Wait for the outbox's next item and claim it (see the module doc)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.blmove(self.outbox, self.claimed_key, POP_WAIT, "LEFT", "RIGHT")
+        pipe.exists(self.revoked)
+        item, revoked = await pipe.execute()
+        if item is None:
+            return []
+        if revoked:
+            keys = [self.claimed_key, self.taken, self.revoked]
+            if not await self.claim_check(keys=keys, args=[item]):
+                return []
+            return [item]  # stamped by the check
+        self.claimed.append(item)
+        return [item]
+
+    def _stamp(self, pipe: Any) -> None:
+        """Queue on `pipe` the STAMP of the items claimed and handed on since the last."""
+        items, self.claimed = self.claimed, []
+        pipe.eval(STAMP, 2, self.claimed_key, self.taken, *items)
 
     async def _take_wanted(self, count: int) -> list[bytes]:
         head = await self.redis.lrange(self.outbox, 0, SCAN - 1)
@@ -145,8 +195,11 @@ class OutboxReader:
         if not items:
             return
         self.taking = True  # part of the take: `stop` waits for it rather than cancel it
+        claimed = set(items)
+        self.claimed = [item for item in self.claimed if item not in claimed]
         try:
-            await self.untake_script(keys=[self.outbox, self.taken], args=items)
+            await self.untake_script(keys=[self.outbox, self.taken, self.claimed_key],
+                                     args=items)  # fmt: skip
         finally:
             self.taking = False
 
@@ -164,7 +217,7 @@ class OutboxReader:
         if len(self.acks) >= ACK_BATCH:
             await self.flush_acks()
         elif self.acks and self.ack_task is None:
-            self.ack_task = asyncio.create_task(self._flush_acks_soon())
+            self.ack_task = asyncio.create_task(self._send_acks())
         return unknown
 
     async def reject(self, tags: list[str], requeue: bool = True, detail: str = "") -> None:
@@ -177,27 +230,40 @@ class OutboxReader:
             [{"op": "reject", "tag": tag, "requeue": requeue, **extra} for tag in tags]
         )
 
-    async def _flush_acks_soon(self) -> None:
-        await asyncio.sleep(ACK_DELAY)
-        self.ack_task = None
-        await self.flush_acks()
+    async def _send_acks(self) -> None:
+        """Send the acks now, and those that came meanwhile when that returns, until none
+        wait (see the module doc)."""
+        try:
+            while self.acks:
+                await self.flush_acks()
+        finally:
+            self.ack_task = None
 
     async def flush_acks(self) -> None:
-        tags, self.acks = self.acks, []
-        if tags:
-            await self.send_commands([{"op": "confirm", "tags": tags}])
+        async with self.send_lock:  # acks that came while the lock was held go with these
+            tags, self.acks = self.acks, []
+            if tags:
+                await self._send_commands([{"op": "confirm", "tags": tags}])
 
     async def send_commands(self, commands: list[dict[str, Any]]) -> None:
         """Append commands to the store's inbox (as engine.relay.RelayClient does) and make
         sure a router will read them soon (as runtime's relay client does). Commands
         Redis does not take (it is away) are kept and sent again, first, once it answers:
-        an ack lost with Redis would have the message delivered again at its timeout."""
+        an ack lost with Redis would have the message delivered again at its timeout.
+        One round trip at a time, in the order they were sent."""
+        async with self.send_lock:
+            await self._send_commands(commands)
+
+    async def _send_commands(self, commands: list[dict[str, Any]]) -> None:
         commands, self.unsent = self.unsent + commands, []
         if not commands:
             return
         pipe = self.redis.pipeline(transaction=False)
+        if self.claimed:  # before their settlement: see the module doc
+            self._stamp(pipe)
         pipe.rpush(self.inbox, *[encode(command) for command in commands])
         pipe.publish(self.doorbell, b"")
+        kick = len(pipe)  # the answer of the kicked flag's SET, when there is one
         if self.worker_routing:
             pipe.set(self.kicked, "1", nx=True, ex=30)
         # settled: their delivery timeout stops (the settlement is in the inbox already)
@@ -215,7 +281,7 @@ class OutboxReader:
                 if not self.closed:
                     self.resend_task = asyncio.create_task(self._resend())
             return
-        if self.worker_routing and answers[2]:
+        if self.worker_routing and answers[kick]:
             from xumpweb.router.tasks import route
 
             await sync_to_async(route.delay, thread_sensitive=False)(self.store)
@@ -281,15 +347,22 @@ class OutboxReader:
         delivery order), its registry entry (`connection_id`) forgotten. Call it once the
         pump has stopped taking (see the module doc)."""
         self.closed = True
-        if self.ack_task is not None:
-            self.ack_task.cancel()
-            self.ack_task = None
+        if self.ack_task is not None:  # a round trip in flight is never cancelled
+            await asyncio.wait({self.ack_task}, timeout=POP_WAIT + 5)
         await self.flush_acks()
         if self.unsettled:
             await self.send_commands(
                 [{"op": "reject", "tag": tag, "requeue": True} for tag in self.unsettled]
             )
             self.unsettled.clear()
+        if self.claimed:  # handed on and settled before: nothing else stamps them
+            try:
+                async with self.send_lock:
+                    pipe = self.redis.pipeline(transaction=False)
+                    self._stamp(pipe)
+                    await pipe.execute()
+            except redis.RedisError:
+                pass  # the router's SWEEP stamps them; their settlement makes that moot
         if self.unsent:  # Redis is still away and the consumer is gone
             logger.warning(
                 "%d command(s) for the router not sent (Redis away); their deliveries come "
