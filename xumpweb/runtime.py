@@ -333,6 +333,8 @@ class _RelayRouter(RelayRouter):
     recent: deque
     journal_key: str
     journal_limit: int
+    wiring_key: str
+    wiring_changed = False  # a wiring call ran in the current step (see _to_outboxes)
     _journaled = 0  # journal events the current step writes (drained once committed)
 
     def run_once(self, limit: int = 500) -> int:
@@ -352,6 +354,11 @@ class _RelayRouter(RelayRouter):
 
     def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
         commands = super()._to_outboxes(deliveries)
+        if self.wiring_changed:
+            # the wiring version moves in the commit that answers the wiring call: a client
+            # that has the answer never reads the old version (and its old queue list)
+            self.wiring_changed = False
+            commands.append(("INCR", self.wiring_key))
         # called once per step, after the step's engine calls, inside its atomic commit;
         # the events stay in the journal until the commit succeeded (_committed): a step
         # that fails is rolled back with its events (engine/relay/router.py)
@@ -406,7 +413,9 @@ class Router:
 
         @functools.wraps(function)  # its signature: the relay checks arguments against it
         def changing_wiring(engine: Engine, **arguments: Any) -> Any:
-            self._wiring_changed = True
+            self._wiring_changed = True  # moved again after the step (and in its commit)
+            if self.relay is not None:
+                self.relay.wiring_changed = True
             return function(engine, **arguments)
 
         return changing_wiring
@@ -463,6 +472,7 @@ class Router:
         relay.recent = self._recent
         relay.journal_key = journal_key(self.store)
         relay.journal_limit = self.journal_limit
+        relay.wiring_key = self.keys["wiring"]
         relay.expire()  # holds for destinations away first, so resume routes around them
         relay.resume()
         self._bump_wiring(store.client)  # other processes re-read what this one rebuilt
@@ -558,9 +568,11 @@ class Router:
         # and the queue page's charts: one sample per series.EVERY s, whichever router (or
         # Celery task's router) first sees a new period
         bucket = str(int(found["time"] // series.EVERY))
-        _, before = (relay.store.client.pipeline(transaction=False)
-                     .set(self.keys["snapshot"], json.dumps(found))
-                     .set(self.keys["series"], bucket, get=True).execute())  # fmt: skip
+        # and the `kicked` flag: clients schedule no routing task while a router routes
+        _, before, _ = (relay.store.client.pipeline(transaction=False)
+                        .set(self.keys["snapshot"], json.dumps(found))
+                        .set(self.keys["series"], bucket, get=True)
+                        .set(self.keys["kicked"], "1", ex=30).execute())  # fmt: skip
         if before is None or before.decode() != bucket:
             series.record_later(relay.store.client, self.keys["series"], queues, found["time"])
 

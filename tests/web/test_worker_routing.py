@@ -56,6 +56,29 @@ def test_a_second_worker_takes_over_where_the_first_stopped(worker_service, rela
     assert relay.client.llen(relay.errors) == 0
 
 
+def test_a_worker_routes_standing_and_keeps_the_lease_between_bursts(worker_service, relay):
+    """SPEC §11: a lone message waits for no routing task. The worker's lease watch takes
+    the lease and routes standing (router/watch.py): it keeps the lease past any linger
+    and keeps the `kicked` flag set, so clients schedule no routing task."""
+    from xumpweb.runtime import LINGER, keys
+
+    store_keys = keys(worker_service.env["XUMP_STORE"])
+    assert wait_for(lambda: relay.client.get(store_keys["lease"]), within=60), "no router"
+    queue, destination = unique(), unique("d")
+    relay.call("queue_create", name=queue)
+    relay.call("selector_create", queue=queue, when="always", action="deliver",
+               target=destination, enabled=True)  # fmt: skip
+    relay.publish(queue, Message(body=b"first"))
+    assert [d.message.body for d in take_from_relay(relay, destination, 1)] == [b"first"]
+    assert wait_for(lambda: relay.client.ttl(store_keys["kicked"]) > 0, within=30)
+    time.sleep(LINGER + 1)  # longer than a burst's router lingers: this one stays
+    held = relay.client.get(store_keys["lease"])
+    assert held, "the router let go"
+    relay.publish(queue, Message(body=b"lone"))
+    assert [d.message.body for d in take_from_relay(relay, destination, 1)] == [b"lone"]
+    assert relay.client.get(store_keys["lease"]) == held
+
+
 def _lease(client, store: str) -> tuple[int, int] | None:
     """The lease record of `store`: (pid of its holder, fencing number), or None when free.
     Its value is owner#fence, the owner host:pid:thread."""

@@ -274,6 +274,8 @@ class OutboxReader:
             answers = await pipe.execute()
         except redis.RedisError as problem:
             self.unsent = commands + self.unsent
+            if self.closed:  # close() says what is left unsent
+                return
             if self.resend_task is None or self.resend_task.done():
                 logger.warning("cannot send %d command(s) to the router: %s; sending them "
                                "again until Redis answers", len(commands), problem)  # fmt: skip

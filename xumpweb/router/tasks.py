@@ -1,16 +1,16 @@
 """Celery tasks: routing, delivery timeouts, history trimming, liveness.
 
-`route` is the router for one burst of traffic (xumpweb/runtime.py): a client schedules it
-when it sends a command and none is scheduled (one task per burst, never one per message);
-it drains the store's inbox under the store's lease and lingers a little before it lets
-the lease go. Delivery timeouts run inside it (every second while it routes). It routes
-with the worker process's one router (router/watch.py's `route_here`), which the worker's
-lease watch also uses: when no router holds the lease and work waits (a router died, or
-deliveries are outstanding and their timeouts must be watched), the watch takes the lease
-over by itself, without beat. `tick` (every 2 s from beat) makes the same look and
-schedules a task; routing no longer depends on it. Every task is idempotent and
-acknowledged late: a killed worker's task runs again, and the lease makes sure two never
-route at once (see router/watch.py).
+`route` is the router for one burst of traffic (xumpweb/runtime.py) when no router stands
+(router/watch.py: every worker's lease watch takes the lease and routes standing): a
+client schedules it when it sends a command and the `kicked` flag is absent (one task per
+burst, never one per message); it drains the store's inbox under the store's lease and
+lingers a little before it lets the lease go; it returns at once when a router holds the
+lease (that one routes, and looks at the inbox once more when it lets go). Delivery
+timeouts run inside every router (every second while it routes). Both use the worker
+process's one router (router/watch.py's `route_here`). `tick` (every 2 s from beat)
+schedules a task when nobody holds the lease and work waits; routing does not depend on
+it. Every task is idempotent and acknowledged late: a killed worker's task runs again, and
+the lease makes sure two never route at once (see router/watch.py).
 """
 
 from __future__ import annotations
@@ -38,10 +38,15 @@ logger = logging.getLogger("xump.router")
 )
 def route(store: str) -> int:
     """Drain `store`'s inbox while traffic lasts; how many commands were applied."""
+    service = runtime.service()
+    if service.redis.pttl(service.keys["lease"]) > 0:
+        return 0  # a router holds it (standing, or lingering: its let_go looks again)
+    applied = None
     try:
         applied = watch.route_here(wait=settings.XUMP_LEASE_MS / 1000 * 1.5)
     finally:
-        watch.let_go()
+        if applied is not None:
+            watch.let_go()
     return applied or 0
 
 

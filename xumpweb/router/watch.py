@@ -1,21 +1,25 @@
-"""Routing in Celery workers without beat: each worker watches the store's lease and takes
-it over when it is free and work waits.
+"""Routing in Celery workers without beat: each worker watches the store's lease, takes it
+when it is free and routes standing, blocked on the store's doorbell, until it stops.
 
 Theory of operation. The store has one router at a time: the holder of its lease (a Redis
 key with an expiry and a fencing number, engine/stores/redis.py). A worker process routes
 in two ways, both through the ONE router it keeps (`route_here`, behind a lock: never two
 routers in one process, and its engine stays loaded between bursts):
 
-* the `route` task (router/tasks.py): a client that sends a command while no router is
-  scheduled schedules one (runtime.Service.kick); it drains the inbox while traffic lasts,
-  lingers, and lets the lease go. That is the fast start of a burst.
 * the **lease watch**, a thread every worker starts when it is ready (Celery's
-  `worker_ready`, xumpweb/celery.py): it reads the lease's remaining time (PTTL) and the
-  inbox's length, and when nobody holds the lease and work waits (commands in the inbox,
-  deliveries outstanding whose timeouts must be watched, a scheduled message due soon:
-  `work_waiting`, the same look as beat's `tick`) it takes the lease and routes here, as
-  the task does. While the lease is held it looks again when it would expire (at most
-  every quarter of the lease time).
+  `worker_ready`, xumpweb/celery.py): it reads the lease's remaining time (PTTL), and when
+  nobody holds the lease it takes it and routes here as the **standing router**: it waits
+  on the store's doorbell (pub/sub, rung by every client's inbox push), routes each
+  command as it comes, and keeps the lease until its worker shuts down or loses it (SPEC
+  §11: no Celery dispatch, no linger, no poll on a lone message's path). While another
+  holds the lease it looks again when it would expire (at most every quarter of the lease
+  time). A standing router keeps the `kicked` flag set (with its stats snapshot), so
+  clients schedule no routing tasks while it stands.
+* the `route` task (router/tasks.py): a client that sends a command while the `kicked`
+  flag is absent (no router stands: the workers are starting, or the last router died and
+  its flag expired) schedules one (runtime.Service.kick); it drains the inbox while
+  traffic lasts, lingers, and lets the lease go. A task that finds the lease held by a
+  router that stands returns at once.
 
 Why this is needed: a router that dies (kill -9, the machine gone) leaves behind a lease
 that expires by itself, the `kicked` flag that tells clients a router is scheduled (so they
@@ -48,9 +52,9 @@ current (the fencing number tells); any other rebuilds its engine from the store
 watch that finds the lease free lets one look pass unless its process held it last, and
 the last holder's watch looks again within half a look after it let go.
 
-Cost: per worker, one pipelined LLEN + PTTL + GET (reads: no AOF write, no fsync) every
-look, and a read of the router's stats snapshot only when nobody holds the lease and the
-inbox is empty.
+Cost: per worker, one pipelined PTTL + GET (reads: no AOF write, no fsync) every look; the
+standing router's idle cost is its lease renewal (a write every quarter of the lease
+time) and its stats snapshot (with the `kicked` flag, every SNAPSHOT_EVERY).
 """
 
 from __future__ import annotations
@@ -74,11 +78,12 @@ _stopping = threading.Event()  # the worker shuts down: routers let go, the watc
 _watch: LeaseWatch | None = None
 
 
-def route_here(wait: float) -> int | None:
+def route_here(wait: float, linger: float = runtime.LINGER) -> int | None:
     """Route with this process's router if it gets the lease within `wait` seconds (and no
-    other thread of this process routes): drain the inbox while traffic lasts, then let
-    the lease go. How many commands were applied; None when it did not route. StoreError
-    when the store failed or the lease was lost while routing."""
+    other thread of this process routes): drain the inbox until it has been empty for
+    `linger` seconds (for ever: until the worker stops), then let the lease go. How many
+    commands were applied; None when it did not route. StoreError when the store failed
+    or the lease was lost while routing."""
     global _router
     deadline = time.monotonic() + wait
     if not _routing.acquire(timeout=max(wait, 0.0)):
@@ -90,7 +95,7 @@ def route_here(wait: float) -> int | None:
         if not router.acquire(wait=max(deadline - time.monotonic(), 0.0)):
             return None
         try:
-            return router.drain(stop=_stopping)
+            return router.drain(linger=linger, stop=_stopping)
         finally:
             router.release()
     finally:
@@ -155,15 +160,11 @@ class LeaseWatch(threading.Thread):
         next."""
         service = runtime.service()
         keys = service.keys
-        waiting, left, fence = (service.redis.pipeline(transaction=False)
-                                .llen(keys["inbox"]).pttl(keys["lease"])
-                                .get(keys["fence"]).execute())  # fmt: skip
+        left, fence = (service.redis.pipeline(transaction=False)
+                       .pttl(keys["lease"]).get(keys["fence"]).execute())  # fmt: skip
         if left != -2:  # held: look again when it would expire (-1, no expiry: never set)
             self.deferred = False
             return min(self.every, left / 1000 + 0.005) if left > 0 else self.every
-        if not work_waiting(service, waiting):
-            self.deferred = False
-            return self.every
         # the last holder goes first: its engine is current, another process would rebuild
         # its own from the store. So a worker that did not hold the lease last lets one look
         # pass (the last holder's watch looks again within half of one), then takes it
@@ -173,13 +174,11 @@ class LeaseWatch(threading.Thread):
             return self.every
         self.deferred = False
         close_old_connections()  # the router may read the wiring: not on a dead connection
-        routed = route_here(wait=0.0)
+        routed = route_here(wait=0.0, linger=float("inf"))  # standing, until the worker stops
         if routed is None:  # another thread of this process is taking it, or another worker
             return self.every
         let_go()
-        logger.debug("lease watch routed %d command(s)", routed)
-        # not at once: with deliveries outstanding (nothing else to do) a router comes back
-        # every half look, as beat's tick had it, rather than holding the lease for ever
+        logger.debug("the standing router routed %d command(s)", routed)
         return self.every / 2
 
 
