@@ -27,7 +27,7 @@ def xump(worker_service):
 
 class Worker(threading.Thread):
     """A WebSocket subscriber in a thread: keeps `credit` deliveries in flight, acks each
-    batch it receives and opens the window again by as much."""
+    batch it receives and opens the window again by as much; notes when each came."""
 
     def __init__(self, service, destination: str, credit: int, batch: int = 0,
                  pause: float = 0.0) -> None:  # fmt: skip
@@ -35,6 +35,7 @@ class Worker(threading.Thread):
         self.service, self.destination = service, destination
         self.credit, self.batch, self.pause = credit, batch, pause
         self.received: list[dict] = []
+        self.arrived: list[float] = []  # when each of `received` came (time.monotonic())
         self.ready = threading.Event()
         self.halt = threading.Event()
         self.failure: BaseException | None = None
@@ -55,10 +56,12 @@ class Worker(threading.Thread):
             frame = json.loads(socket.recv(timeout=0.2))
         except TimeoutError:
             return
+        now = time.monotonic()
         items = frame.get("items") or ([frame] if frame["type"] == "delivery" else [])
         if not items:
             assert frame["type"] == "heartbeat", frame
             return
+        self.arrived.extend([now] * len(items))
         self.received.extend(items)
         if self.pause:
             time.sleep(self.pause)
