@@ -56,7 +56,7 @@ async def ack_then_leave(number: int, turns: int) -> str:
 
 
 async def main() -> None:
-    tags = [await ack_then_leave(number, number % 8) for number in range(40)]
+    tags = [await ack_then_leave(number, number % 16) for number in range(48)]
     inbox = [json.loads(item) for item in found.redis.lrange(found.keys["inbox"], 0, -1)]
     confirmed = {tag for c in inbox if c.get("op") == "confirm" for tag in c["tags"]}
     print(json.dumps({"acked": len(tags), "lost": [t for t in tags if t not in confirmed]}))
@@ -80,5 +80,5 @@ def test_acks_sent_just_before_the_connection_ends_reach_the_inbox(redis_server,
     if ran.returncode != 0:
         pytest.fail(f"the reader did not run: {ran.stderr[-2000:]}")
     found = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert found["acked"] == 40
-    assert found["lost"] == [], f"{len(found['lost'])} of 40 acks never reached the inbox"
+    assert found["acked"] == 48
+    assert found["lost"] == [], f"{len(found['lost'])} of 48 acks never reached the inbox"
