@@ -62,6 +62,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -653,6 +654,23 @@ def print_paced(args: argparse.Namespace, xump: dict | None, rabbit: dict | None
 
 
 # -- figures ----------------------------------------------------------------------------------
+def run_both(
+    args: argparse.Namespace,
+    on_xump: Callable[[argparse.Namespace, Path], dict],
+    on_rabbit: Callable[[argparse.Namespace], dict | None],
+    prefix: str,
+) -> tuple[dict | None, dict | None]:
+    """The figures of the sides `--only` leaves in: Xump's (its servers in a temporary
+    directory named from `prefix`), then RabbitMQ's (None when it does not answer)."""
+    xump = rabbit = None
+    if args.only != "rabbitmq":
+        with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+            xump = on_xump(args, Path(directory))
+    if args.only != "xump":
+        rabbit = on_rabbit(args)
+    return xump, rabbit
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000, help="messages end to end")
@@ -670,21 +688,10 @@ def main() -> None:
     args = parser.parse_args()
     load_before = load()
     if args.paced:
-        xump = rabbit = None
-        if args.only != "rabbitmq":
-            with tempfile.TemporaryDirectory(prefix="xump-stomp-paced-") as directory:
-                xump = paced_xump(args, Path(directory))
-        if args.only != "xump":
-            rabbit = paced_rabbit(args)
+        xump, rabbit = run_both(args, paced_xump, paced_rabbit, "xump-stomp-paced-")
         print_paced(args, xump, rabbit, load_before)
         return
-    xump = rabbit = None
-    if args.only != "rabbitmq":
-        with tempfile.TemporaryDirectory(prefix="xump-stomp-bench-") as directory:
-            xump = bench_xump(args, Path(directory))
-    if args.only != "xump":
-        rabbit = bench_rabbit(args)
-
+    xump, rabbit = run_both(args, bench_xump, bench_rabbit, "xump-stomp-bench-")
     print(f"STOMP bench ({os.cpu_count()} cores; load average {load_before} before, "
           f"{load()} after; client stomp.py {stomp.__version__} over TCP, the same code for "
           f"both)")  # fmt: skip

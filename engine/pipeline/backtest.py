@@ -29,19 +29,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from engine.errors import XumpError
-from engine.pipeline.spark import (
-    Progress,
-    arguments,
-    check_window,
-    print_error,
-    read_archive,
-    report,
-    run_when_job,
-    session,
-    write_summary,
-)
-from engine.pipeline.translate import When, parse_when, when_column
+from engine.pipeline.spark import WhenJob, arguments, report, run_job, when_job, write_summary
+from engine.pipeline.translate import When, when_column
 
 SAMPLES = 20
 
@@ -68,28 +57,10 @@ def taken(frame: DataFrame, when: When) -> DataFrame:
     return frame.where(when_column(when))
 
 
-def run(
-    archive: str,
-    out: str,
-    match_operator: str | None = None,
-    pattern: str | None = None,
-    filter: str | None = None,
-    master: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    queues: list[str] | None = None,
-    *,
-    field: str = "address",
-    progress: Progress = None,
-) -> dict[str, Any]:
+def _run(job: WhenJob) -> dict[str, Any]:
     """Run the backtest; returns the summary (also written to `out`/summary.json)."""
-    when = parse_when(match_operator, pattern, filter, field)
-    check_window(archive, out, since, until, queues)
-    started = time.monotonic()
-    report(progress, "starting Spark")
-    spark = session(master)
+    when, history, progress = job.when, job.history, job.progress
     report(progress, "reading the archive")
-    history = read_archive(spark, archive, "history", since, until, queues)
     # One pass counts per hour and queue; a second finds the earliest taken (only the
     # taken rows reach its sort, which keeps just SAMPLES of them).
     marked = history.select(
@@ -134,15 +105,15 @@ def run(
         entry["examined"] += row["examined"]
         entry["taken"] += row["taken"]
     by_queue = sorted(queues_seen.values(), key=lambda entry: entry["queue"])
-    directory = Path(out)
+    directory = job.out
     _write_table(hours, BY_HOUR, directory / "by_hour")
     _write_table(by_queue, BY_QUEUE, directory / "by_queue")
     summary = {
         "job": "backtest",
         "when": when.describe(),
-        "since": since,
-        "until": until,
-        "queues": queues,
+        "since": job.since,
+        "until": job.until,
+        "queues": job.queues,
         "examined": sum(entry["examined"] for entry in by_queue),
         "taken": sum(entry["taken"] for entry in by_queue),
         "by_queue": by_queue,
@@ -152,20 +123,22 @@ def run(
             if row["taken"]
         ],
         "samples": samples,
-        "seconds": round(time.monotonic() - started, 3),
+        "seconds": round(time.monotonic() - job.started, 3),
     }
     write_summary(directory, summary)
     report(progress, "done")
     return summary
 
 
+# run(archive, out, match_operator, pattern, filter, master, since, until, queues, *, field,
+# progress): every WHEN job's arguments (spark.when_job)
+run = when_job(_run)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = arguments("Selector backtest: what a WHEN would have taken.", when=True)
-    options = parser.parse_args(argv)
-    try:
-        summary = run_when_job(run, options)
-    except XumpError as error:
-        print_error(error)
+    summary = run_job(run, parser.parse_args(argv))
+    if summary is None:
         return 2
     print(f"{summary['taken']} of {summary['examined']} messages taken ({summary['when']})")
     return 0

@@ -19,19 +19,10 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from engine.archive import headers_of
-from engine.errors import InvalidArgument, XumpError
+from engine.errors import InvalidArgument
 from engine.message import Message
-from engine.pipeline.spark import (
-    Progress,
-    arguments,
-    check_window,
-    print_error,
-    read_archive,
-    report,
-    run_when_job,
-    session,
-)
-from engine.pipeline.translate import parse_when, when_column
+from engine.pipeline.spark import WhenJob, arguments, report, run_job, when_job
+from engine.pipeline.translate import when_column
 
 COLUMNS = [
     "queue",
@@ -49,37 +40,24 @@ COLUMNS = [
 ]
 
 
-def select(
-    archive: str,
-    out: str,
-    match_operator: str | None = None,
-    pattern: str | None = None,
-    filter: str | None = None,
-    master: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    queues: list[str] | None = None,
-    *,
-    field: str = "address",
-    progress: Progress = None,
-) -> str:
+def _select(job: WhenJob) -> str:
     """Write the selected messages under `out`/messages; returns that path."""
-    when = parse_when(match_operator, pattern, filter, field)
-    check_window(archive, out, since, until, queues)
-    report(progress, "starting Spark")
-    spark = session(master)
-    report(progress, "selecting")
-    target = Path(out) / "messages"
+    report(job.progress, "selecting")
+    target = job.out / "messages"
     (
-        read_archive(spark, archive, "history", since, until, queues)
-        .where(when_column(when))
+        job.history.where(when_column(job.when))
         .select(*COLUMNS)
         .orderBy("timestamp", "queue", "seq")
         .write.mode("overwrite")
         .parquet(str(target))
     )
-    report(progress, "done")
+    report(job.progress, "done")
     return str(target)
+
+
+# select(archive, out, match_operator, pattern, filter, master, since, until, queues, *,
+# field, progress): every WHEN job's arguments (spark.when_job)
+select = when_job(_select)
 
 
 def read_batches(path: str | Path, size: int = 1000) -> Iterator[list[Message]]:
@@ -111,12 +89,9 @@ def read_batches(path: str | Path, size: int = 1000) -> Iterator[list[Message]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = arguments("Select archived messages for a replay.", when=True)
-    options = parser.parse_args(argv)
-    try:
-        path = run_when_job(select, options)
-    except XumpError as error:
-        print_error(error)
+    options = arguments("Select archived messages for a replay.", when=True).parse_args(argv)
+    path = run_job(select, options)
+    if path is None:
         return 2
     count = sum(len(batch) for batch in read_batches(path, 10_000))
     print(f"{count} messages selected into {path}")

@@ -12,6 +12,11 @@ too, so a test's shared session behaves like a job's own.
 its partitions (`date`, `queue`) as columns, restricted to a time window and queues, pruning
 partitions by date and queue before any file is opened; an archive with nothing yet reads as
 empty.
+
+Every job opens with `start` (its window checked, then Spark started); the WHEN jobs
+(backtest.run, replay.select) are made by `when_job`, which holds their one list of
+arguments and their opening, from the part that is each job's own; `run_job` calls a job
+with a command line's options (`arguments`).
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -33,9 +40,11 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from engine.archive import EVENTS_SCHEMA, HISTORY_SCHEMA
-from engine.errors import InvalidArgument
+from engine.errors import InvalidArgument, XumpError
+from engine.pipeline.translate import When, parse_when
 
 Progress = Callable[[str], None] | None
+R = TypeVar("R")
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 
@@ -171,6 +180,69 @@ def report(progress: Progress, stage: str) -> None:
         progress(stage)
 
 
+def start(
+    archive: str | Path,
+    out: str | Path,
+    master: str | None,
+    since: float | None,
+    until: float | None,
+    queues: list[str] | None,
+    progress: Progress,
+) -> SparkSession:
+    """Every job's opening: its window checked (before Spark starts), then Spark started."""
+    check_window(archive, out, since, until, queues)
+    report(progress, "starting Spark")
+    return session(master)
+
+
+@dataclass(frozen=True, slots=True)
+class WhenJob:
+    """What `when_job` hands a WHEN job's own part: the WHEN, the window's history rows (not
+    read yet: Spark reads them when the part asks for a result), the output directory, the
+    window itself, when the job started (time.monotonic()) and where progress goes."""
+
+    when: When
+    history: DataFrame
+    out: Path
+    since: float | None
+    until: float | None
+    queues: list[str] | None
+    started: float
+    progress: Progress
+
+
+def when_job(own: Callable[[WhenJob], R]) -> Callable[..., R]:
+    """A WHEN job (backtest.run, replay.select) made from its own part `own`. Both take the
+    same arguments (docs/pipeline.md) and open the same way, here: the WHEN parsed by the
+    engine's parser (a mistake raises InvalidSelector, with its column, before Spark
+    starts), the window checked, Spark started, the window's history rows; `own` does the
+    rest."""
+
+    def job(
+        archive: str,
+        out: str,
+        match_operator: str | None = None,
+        pattern: str | None = None,
+        filter: str | None = None,
+        master: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        queues: list[str] | None = None,
+        *,
+        field: str = "address",
+        progress: Progress = None,
+    ) -> R:
+        when = parse_when(match_operator, pattern, filter, field)
+        started = time.monotonic()
+        spark = start(archive, out, master, since, until, queues, progress)
+        history = read_archive(spark, archive, "history", since, until, queues)
+        return own(WhenJob(when, history, Path(out), since, until, queues, started, progress))
+
+    job.__name__ = job.__qualname__ = own.__name__.lstrip("_")
+    job.__doc__, job.__module__ = own.__doc__, own.__module__
+    return job
+
+
 def write_summary(out: str | Path, summary: dict[str, Any]) -> None:
     """summary.json under `out`, written atomically."""
     directory = Path(out)
@@ -217,21 +289,16 @@ def arguments(description: str, when: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
-def run_when_job(job: Callable[..., Any], options: argparse.Namespace) -> Any:
-    """Call a WHEN job (backtest.run, replay.select) with a command line's options."""
-    return job(
-        options.archive,
-        options.out,
-        options.match_operator,
-        options.pattern,
-        options.filter,
-        options.master,
-        options.since,
-        options.until,
-        options.queues,
-        field=options.field,
-        progress=print_progress,
-    )
+def run_job(job: Callable[..., R], options: argparse.Namespace) -> R | None:
+    """Call a job (traffic.run, backtest.run, replay.select) with a command line's options
+    (`arguments`: they are named as the job's parameters); its answer, or None when it
+    refused them (the reason on standard error: the command then exits with status 2)."""
+    given = vars(options).copy()
+    try:
+        return job(given.pop("archive"), given.pop("out"), progress=print_progress, **given)
+    except XumpError as error:
+        print_error(error)
+        return None
 
 
 def print_error(error: Exception) -> None:

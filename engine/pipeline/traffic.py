@@ -30,16 +30,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from engine.errors import XumpError
 from engine.pipeline.spark import (
     Progress,
     arguments,
-    check_window,
-    print_error,
-    print_progress,
     read_archive,
     report,
-    session,
+    run_job,
+    start,
     write_summary,
 )
 
@@ -75,10 +72,8 @@ def run(
     progress: Progress = None,
 ) -> dict[str, Any]:
     """Compute the report; returns the summary (also written to `out`/summary.json)."""
-    check_window(archive, out, since, until, queues)
     started = time.monotonic()
-    report(progress, "starting Spark")
-    spark = session(master)
+    spark = start(archive, out, master, since, until, queues, progress)
     report(progress, "reading the archive")
     events = read_archive(spark, archive, "events", since, until, queues).where(
         F.col("kind").isin(list(COUNTED.values()))
@@ -226,20 +221,9 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = arguments("Traffic report over the archived journal events.")
-    options = parser.parse_args(argv)
-    try:
-        summary = run(
-            options.archive,
-            options.out,
-            options.master,
-            options.since,
-            options.until,
-            options.queues,
-            progress=print_progress,
-        )
-    except XumpError as error:
-        print_error(error)
+    options = arguments("Traffic report over the archived journal events.").parse_args(argv)
+    summary = run_job(run, options)
+    if summary is None:
         return 2
     totals = summary["totals"]
     print(

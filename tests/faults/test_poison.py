@@ -22,7 +22,6 @@ import base64
 import json
 import re
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -34,6 +33,7 @@ from websockets.sync.client import connect
 from tests.faults.conftest import MAX_BODY
 from tests.figures import report
 from tests.web.conftest import unique
+from tests.web.test_end_to_end import start_workers
 
 GOOD = 5000
 EVERY = 20  # a hostile request after every EVERY good publishes
@@ -136,44 +136,6 @@ class WebSocketPublisher:
                 return answer, text
 
 
-class Subscriber(threading.Thread):
-    """A WebSocket subscriber that acknowledges everything and notes when each body came."""
-
-    def __init__(self, service, destination: str) -> None:
-        super().__init__(daemon=True)
-        self.url = (f"{service.ws_url}/ws/subscribe/{quote(destination, safe='')}/"
-                    f"?token={service.admin_token}")  # fmt: skip
-        self.arrived: dict[str, float] = {}
-        self.order: list[str] = []
-        self.ready = threading.Event()
-        self.stop = threading.Event()
-        self.problem: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            with connect(self.url, open_timeout=10) as socket:
-                assert json.loads(socket.recv(timeout=10))["type"] == "subscribed"
-                socket.send(json.dumps({"type": "credit", "n": GOOD + 1000, "batch": 100}))
-                self.ready.set()
-                while not self.stop.is_set():
-                    try:
-                        frame = json.loads(socket.recv(timeout=0.2))
-                    except TimeoutError:
-                        continue
-                    now = time.monotonic()
-                    items = frame.get("items") if frame["type"] == "deliveries" else [frame]
-                    if frame["type"] not in ("delivery", "deliveries"):
-                        continue
-                    for item in items:
-                        body = item["message"]["body"]
-                        self.order.append(body)
-                        self.arrived.setdefault(body, now)
-                    socket.send(json.dumps({"type": "ack", "tags": [i["tag"] for i in items]}))
-        except BaseException as problem:  # reported by the test
-            self.problem = problem
-            self.ready.set()
-
-
 def _chunked(raw: bytes) -> Iterator[bytes]:
     yield raw  # a body without Content-Length: the fast path hands it to Django
 
@@ -194,9 +156,8 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
             json={"when": "always", "action": "deliver", "target": destination, "enabled": True},
         )
         assert made.status_code == 201, made.text  # fmt: skip
-        subscriber = Subscriber(service, destination)
-        subscriber.start()
-        assert subscriber.ready.wait(15) and subscriber.problem is None
+        # a window wide enough for every good message: none waits for credit
+        [subscriber] = start_workers(service, [destination], credit=GOOD + 1000, batch=100)
         sent_at: dict[str, float] = {}
         answers: list[tuple[str, str, httpx.Response]] = []
         frames: list[tuple[str, str, dict, str]] = []
@@ -223,17 +184,16 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
                 store.rpush(inbox, raw[(n // 500) % len(raw)][1])
         published = time.monotonic() - started
         deadline = time.monotonic() + 30
-        while len(subscriber.arrived) < GOOD and time.monotonic() < deadline:
+        while len(subscriber.received) < GOOD and time.monotonic() < deadline:
             time.sleep(0.05)
-        subscriber.stop.set()
-        subscriber.join(10)
+        subscriber.stop()
         ws.socket.close()
-        assert subscriber.problem is None, subscriber.problem
         stats = client.get(f"/api/queues/{queue}/stats").json()
         refused = client.get("/api/refused", params={"count": 1000}).json()["refused"]
 
     # every good message exactly once, in order
-    assert subscriber.order == [f"g{n}" for n in range(GOOD)]
+    order = [delivery["message"]["body"] for delivery in subscriber.received]
+    assert order == [f"g{n}" for n in range(GOOD)]
     assert (stats["published"], stats["delivered"], stats["dead_lettered"]) == (GOOD, GOOD, 0)
     # every bad one refused at the door, with a JSON reason that does not echo it
     assert len(answers) + len(frames) == GOOD // EVERY and frames
@@ -259,11 +219,12 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
     assert "TypeError" in mids["raw-unhashable"]
     assert unreadable and unreadable[0]["error"] == "a command in the inbox is not readable JSON"
     # the router never stalled: publish-to-delivery latency of the good messages
-    latencies = sorted(subscriber.arrived[body] - sent_at[body] for body in sent_at)
+    arrived = dict(zip(order, subscriber.arrived, strict=True))
+    latencies = sorted(arrived[body] - sent_at[body] for body in sent_at)
     worst, p99 = latencies[-1], latencies[int(len(latencies) * 0.99)]
     # the good messages right behind each hostile inbox command: the router set it aside
     # (a rolled-back step, retried in parts) before it routed them
-    behind = max(subscriber.arrived[f"g{n}"] - sent_at[f"g{n}"]
+    behind = max(arrived[f"g{n}"] - sent_at[f"g{n}"]
                  for start in range(251, GOOD, 500) for n in range(start, start + 10))  # fmt: skip
     report("poison suite", [
         f"{GOOD} good publishes in {published:.1f} s with {len(answers)} hostile "

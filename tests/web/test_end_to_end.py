@@ -27,7 +27,7 @@ def xump(worker_service):
 
 class Worker(threading.Thread):
     """A WebSocket subscriber in a thread: keeps `credit` deliveries in flight, acks each
-    batch it receives and opens the window again by as much."""
+    batch it receives and opens the window again by as much; notes when each came."""
 
     def __init__(self, service, destination: str, credit: int, batch: int = 0,
                  pause: float = 0.0) -> None:  # fmt: skip
@@ -35,6 +35,7 @@ class Worker(threading.Thread):
         self.service, self.destination = service, destination
         self.credit, self.batch, self.pause = credit, batch, pause
         self.received: list[dict] = []
+        self.arrived: list[float] = []  # when each of `received` came (time.monotonic())
         self.ready = threading.Event()
         self.halt = threading.Event()
         self.failure: BaseException | None = None
@@ -55,10 +56,12 @@ class Worker(threading.Thread):
             frame = json.loads(socket.recv(timeout=0.2))
         except TimeoutError:
             return
+        now = time.monotonic()
         items = frame.get("items") or ([frame] if frame["type"] == "delivery" else [])
         if not items:
             assert frame["type"] == "heartbeat", frame
             return
+        self.arrived.extend([now] * len(items))
         self.received.extend(items)
         if self.pause:
             time.sleep(self.pause)
@@ -130,8 +133,9 @@ def test_a_subscriber_that_disconnects_gets_its_unacked_deliveries_again(worker_
     assert mids_of(first) == mids
     assert mids_of(again) == mids[10:]
     assert all(d["redelivered"] and d["delivery_count"] == 2 for d in again)
-    # a generous deadline: the acks go through a Celery worker's router, which may first
-    # have to take the lease over (a fresh-clone run once found it unsettled after 10 s)
+    # a generous deadline, not a margin: settling takes well under a second. A stall here
+    # (10 deliveries outstanding for good, as a fresh-clone run once met) is the first
+    # subscriber's last acks lost as its connection closes: see test_outbox_reader.py
     stats = wait_for(lambda: (s := xump.stats(service_queue))["outstanding"] == 0 and s, 60)
     assert stats and stats["depth"] == 0, xump.stats(service_queue)
 
