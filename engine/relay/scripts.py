@@ -43,17 +43,22 @@ local function tag_of(item)
 end
 """
 
+# The server's time as the taken set scores it (seconds, six decimals), in `at`.
+_NOW = r"""
+local now = redis.call('TIME')
+local at = now[1] .. '.' .. string.format('%06d', now[2])
+"""
+
 # KEYS: outbox, taken set, the destination's revoked set. ARGV: how many at most.
 # Takes deliveries off the outbox and notes when, at the server's clock; drops revoked ones.
 TAKE = (
     _TAG_OF
+    + _NOW
     + r"""
 local items = redis.call('LPOP', KEYS[1], ARGV[1])
 if not items then
     return {}
 end
-local now = redis.call('TIME')
-local at = now[1] .. '.' .. string.format('%06d', now[2])
 local revoked = redis.call('EXISTS', KEYS[3]) == 1
 local kept, scored = {}, {}
 for _, item in ipairs(items) do
@@ -83,9 +88,8 @@ return kept
 # An item another consumer took meanwhile is no longer there and is left out.
 TAKE_THESE = (
     _TAG_OF
+    + _NOW
     + r"""
-local now = redis.call('TIME')
-local at = now[1] .. '.' .. string.format('%06d', now[2])
 local revoked = redis.call('EXISTS', KEYS[3]) == 1
 local kept = {}
 for _, item in ipairs(ARGV) do
@@ -139,9 +143,8 @@ return #ARGV
 # no longer claimed and is left as it is.
 STAMP = (
     _TAG_OF
+    + _NOW
     + r"""
-local now = redis.call('TIME')
-local at = now[1] .. '.' .. string.format('%06d', now[2])
 local stamped = 0
 for _, item in ipairs(ARGV) do
     if redis.call('LREM', KEYS[1], 1, item) == 1 then
@@ -164,6 +167,7 @@ return stamped
 # PURGE (revoked).
 CLAIM_CHECK = (
     _TAG_OF
+    + _NOW
     + r"""
 local item = ARGV[1]
 local tag = tag_of(item)
@@ -173,8 +177,7 @@ if tag and redis.call('SREM', KEYS[3], tag) == 1 then
 end
 if redis.call('LREM', KEYS[1], 1, item) == 1 then
     if tag then
-        local now = redis.call('TIME')
-        redis.call('ZADD', KEYS[2], now[1] .. '.' .. string.format('%06d', now[2]), tag)
+        redis.call('ZADD', KEYS[2], at, tag)
     end
     return 1
 end
@@ -191,13 +194,12 @@ return 0
 # consumer stamped them already; they leave the claimed list. How many it looked at.
 SWEEP = (
     _TAG_OF
+    + _NOW
     + r"""
 local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #items == 0 then
     return 0
 end
-local now = redis.call('TIME')
-local at = now[1] .. '.' .. string.format('%06d', now[2])
 redis.call('LTRIM', KEYS[1], #items, -1)
 for _, item in ipairs(items) do
     local tag = tag_of(item)

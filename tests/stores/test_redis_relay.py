@@ -92,6 +92,15 @@ def router_engine(url: str, name: str, **options) -> tuple[Engine, RelayRouter]:
     return engine, relay
 
 
+def app_router(url: str, name: str, **options) -> tuple[Engine, RelayRouter, RelayClient]:
+    """A router (not serving: the test runs its steps) routing queue "q" to destination
+    "app", and a client."""
+    engine, router = router_engine(url, name, **options)
+    engine.queue_create("q")
+    engine.selector_create("q").when_always().do_deliver("app").enable()
+    return engine, router, RelayClient(url, name)
+
+
 @contextmanager
 def serving_app_queue(url: str, name: str, **options):
     """A router in a thread of this process, routing queue "q" to destination "app"."""
@@ -490,10 +499,7 @@ def test_the_timeout_runs_only_for_deliveries_a_client_took(shared) -> None:
     """SPEC §7: a delivery waiting in its outbox is never expired (each expire used to add
     a copy); once taken, the timeout runs; a stale ack is refused, the new one accepted."""
     url, name = shared
-    engine, router = router_engine(url, name, delivery_timeout=0.0)
-    engine.queue_create("q")
-    engine.selector_create("q").when_always().do_deliver("app").enable()
-    client = RelayClient(url, name)
+    engine, router, client = app_router(url, name, delivery_timeout=0.0)
     client.publish_many("q", [Message(body=b"a"), Message(body=b"b")])
     router.run_once()
     for _ in range(3):
@@ -532,17 +538,24 @@ def test_the_router_fires_delayed_messages_when_due_and_never_delivers_expired_o
         assert engine.next_due() is None and client.deliveries("app", wait=0.3) == []
 
 
+def outbox_of_d(url: str, name: str, count: int, revoked: list[str]) -> tuple:
+    """Destination "d"'s outbox holding `count` items tagged q:1:0, q:1:1, ..., those of
+    `revoked` listed in its revoked set: (a client, the delivery keys, the outbox key, the
+    items)."""
+    client = redis.Redis.from_url(url)
+    keys = delivery_keys(name)
+    outbox = relay_keys(name)[1] + "d"
+    items = [json.dumps({"tag": f"q:1:{n}", "n": n}).encode() for n in range(count)]
+    client.rpush(outbox, *items)
+    client.sadd(keys["revoked"] + "d", *revoked)
+    return client, keys, outbox, items
+
+
 def test_take_these_takes_only_the_chosen_items_and_notes_them_taken(shared) -> None:
     """A consumer with a filter of its own (a STOMP queue selector) takes exactly the items
     it chose: the others stay in the outbox, in order; what another consumer took first is
     not taken twice; a revoked one is dropped."""
-    url, name = shared
-    client = redis.Redis.from_url(url)
-    keys = delivery_keys(name)
-    outbox = relay_keys(name)[1] + "d"
-    items = [json.dumps({"tag": f"q:1:{n}", "n": n}).encode() for n in range(5)]
-    client.rpush(outbox, *items)
-    client.sadd(keys["revoked"] + "d", "q:1:3")
+    client, keys, outbox, items = outbox_of_d(*shared, 5, revoked=["q:1:3"])
     take_these = client.register_script(TAKE_THESE)
     taken = take_these(keys=[outbox, keys["taken"], keys["revoked"] + "d"],
                        args=[items[1], items[3], items[4]])  # fmt: skip
@@ -569,10 +582,7 @@ def test_a_consumer_that_dies_after_a_claim_gets_it_delivered_again_after_the_ti
     """The claim is the take's durable record: the router's sweep starts the timeout of a
     claim nobody stamped, and the timeout returns it, redelivered, once."""
     url, name = shared
-    engine, router = router_engine(url, name, delivery_timeout=0.0)
-    engine.queue_create("q")
-    engine.selector_create("q").when_always().do_deliver("app").enable()
-    client = RelayClient(url, name)
+    engine, router, client = app_router(url, name, delivery_timeout=0.0)
     client.publish("q", Message(body=b"claimed"))
     router.run_once()
     assert _claim(url, name, "app") is not None  # ...and the consumer dies before its STAMP
@@ -593,10 +603,7 @@ def test_a_consumer_that_dies_after_a_claim_gets_it_delivered_again_after_the_ti
 
 def test_a_stamped_claim_runs_its_timeout_from_the_stamp_and_is_swept_no_more(shared) -> None:
     url, name = shared
-    engine, router = router_engine(url, name, delivery_timeout=3600.0)
-    engine.queue_create("q")
-    engine.selector_create("q").when_always().do_deliver("app").enable()
-    client = RelayClient(url, name)
+    engine, router, client = app_router(url, name, delivery_timeout=3600.0)
     client.publish_many("q", [Message(body=b"one"), Message(body=b"two")])
     router.run_once()
     server = redis.Redis.from_url(url)
@@ -625,12 +632,7 @@ def test_a_revoked_delivery_claimed_before_the_purge_is_never_handed_on(shared) 
     BLMOVE may claim a revoked one: CLAIM_CHECK drops it; PURGE removes revoked items from
     the claimed list too, and a check after that finds them gone."""
     url, name = shared
-    server = redis.Redis.from_url(url)
-    keys = delivery_keys(name)
-    outbox = relay_keys(name)[1] + "d"
-    items = [json.dumps({"tag": f"q:1:{n}", "n": n}).encode() for n in range(4)]
-    server.rpush(outbox, *items)
-    server.sadd(keys["revoked"] + "d", "q:1:0", "q:1:2")
+    server, keys, outbox, items = outbox_of_d(url, name, 4, revoked=["q:1:0", "q:1:2"])
     check = server.register_script(CLAIM_CHECK)
     purge = server.register_script(PURGE)
     check_keys = [keys["claimed"], keys["taken"], keys["revoked"] + "d"]
@@ -654,10 +656,7 @@ def test_a_claim_waits_for_the_routing_step_and_nothing_leaves_a_step_that_faile
     BLMOVE is answered in the step's own turn, after the step's fsync); a step that is not
     committed (here: the router lost its lease) puts nothing in anybody's hands."""
     url, name = shared
-    engine, router = router_engine(url, name)
-    engine.queue_create("q")
-    engine.selector_create("q").when_always().do_deliver("app").enable()
-    client = RelayClient(url, name)
+    _, router, client = app_router(url, name)
     got: list[bytes | None] = []
     waiting = threading.Thread(target=lambda: got.append(_claim(url, name, "app", wait=60)))
     waiting.start()
