@@ -340,13 +340,13 @@ class _RelayRouter(RelayRouter):
     def run_once(self, limit: int = 500) -> int:
         """RelayRouter.run_once without its lease renewal at every empty look: Router.drain
         renews when it is due (see the module doc)."""
-        raw = self.store.client.lrange(self.inbox, 0, limit - 1)
-        if raw:
+        raw, settled = self.head(limit)
+        if raw or settled:
             started = time.perf_counter()
             with self.engine._lock:  # keeps other threads' calls out of the step's commit
-                self._step(raw)
-            _count_step(len(raw), time.perf_counter() - started)  # once per step
-        return len(raw)
+                self._step(raw, settled)
+            _count_step(len(raw) + len(settled), time.perf_counter() - started)  # per step
+        return len(raw) + len(settled)
 
     def renew_lease(self) -> None:
         with self.engine._lock:

@@ -29,6 +29,7 @@ Keys (the store's hash tag keeps them in the store's slot):
     xump:{S}:reply:<id>            LIST  the answer to one call, kept for a minute
     xump:{S}:taken                 ZSET  tag -> when a consumer took it off its outbox
     xump:{S}:claimed               LIST  items consumers' BLMOVEs claimed, not stamped yet
+    xump:{S}:autoacked             LIST  items ack:auto consumers claimed: settled by it
     xump:{S}:revoked:<destination> SET   tags revoked while a copy may wait in the outbox
     xump:{S}:present:<destination> STRING (expiring) a consumer of the destination is here
     xump:{S}:absent                HASH  destination -> since when the router sees it away
@@ -64,6 +65,14 @@ nobody holds a delivery twice, case by case:
 * Redis restarts: the claim was fsync'd with the step before the consumer had it, so it is
   either in the outbox (not yet claimed, nobody had it) or in the claimed list;
 * the router dies: the claimed list is the store's, the next router sweeps it;
+* a consumer whose deliveries are settled as they are sent (STOMP's `ack:auto`) claims
+  onto the **autoacked** list instead: the claim is its ack. The router confirms what that
+  list holds at the head of its next step, in the commit that takes the items off it
+  (`_Settled`, known by its class: no inbox command can pass for one), so the ack costs no
+  write of its own either, and the consumer rings the doorbell (no write) with its next
+  take. As with RabbitMQ's automatic acks, a delivery is settled once it is on its way: a
+  consumer process killed between the claim and its socket write loses that one message
+  to the subscriber (a claim by TAKE, in a burst, is acked after the write as before);
 * revoked deliveries (below) may be claimed in the moment between the router's step and
   its PURGE: a consumer that claims while its destination has a revoked set checks the
   claim first (CLAIM_CHECK, one round trip, only then) and drops a revoked one; PURGE

@@ -45,6 +45,15 @@ class _Unreadable(Exception):
         return default
 
 
+class _Settled(dict):
+    """The confirm of the deliveries ack:auto consumers claimed into the autoacked list
+    (see the package doc): applied at the head of a step like an inbox command, but taken
+    off the autoacked list, `count` items, not off the inbox. Known by its class, never by
+    its content, so no inbox command can pass for one."""
+
+    count = 0
+
+
 def _is_reply_key(reply: Any, inbox: str) -> bool:
     return isinstance(reply, str) and reply.startswith(inbox[: -len("inbox")])
 
@@ -71,6 +80,15 @@ def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) ->
     except (KeyError, TypeError, ValueError) as error:
         raise errors.InvalidArgument(f"not a relay message: {error}") from None
     return None, engine.publish_many(queue, checked, keep_mids=True)
+
+
+def _tag_of(item: bytes) -> str | None:
+    """The tag of an outbox item (None for one that is not an item the router wrote)."""
+    try:
+        tag = _loads(item).get("tag")
+    except (ValueError, AttributeError, RecursionError, UnicodeDecodeError):
+        return None
+    return tag if isinstance(tag, str) else None
 
 
 def _server_time(client: redis.Redis) -> float:
@@ -137,17 +155,27 @@ class RelayRouter:
         return True
 
     def run_once(self, limit: int = 500) -> int:
-        """Apply up to `limit` commands from the inbox in one atomic step; how many."""
-        raw = self.store.client.lrange(self.inbox, 0, limit - 1)
+        """Apply up to `limit` commands from the inbox in one atomic step (with the
+        settlements of claims by ack:auto consumers); how many."""
+        raw, settled = self.head(limit)
         # the engine lock keeps other threads' calls out of this step's one commit
         with self.engine._lock:
-            if raw:
-                self._step(raw)
+            if raw or settled:
+                self._step(raw, settled)
             else:
                 self.store.renew_lease()
-        return len(raw)
+        return len(raw) + len(settled)
 
-    def _step(self, raw: list[bytes]) -> None:
+    def head(self, limit: int) -> tuple[list[bytes], list[bytes]]:
+        """The inbox's first `limit` commands and the autoacked list's first `limit` items,
+        in one round trip (reads)."""
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.lrange(self.inbox, 0, limit - 1)
+        pipe.lrange(self._delivery_keys["autoacked"], 0, limit - 1)
+        raw, settled = pipe.execute()
+        return raw, settled
+
+    def _step(self, raw: list[bytes], settled: list[bytes] = ()) -> None:  # type: ignore[assignment]
         """Apply the commands at the head of the inbox, all or nothing (see `_attempt`).
 
         When the step fails (any exception but the store's own StoreError: a value some
@@ -158,6 +186,11 @@ class RelayRouter:
         reload of the engine's state from Redis: cheap for a rare failure, which is what
         the checks at the door (engine/validation.py) leave."""
         commands: list[Any] = []
+        if settled:
+            tags = [tag for tag in map(_tag_of, settled) if tag is not None]
+            confirm = _Settled(op="confirm", tags=tags)
+            confirm.count = len(settled)
+            commands.append(confirm)
         for item in raw:
             try:
                 command = _loads(item)
@@ -205,7 +238,7 @@ class RelayRouter:
             deliveries = []
             for command in commands:
                 deliveries.extend(self._apply(command, failed))
-            extra: list[tuple] = [("LTRIM", self.inbox, len(commands), -1)]
+            extra = self._taken_off(commands)
             extra.extend(self._to_outboxes(deliveries))
             if failed:
                 extra.append(("RPUSH", self.errors, *failed))
@@ -233,6 +266,16 @@ class RelayRouter:
             self._trace("step", committed, traced)  # type: ignore[arg-type]
         return None
 
+    def _taken_off(self, commands: list[Any]) -> list[tuple]:
+        """The commands that take `commands` off the head of the inbox (and a _Settled
+        one's items off the head of the autoacked list) in a step's commit."""
+        inbox = sum(1 for command in commands if not isinstance(command, _Settled))
+        extra: list[tuple] = [("LTRIM", self.inbox, inbox, -1)] if inbox else []
+        for command in commands:
+            if isinstance(command, _Settled):
+                extra.append(("LTRIM", self._delivery_keys["autoacked"], command.count, -1))
+        return extra
+
     def _trace(self, hop: str, at: float, mids: list[str]) -> None:
         with contextlib.suppress(redis.RedisError):
             self.store.client.publish(self._trace_channel, trace_line(hop, at, mids))
@@ -255,7 +298,7 @@ class RelayRouter:
             reason = f"the router could not apply it ({type(error).__name__}: {said})"
             logger.warning("command set aside: %s", reason)
         extra: list[tuple] = [
-            ("LTRIM", self.inbox, 1, -1),
+            *self._taken_off([command]),
             ("RPUSH", self.errors, _failure(command, reason)),
             ("LTRIM", self.errors, -self.errors_kept, -1),
         ]

@@ -31,12 +31,13 @@ def _keys(store: str) -> tuple[str, str, str]:
 
 def delivery_keys(store: str) -> dict[str, str]:
     """The store's keys for delivery timeouts and presence (see the package doc): the taken
-    set, the claimed list, and the prefixes of revoked sets and presence keys (add the
-    destination)."""
+    set, the claimed and autoacked lists, and the prefixes of revoked sets and presence
+    keys (add the destination)."""
     prefix = f"xump:{{{store}}}:"
     return {
         "taken": prefix + "taken",
         "claimed": prefix + "claimed",
+        "autoacked": prefix + "autoacked",
         "revoked": prefix + "revoked:",
         "present": prefix + "present:",
         "absent": prefix + "absent",

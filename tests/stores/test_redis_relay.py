@@ -675,3 +675,30 @@ def test_a_claim_waits_for_the_routing_step_and_nothing_leaves_a_step_that_faile
     assert json.loads(got[0])["message"]["body"] == base64.b64encode(b"not yet").decode()
     client.close()
     router.store.release_lease()
+
+
+def test_a_claim_by_an_auto_ack_consumer_settles_the_delivery_in_the_next_step(shared) -> None:
+    """ack:auto (STOMP): the consumer's BLMOVE onto the autoacked list is its ack; the
+    router confirms those deliveries at the head of its next step, in the same commit that
+    takes them off the list, with no command of the consumer's. Items that are not
+    deliveries (or deliveries already settled) leave the list too, noted in the errors."""
+    url, name = shared
+    engine, router, client = app_router(url, name)
+    client.publish_many("q", [Message(body=b"one"), Message(body=b"two")])
+    router.run_once()
+    server = redis.Redis.from_url(url)
+    keys = delivery_keys(name)
+    outbox = relay_keys(name)[1] + "app"
+    for _ in range(2):
+        assert server.blmove(outbox, keys["autoacked"], 1, "LEFT", "RIGHT") is not None
+    server.rpush(keys["autoacked"], b"not an item", b'{"tag": 7}', b'{"tag":"q:9:9"}')
+    assert router.run_once() == 5  # nothing in the inbox: the settlements alone
+    stats = engine.stats("q")
+    assert (stats["confirmed"], stats["outstanding"]) == (2, 0)
+    assert server.llen(keys["autoacked"]) == 0 and server.llen(outbox) == 0
+    refused = [json.loads(raw)["command"]["tags"] for raw in server.lrange(client.errors, 0, -1)]
+    assert refused == [["q:9:9"]]  # the unknown tag; the two unreadable items had none
+    client.publish("q", Message(body=b"three"))  # the next step goes on as ever
+    assert router.run_once() == 1 and server.llen(outbox) == 1
+    client.close()
+    router.store.release_lease()

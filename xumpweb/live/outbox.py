@@ -18,7 +18,10 @@ atomic). The reader hands it on and only then starts its delivery timeout, witho
 (STAMP, in the round trip of its next take or settlement); should the consumer die before,
 the router's SWEEP starts it, at most a second late. When the destination has revoked
 deliveries (it was away; the router gave its work to the pack) the claim is checked before
-the frame goes (CLAIM_CHECK: one more round trip, only then).
+the frame goes (CLAIM_CHECK: one more round trip, only then). A consumer whose deliveries
+are settled as they are sent (`settle_on_claim`: STOMP's ack:auto) claims onto the
+autoacked list instead: the claim is the ack, which the router applies in its next step
+(engine/relay/__init__.py); the reader rings the doorbell with its next take.
 
 A consumer with a filter of its own (a STOMP `selector` on a /queue/ subscription, as
 ActiveMQ's queue selectors) reads the head of the outbox (up to SCAN items), keeps the
@@ -66,6 +69,7 @@ from engine.relay import (
     TAKE,
     TAKE_THESE,
     UNTAKE,
+    delivery_from_json,
 )
 from xumpweb.live import registry
 from xumpweb.live.frames import encode
@@ -81,6 +85,18 @@ ACK_BATCH = 1000  # acks gathered (while a round trip is in flight) go at once p
 RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis is away
 
 Problem = Callable[[str], Awaitable[None]]  # told when Redis refuses (the detail)
+
+
+def _tag(item: bytes) -> str | None:
+    """An outbox item's tag (None if it is not an item the router wrote)."""
+    if item.startswith(b'{"tag":"'):  # as the router writes them (relay/wire.py): read up
+        end = item.find(b'"', 8)  # to the closing quote, as the scripts' tag_of does
+        if end > 0 and b"\\" not in item[8:end]:
+            return item[8:end].decode("utf-8", "replace")
+    try:
+        return delivery_from_json(item).tag
+    except Exception:  # not an item the router wrote: the consumer sets it aside
+        return None
 
 
 class OutboxReader:
@@ -102,6 +118,7 @@ class OutboxReader:
         self.doorbell = keys["doorbell"]
         self.taken = keys["taken"]
         self.claimed_key = keys["claimed"]
+        self.autoacked_key = keys["autoacked"]
         self.revoked = keys["revoked"] + destination
         self.present = keys["present"] + destination
         self.store = found.store
@@ -116,6 +133,10 @@ class OutboxReader:
         self.judged: dict[bytes, bool] = {}  # outbox items a filtering reader looked at last
         self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
         self.claimed: list[bytes] = []  # items claimed by a BLMOVE, not stamped yet
+        # ack:auto (STOMP): a claim settles the delivery (see the module doc)
+        self.settle_on_claim = False
+        self.preacked: set[str] = set()  # tags of such claims, until the consumer acks them
+        self.ring = False  # the router must hear of settling claims: ring at the next take
         self.send_lock = asyncio.Lock()  # settlements go out one round trip at a time
         self.acks: list[str] = []
         self.acked = 0  # deliveries settled by an ack, for the consumers page's acks/s
@@ -136,9 +157,13 @@ class OutboxReader:
                 return await self._take_wanted(min(count, MAX_POP))
             keys = [self.outbox, self.taken, self.revoked]
             count = min(count, MAX_POP)
-            if self.claimed:  # the last claim was handed on: its timeout starts now
+            if self.claimed or self.ring:  # the last claim was handed on: see the doc
                 pipe = self.redis.pipeline(transaction=False)
-                self._stamp(pipe)
+                if self.claimed:
+                    self._stamp(pipe)
+                if self.ring:  # the router applies the settling claims (no write: no fsync)
+                    self.ring = False
+                    pipe.publish(self.doorbell, b"")
                 pipe.eval(TAKE, 3, *keys, count)  # EVAL: no NOSCRIPT inside a pipeline
                 found = (await pipe.execute())[-1]
             else:
@@ -151,18 +176,23 @@ class OutboxReader:
 
     async def _claim(self) -> list[bytes]:
         """Wait for the outbox's next item and claim it (see the module doc)."""
+        into = self.autoacked_key if self.settle_on_claim else self.claimed_key
         pipe = self.redis.pipeline(transaction=False)
-        pipe.blmove(self.outbox, self.claimed_key, POP_WAIT, "LEFT", "RIGHT")
+        pipe.blmove(self.outbox, into, POP_WAIT, "LEFT", "RIGHT")
         pipe.exists(self.revoked)
         item, revoked = await pipe.execute()
         if item is None:
             return []
-        if revoked:
-            keys = [self.claimed_key, self.taken, self.revoked]
-            if not await self.claim_check(keys=keys, args=[item]):
-                return []
-            return [item]  # stamped by the check
-        self.claimed.append(item)
+        if revoked:  # stamped (taken, not settled) by the check, or dropped
+            keys = [into, self.taken, self.revoked]
+            return [item] if await self.claim_check(keys=keys, args=[item]) else []
+        if self.settle_on_claim:
+            tag = _tag(item)
+            if tag is not None:
+                self.preacked.add(tag)
+            self.ring = True
+        else:
+            self.claimed.append(item)
         return [item]
 
     def _stamp(self, pipe: Any) -> None:
@@ -197,9 +227,12 @@ class OutboxReader:
         self.taking = True  # part of the take: `stop` waits for it rather than cancel it
         claimed = set(items)
         self.claimed = [item for item in self.claimed if item not in claimed]
+        if self.preacked:
+            for item in items:
+                self.preacked.discard(_tag(item))
         try:
-            await self.untake_script(keys=[self.outbox, self.taken, self.claimed_key],
-                                     args=items)  # fmt: skip
+            keys = [self.outbox, self.taken, self.claimed_key, self.autoacked_key]
+            await self.untake_script(keys=keys, args=items)
         finally:
             self.taking = False
 
@@ -210,8 +243,11 @@ class OutboxReader:
         for tag in tags:
             if tag in self.unsettled:
                 del self.unsettled[tag]
-                self.acks.append(tag)
                 self.acked += 1
+                if tag in self.preacked:  # its claim settled it: nothing to send
+                    self.preacked.discard(tag)
+                else:
+                    self.acks.append(tag)
             else:
                 unknown.append(tag)
         if len(self.acks) >= ACK_BATCH:
@@ -352,6 +388,15 @@ class OutboxReader:
         if self.ack_task is not None:  # a round trip in flight is never cancelled
             await asyncio.wait({self.ack_task}, timeout=POP_WAIT + 5)
         await self.flush_acks()
+        for tag in self.preacked:  # settled by their claim (ack:auto): not given back
+            self.unsettled.pop(tag, None)
+        self.preacked.clear()
+        if self.ring:
+            self.ring = False
+            try:
+                await self.redis.publish(self.doorbell, b"")
+            except redis.RedisError:
+                pass  # the router looks at the autoacked list at every step anyway
         if self.unsettled:
             await self.send_commands(
                 [{"op": "reject", "tag": tag, "requeue": True} for tag in self.unsettled]

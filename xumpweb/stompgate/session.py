@@ -200,6 +200,7 @@ class _Subscription:
             destination if action.kind == "topic" and action.durable is None else None
         )
         self.reader = reader
+        reader.settle_on_claim = action.ack == "auto"  # a claim settles it (outbox.py)
         self.credit = action.credit or session.default_prefetch
         self.window_open = asyncio.Event()
         self.window_open.set()
