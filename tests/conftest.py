@@ -76,6 +76,134 @@ def redis_server(tmp_path_factory):
     server.stop()
 
 
+class RedisCluster:
+    """A private 3-node Redis Cluster (no replicas), every node on AOF with fsync on every
+    write, in a directory of its own. Ports below 55536: each node's cluster bus listens
+    on its port + 10000. `url`: a URL of one node (with `?cluster=true`, what a store on
+    the cluster is given); `node_urls`: each node's plain URL."""
+
+    NODES = 3
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.ports = cluster_ports(self.NODES)
+        self.processes: list[subprocess.Popen] = []
+        self.node_urls = [f"redis://127.0.0.1:{port}/0" for port in self.ports]
+        self.url = self.node_urls[0] + "?cluster=true"
+
+    def start(self) -> None:
+        import redis
+
+        for port in self.ports:
+            directory = self.directory / str(port)
+            directory.mkdir()
+            command = [
+                "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                "--dir", str(directory), "--cluster-enabled", "yes",
+                "--cluster-config-file", "nodes.conf", "--appendonly", "yes",
+                "--appendfsync", "always", "--save", "", "--daemonize", "no",
+            ]  # fmt: skip
+            self.processes.append(
+                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        clients = [redis.Redis(port=port, socket_timeout=5) for port in self.ports]
+        for client, process in zip(clients, self.processes, strict=True):
+            until(lambda c=client: _answers(c), process, "a cluster node did not start")
+        created = subprocess.run(
+            [
+                "redis-cli", "--cluster", "create",
+                *[f"127.0.0.1:{port}" for port in self.ports],
+                "--cluster-replicas", "0", "--cluster-yes",
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        if created.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {created.stdout[-2000:]}")
+        # every node must know every slot's owner before a client may rely on any of them
+        for client, process in zip(clients, self.processes, strict=True):
+            until(lambda c=client: _cluster_ok(c), process, "the cluster did not become ok")
+        for client in clients:
+            client.close()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            process.wait(timeout=10)
+        self.processes = []
+
+
+def cluster_ports(count: int) -> list[int]:
+    """`count` ports below 55536 that are free, each with its cluster bus port (+ 10000)
+    free too; never 6379 (the machine's own Redis)."""
+    import random
+
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randrange(20000, 55536)
+        if port in (6379, 16379) or port in ports or port + 10000 in ports:
+            continue
+        if _bindable(port) and _bindable(port + 10000):
+            ports.append(port)
+    return ports
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _answers(client) -> bool:
+    import redis
+
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _cluster_ok(client) -> bool:
+    return client.cluster("INFO").get("cluster_state") == "ok"  # redis-py parses it
+
+
+def until(condition, process: subprocess.Popen, failure: str, timeout: float = 30) -> None:
+    """Wait for `condition()` (looked at every 10 ms); RuntimeError(failure) when the
+    process died or the time ran out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError(failure)
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """The session's private Redis Cluster (started on first use, stopped at the end); each
+    test keeps its keys apart by store names of its own (their hash tags)."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server and redis-cli are not installed (apt-get install redis-server)")
+    started = time.monotonic()
+    for attempt in range(3):  # a port may be taken between the probe and the start
+        cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+        try:
+            cluster.start()
+            break
+        except RuntimeError:
+            cluster.stop()
+            if attempt == 2:
+                raise
+    from tests.figures import report
+
+    took = time.monotonic() - started
+    report("Redis Cluster fixture", [f"3 nodes started, joined and ok in {took:.2f} s"])
+    yield cluster
+    cluster.stop()
+
+
 # == running in parallel (pytest-xdist; make test runs `-n auto --dist loadgroup`) ==========
 # Each xdist worker is a pytest session of its own: its own private redis-server, service,
 # browser and Spark session (session fixtures), on ports and directories of its own. Tests
