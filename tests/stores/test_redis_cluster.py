@@ -3,7 +3,10 @@ with fsync on every write): shards are stores whose hash tags land on different 
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
+from contextlib import closing, contextmanager
 
 import pytest
 import redis
@@ -11,6 +14,7 @@ from redis.crc import key_slot
 
 from engine import Engine, Message
 from engine.errors import StoreError
+from engine.relay import RelayClient, RelayRouter
 from engine.stores.redis_connect import connect, node_client
 from tests.engine.conftest import drop_redis_keys
 
@@ -157,3 +161,57 @@ def move_slot(cluster, slot: int) -> None:
         client.execute_command("CLUSTER SETSLOT", slot, "NODE", ids[target])
     for client in clients:
         client.close()
+
+
+@contextmanager
+def routing(url: str, name: str):
+    """A relay router of store `name` on the cluster, in a thread, routing "q" to "app"."""
+    engine = Engine()
+    engine.store_create("redis", name, url=url)
+    relay = RelayRouter(engine, name, name="test", lease_ms=2000)
+    assert relay.acquire(timeout=5)
+    engine.queue_create("q", store=name)
+    engine.selector_create("q").when_always().do_deliver("app").enable()
+    stop = threading.Event()
+    serving = threading.Thread(target=relay.serve, args=(stop,))
+    serving.start()
+    try:
+        yield engine
+    finally:
+        stop.set()
+        serving.join()
+
+
+def relay_round_trip(url: str, name: str) -> list[bytes]:
+    with closing(RelayClient(url, name)) as client:
+        client.publish_many("q", [Message(body=b"%d" % n) for n in range(10)])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < deadline:
+            got.extend(client.deliveries("app", count=10, wait=1))
+        client.confirm(got)
+        return [d.message.body for d in got]
+
+
+def test_a_relay_router_routes_a_shard_on_the_cluster(redis_cluster, shards) -> None:
+    """The router's side of the relay (engine/relay/router.py) runs on a cluster store; its
+    client is pointed at the shard's own node here (see the next test)."""
+    name = shards[1]
+    client, _ = connect(redis_cluster.url)
+    home = client.get_node_from_key(f"xump:{{{name}}}:")
+    client.close()
+    with routing(redis_cluster.url, name):
+        bodies = relay_round_trip(f"redis://{home.name}/0", name)
+    assert bodies == [b"%d" % n for n in range(10)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine/relay/client.py opens a plain redis.Redis.from_url(url): it cannot take a "
+    "cluster=true URL, and any node but the shard's answers MOVED (the relay is being "
+    "redesigned elsewhere; engine.stores.redis_connect.connect is the one-line change)",
+)
+def test_a_relay_client_reaches_a_shard_through_the_cluster_url(redis_cluster, shards) -> None:
+    with routing(redis_cluster.url, shards[2]):
+        bodies = relay_round_trip(redis_cluster.url, shards[2])
+    assert bodies == [b"%d" % n for n in range(10)]
