@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,12 +81,14 @@ class RedisCluster:
     """A private 3-node Redis Cluster (no replicas), every node on AOF with fsync on every
     write, in a directory of its own. Ports below 55536: each node's cluster bus listens
     on its port + 10000. `url`: a URL of one node (with `?cluster=true`, what a store on
-    the cluster is given); `node_urls`: each node's plain URL."""
+    the cluster is given); `node_urls`: each node's plain URL. `settings`: more
+    redis-server options for every node."""
 
     NODES = 3
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *settings: str) -> None:
         self.directory = directory
+        self.settings = list(settings)
         self.ports = cluster_ports(self.NODES)
         self.processes: list[subprocess.Popen] = []
         self.node_urls = [f"redis://127.0.0.1:{port}/0" for port in self.ports]
@@ -96,12 +99,13 @@ class RedisCluster:
 
         for port in self.ports:
             directory = self.directory / str(port)
-            directory.mkdir()
+            directory.mkdir(parents=True)
             command = [
                 "redis-server", "--port", str(port), "--bind", "127.0.0.1",
                 "--dir", str(directory), "--cluster-enabled", "yes",
                 "--cluster-config-file", "nodes.conf", "--appendonly", "yes",
                 "--appendfsync", "always", "--save", "", "--daemonize", "no",
+                *self.settings,
             ]  # fmt: skip
             self.processes.append(
                 subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -134,14 +138,16 @@ class RedisCluster:
 
 
 def cluster_ports(count: int) -> list[int]:
-    """`count` ports below 55536 that are free, each with its cluster bus port (+ 10000)
-    free too; never 6379 (the machine's own Redis)."""
+    """`count` free ports, each with its cluster bus port (+ 10000) free too: from 20000 to
+    22767, so that the bus ports (30000 to 32767) stay below the kernel's ephemeral range
+    (32768 and up, where every outgoing connection takes a port) and cannot be taken by
+    one between this probe and the server's start. Never 6379 (the machine's own Redis)."""
     import random
 
     ports: list[int] = []
     while len(ports) < count:
-        port = random.randrange(20000, 55536)
-        if port in (6379, 16379) or port in ports or port + 10000 in ports:
+        port = random.randrange(20000, 22768)
+        if port in ports:
             continue
         if _bindable(port) and _bindable(port + 10000):
             ports.append(port)
@@ -180,6 +186,21 @@ def until(condition, process: subprocess.Popen, failure: str, timeout: float = 3
         time.sleep(0.01)
 
 
+def start_cluster(directory: Callable[[], Path], *settings: str) -> RedisCluster:
+    """A started RedisCluster in a new `directory()`; tried again on other ports when a
+    node does not start (another test's cluster may have taken a port since the probe)."""
+    for attempt in range(3):
+        cluster = RedisCluster(directory(), *settings)
+        try:
+            cluster.start()
+            return cluster
+        except RuntimeError:
+            cluster.stop()
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory):
     """The session's private Redis Cluster (started on first use, stopped at the end); each
@@ -187,15 +208,7 @@ def redis_cluster(tmp_path_factory):
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.skip("redis-server and redis-cli are not installed (apt-get install redis-server)")
     started = time.monotonic()
-    for attempt in range(3):  # a port may be taken between the probe and the start
-        cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
-        try:
-            cluster.start()
-            break
-        except RuntimeError:
-            cluster.stop()
-            if attempt == 2:
-                raise
+    cluster = start_cluster(lambda: tmp_path_factory.mktemp("redis-cluster"))
     from tests.figures import report
 
     took = time.monotonic() - started

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import RedisCluster
+from tests.conftest import start_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SIDE = {"XUMP_BROKER_URL": "amqp://guest:guest@localhost:5672//"}
@@ -140,8 +140,7 @@ def test_a_healthy_cluster_passes_every_check(tmp_path, redis_cluster, redis_ser
 @pytest.fixture
 def own_cluster(tmp_path_factory):
     """A cluster of this test's own, to break."""
-    cluster = RedisCluster(tmp_path_factory.mktemp("broken-cluster"))
-    cluster.start()
+    cluster = start_cluster(lambda: tmp_path_factory.mktemp("broken-cluster"))
     yield cluster
     cluster.stop()
 

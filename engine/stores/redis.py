@@ -240,8 +240,8 @@ class RedisStore(JournaledStore):
             node_client(self.client, self._key("lease")).ping()
             self._last_key = int(self.client.get(self._key("lastkey")) or 0)
             # on a cluster the server itself refuses a script that strays from the slot
-            self._apply_source = one_slot(_APPLY, self.client)
-            acquire_source = one_slot(_ACQUIRE, self.client)
+            self._apply_source = one_slot(_APPLY, self.client, self._key("lease"))
+            acquire_source = one_slot(_ACQUIRE, self.client, self._key("lease"))
         except (redis.RedisError, ValueError) as error:
             raise StoreError(
                 f"cannot reach the Redis store at {mask_password(url)}: {error}; check that "

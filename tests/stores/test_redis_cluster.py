@@ -13,9 +13,11 @@ import redis
 from redis.crc import key_slot
 
 from engine import Engine, Message
+from engine.catalog import MemoryCatalog
 from engine.errors import StoreError
 from engine.relay import RelayClient, RelayRouter
 from engine.stores.redis_connect import connect, node_client
+from tests.conftest import start_cluster
 from tests.engine.conftest import drop_redis_keys
 
 
@@ -111,6 +113,8 @@ def test_a_plain_url_to_a_cluster_node_is_refused_with_what_to_add(redis_cluster
     [
         ("/3?cluster=true", "a Redis Cluster has database 0 only, not '3'"),
         ("/0?cluster=maybe", "cluster='maybe' in the Redis URL .* must be true or false"),
+        ("/0?cluster=true&nodes=a:1,b", "must list host:port items .*, not 'b'"),
+        ("/0?nodes=a:1", r"nodes= in the Redis URL .* needs cluster=true"),
     ],
 )
 def test_bad_cluster_urls_are_refused(redis_cluster, query: str, error: str) -> None:
@@ -215,3 +219,46 @@ def test_a_relay_client_reaches_a_shard_through_the_cluster_url(redis_cluster, s
     with routing(redis_cluster.url, shards[2]):
         bodies = relay_round_trip(redis_cluster.url, shards[2])
     assert bodies == [b"%d" % n for n in range(10)]
+
+
+def test_a_node_down_while_running_pauses_only_the_shard_on_it(tmp_path) -> None:
+    """With `cluster-require-full-coverage no` on the servers: with Redis's default (yes)
+    every node refuses every command (CLUSTERDOWN) once one master is seen failed, and all
+    shards would stop."""
+    made = iter(range(3))
+    cluster = start_cluster(
+        lambda: tmp_path / str(next(made)),
+        "--cluster-require-full-coverage", "no", "--cluster-node-timeout", "1000",
+    )  # fmt: skip
+    try:
+        names = store_names(cluster, [0, 1, 2])
+        # every node to start from: a process that starts later finds the live ones
+        url = cluster.url + "&nodes=" + ",".join(f"127.0.0.1:{port}" for port in cluster.ports)
+        engine = Engine()
+        for name in names:
+            engine.store_create("redis", name, url=url)
+            engine.queue_create(f"q-{name}", store=name)
+            engine.publish(f"q-{name}", Message(body=b"before"))
+        client, _ = connect(cluster.url)
+        down = client.get_node_from_key(f"xump:{{{names[2]}}}:").port  # the third shard's
+        client.close()
+        at = cluster.ports.index(down)
+        cluster.processes[at].kill()
+        cluster.processes[at].wait()
+        survivor = redis.Redis.from_url(cluster.node_urls[(at + 1) % 3])
+        eventually_failed = time.monotonic() + 30
+        while "fail" not in survivor.cluster("NODES")[f"127.0.0.1:{down}"]["flags"]:
+            assert time.monotonic() < eventually_failed, "the node was never seen failed"
+            time.sleep(0.05)
+        survivor.close()
+
+        for name in names[:2]:  # the other shards keep going, in this engine and a new one
+            engine.publish(f"q-{name}", Message(body=b"after"))
+        with pytest.raises(StoreError, match=f"the Redis store {names[2]!r} at .* failed"):
+            engine.publish(f"q-{names[2]}", Message(body=b"after"))
+        again = Engine(catalog=MemoryCatalog())
+        again.store_create("redis", names[0], url=url)
+        again.queue_create(f"q-{names[0]}", store=names[0])
+        assert [m.body for m in again.peek(f"q-{names[0]}")] == [b"before", b"after"]
+    finally:
+        cluster.stop()
