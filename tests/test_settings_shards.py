@@ -169,3 +169,24 @@ def test_a_cluster_with_a_node_down_at_start_is_refused(
         f"Redis Cluster node 127.0.0.1:{own_cluster.ports[2]} holds slots but does not answer: "
         "start it (or fail its slots over to a replica) before the service"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "line"),
+    [
+        ("localhost:6379",
+         "XUMP_REDIS_URL localhost:6379 is not a Redis URL (redis://host:port/db): Redis URL "
+         "must specify one of the following schemes (redis://, rediss://, unix://)"),
+        ("redis://127.0.0.1:1/0?cluster=true",
+         "XUMP_REDIS_URL redis://127.0.0.1:1/0?cluster=true carries cluster=true, which is for "
+         "a store's URL: give the node's plain URL and set XUMP_REDIS_CLUSTER=true"),
+    ],
+)  # fmt: skip
+def test_a_redis_url_that_is_not_one_is_refused(tmp_path, url, line) -> None:
+    assert refused(start("check", tmp_path, XUMP_REDIS_URL=url)) == line
+
+
+def test_a_single_server_that_does_not_answer_yet_does_not_stop_the_start(tmp_path) -> None:
+    """The processes wait for Redis and the console says it is away (as before)."""
+    result = start("check", tmp_path, XUMP_REDIS_URL="redis://127.0.0.1:1/0")
+    assert result.returncode == 0, result.stderr

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from engine.stores.redis_connect import cluster_enabled
+from engine.stores.redis_connect import cluster_enabled, split_cluster_options
 from engine.stores.sql import mask_password
 
 SLOTS = 16384
@@ -24,7 +24,16 @@ TIMEOUT = 2.0  # seconds to connect and to answer: a start-up check, not a wait
 def problem(url: str, cluster: bool) -> str | None:
     """Why the service cannot start on `url` (cluster: XUMP_REDIS_CLUSTER), or None."""
     where = mask_password(url)
-    client = redis.Redis.from_url(url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
+    if split_cluster_options(url)[1]:
+        return (
+            f"XUMP_REDIS_URL {where} carries cluster=true, which is for a store's URL: give "
+            "the node's plain URL and set XUMP_REDIS_CLUSTER=true"
+        )
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
+        client.connection_pool.make_connection()  # no I/O: checks the URL's options
+    except (ValueError, TypeError) as error:
+        return f"XUMP_REDIS_URL {where} is not a Redis URL (redis://host:port/db): {error}"
     try:
         try:
             is_node = cluster_enabled(client)
