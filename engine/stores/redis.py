@@ -501,14 +501,15 @@ class RedisStore(JournaledStore):
         microsecond a message). A server that lost its scripts (restarted) gets it again."""
         packed = pack_command(self._apply_head + tuple(words))
         # on a cluster: the pool of the node that serves the store's slot
-        pool = node_client(self.client, self._apply_head[3]).connection_pool
+        node = node_client(self.client, self._apply_head[3])
+        pool = node.connection_pool
         connection = pool.get_connection()
         try:
             try:
                 connection.send_packed_command((packed,))
                 connection.read_response()
             except redis.exceptions.NoScriptError:
-                self.client.script_load(self._apply_source)
+                node.script_load(self._apply_source)  # there only: another may be down
                 connection.send_packed_command((packed,))
                 connection.read_response()
         except (redis.ConnectionError, redis.TimeoutError):
@@ -543,10 +544,14 @@ class RedisStore(JournaledStore):
         their state as the last owner left it); renew with `renew_lease()` more often than
         `lease_ms`. Every write then checks the token, so a process whose lease expired can
         never write over its successor's."""
+        keys, args = [self._key("lease"), self._key("fence")], [owner, lease_ms]
         try:
-            token = self._acquire(
-                keys=[self._key("lease"), self._key("fence")], args=[owner, lease_ms]
-            )
+            try:  # on the slot's node: a NOSCRIPT loads it there only (another may be down)
+                token = self._acquire(
+                    keys=keys, args=args, client=node_client(self.client, keys[0])
+                )
+            except REDIRECTIONS:  # the slot moved: the cluster client follows it
+                token = self._acquire(keys=keys, args=args)
             if not token:
                 return False
             # the previous owner gave out keys until it stopped: continue above them

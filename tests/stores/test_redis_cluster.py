@@ -145,6 +145,20 @@ def test_a_store_whose_slot_moves_to_another_node_keeps_working(redis_cluster, s
     assert [m.body for m in again.peek("q")] == [b"before", b"after"]
 
 
+def test_a_lease_is_taken_on_a_store_whose_slot_moved(redis_cluster, shards) -> None:
+    name = shards[2]
+    engine = Engine()
+    engine.store_create("redis", name, url=redis_cluster.url)
+    engine.queue_create("q", store=name)
+    engine.publish("q", Message(body=b"before"))
+    move_slot(redis_cluster, key_slot(f"xump:{{{name}}}:".encode()))
+    store = engine.backend(name)
+    assert store.acquire_lease("mover", 2000)
+    engine.publish("q", Message(body=b"after"))
+    store.release_lease()
+    assert [m.body for m in Engine(catalog=engine.catalog).peek("q")] == [b"before", b"after"]
+
+
 def move_slot(cluster, slot: int) -> None:
     """Move one slot, with its keys, to the next node (what redis-cli --cluster reshard
     does slot by slot)."""
@@ -253,6 +267,9 @@ def test_a_node_down_while_running_pauses_only_the_shard_on_it(tmp_path) -> None
         survivor.close()
 
         for name in names[:2]:  # the other shards keep going, in this engine and a new one
+            # as after a restart of their node: the apply script is loaded again, there
+            home = engine.backend(name).client.get_node_from_key(f"xump:{{{name}}}:")
+            home.redis_connection.script_flush()
             engine.publish(f"q-{name}", Message(body=b"after"))
         with pytest.raises(StoreError, match=f"the Redis store {names[2]!r} at .* failed"):
             engine.publish(f"q-{names[2]}", Message(body=b"after"))
