@@ -544,14 +544,10 @@ class RedisStore(JournaledStore):
         their state as the last owner left it); renew with `renew_lease()` more often than
         `lease_ms`. Every write then checks the token, so a process whose lease expired can
         never write over its successor's."""
-        keys, args = [self._key("lease"), self._key("fence")], [owner, lease_ms]
         try:
-            try:  # on the slot's node: a NOSCRIPT loads it there only (another may be down)
-                token = self._acquire(
-                    keys=keys, args=args, client=node_client(self.client, keys[0])
-                )
-            except REDIRECTIONS:  # the slot moved: the cluster client follows it
-                token = self._acquire(keys=keys, args=args)
+            token = self._acquire(
+                keys=[self._key("lease"), self._key("fence")], args=[owner, lease_ms]
+            )
             if not token:
                 return False
             # the previous owner gave out keys until it stopped: continue above them
