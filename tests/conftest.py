@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -194,9 +195,9 @@ def start_cluster(directory: Callable[[], Path], *settings: str) -> RedisCluster
         try:
             cluster.start()
             return cluster
-        except RuntimeError:
+        except BaseException:  # never leave a node running
             cluster.stop()
-            if attempt == 2:
+            if attempt == 2 or not isinstance(sys.exc_info()[1], RuntimeError):
                 raise
     raise AssertionError("unreachable")
 
