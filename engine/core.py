@@ -32,6 +32,7 @@ from engine.filters import compile_filter
 from engine.lineage import Lineage
 from engine.message import Delivery
 from engine.messaging import Messaging
+from engine.placement import place
 from engine.queries import Queries
 from engine.routing_table import QUEUE_ACTIONS, SelectorRuntime
 from engine.rules import QueueRuntime, by_seq
@@ -111,6 +112,7 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
         self._transactional: list[Store] = []
         self._queues: dict[str, QueueRuntime] = {}
         self._default_store = "ram"
+        self._shards: tuple[str, ...] = ()  # stores new queues are placed over (set_shards)
         # selectors that COPY/MOVE/BOUNCE into a queue name, to re-point them when a queue
         # of that name is created or deleted
         self._targeted_by: dict[str, set[SelectorRuntime]] = {}
@@ -267,6 +269,11 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
                 raise NotFound(f"store {name!r} does not exist")
             if name == self._default_store:
                 raise InvalidArgument(f"store {name!r} is the default store and cannot be deleted")
+            if name in self._shards:
+                raise InvalidArgument(
+                    f"store {name!r} is a shard new queues are placed on; set_shards without "
+                    "it first"
+                )
             used = sorted(q.name for q in self._queues.values() if q.spec.store == name)
             if used:
                 raise InvalidArgument(
@@ -301,6 +308,22 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
             if name not in self._stores:
                 raise NotFound(f"store {name!r} does not exist")
             self._default_store = name
+
+    def shards(self) -> list[str]:
+        """The stores new queues are placed over (placement.py); empty: the default store."""
+        return list(self._shards)
+
+    def set_shards(self, names: list[str]) -> None:
+        """Place queues created without a store over these stores (SPEC §10, placement.py);
+        an empty list places every one in the default store again. Existing queues stay
+        where they are."""
+        with self._lock:
+            for name in names:
+                if name not in self._stores:
+                    raise NotFound(f"store {name!r} does not exist; create it with store_create")
+            if len(set(names)) != len(names):
+                raise InvalidArgument(f"shards must be distinct stores, not {names!r}")
+            self._shards = tuple(names)
 
     # == queues ==============================================================================
     def queue_create(
@@ -395,6 +418,8 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
         ttl: object = None,
         priorities: object = 1,
     ) -> QueueSpec:
+        if store is None and self._shards:
+            store = place(name, self._shards, store_of=self._store_of)
         store = self._default_store if store is None else store
         check_name("store", store)
         limit = check_optional_count("limit", limit, minimum=0, maximum=MAX_WIRING)
@@ -416,6 +441,10 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
         return QueueSpec(
             name, store, limit, history, dead_letter, self_destruct, journal, *lifetime
         )
+
+    def _store_of(self, queue: str) -> str | None:
+        qrt = self._queues.get(queue)
+        return None if qrt is None else qrt.spec.store
 
     def _recorder(self):  # type: ignore[no-untyped-def]
         return self._journal.append if self._journal is not None else None

@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,146 @@ def redis_server(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+class RedisCluster:
+    """A private 3-node Redis Cluster (no replicas), every node on AOF with fsync on every
+    write, in a directory of its own. Ports below 55536: each node's cluster bus listens
+    on its port + 10000. `url`: a URL of one node (with `?cluster=true`, what a store on
+    the cluster is given); `node_urls`: each node's plain URL. `settings`: more
+    redis-server options for every node."""
+
+    NODES = 3
+
+    def __init__(self, directory: Path, *settings: str) -> None:
+        self.directory = directory
+        self.settings = list(settings)
+        self.ports = cluster_ports(self.NODES)
+        self.processes: list[subprocess.Popen] = []
+        self.node_urls = [f"redis://127.0.0.1:{port}/0" for port in self.ports]
+        self.url = self.node_urls[0] + "?cluster=true"
+
+    def start(self) -> None:
+        import redis
+
+        for port in self.ports:
+            directory = self.directory / str(port)
+            directory.mkdir(parents=True)
+            command = [
+                "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                "--dir", str(directory), "--cluster-enabled", "yes",
+                "--cluster-config-file", "nodes.conf", "--appendonly", "yes",
+                "--appendfsync", "always", "--save", "", "--daemonize", "no",
+                *self.settings,
+            ]  # fmt: skip
+            self.processes.append(
+                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        clients = [redis.Redis(port=port, socket_timeout=5) for port in self.ports]
+        for client, process in zip(clients, self.processes, strict=True):
+            until(lambda c=client: _answers(c), process, "a cluster node did not start")
+        created = subprocess.run(
+            [
+                "redis-cli", "--cluster", "create",
+                *[f"127.0.0.1:{port}" for port in self.ports],
+                "--cluster-replicas", "0", "--cluster-yes",
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        if created.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {created.stdout[-2000:]}")
+        # every node must know every slot's owner before a client may rely on any of them
+        for client, process in zip(clients, self.processes, strict=True):
+            until(lambda c=client: _cluster_ok(c), process, "the cluster did not become ok")
+        for client in clients:
+            client.close()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            process.wait(timeout=10)
+        self.processes = []
+
+
+def cluster_ports(count: int) -> list[int]:
+    """`count` free ports, each with its cluster bus port (+ 10000) free too: from 20000 to
+    22767, so that the bus ports (30000 to 32767) stay below the kernel's ephemeral range
+    (32768 and up, where every outgoing connection takes a port) and cannot be taken by
+    one between this probe and the server's start. Never 6379 (the machine's own Redis)."""
+    import random
+
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randrange(20000, 22768)
+        if port in ports:
+            continue
+        if _bindable(port) and _bindable(port + 10000):
+            ports.append(port)
+    return ports
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _answers(client) -> bool:
+    import redis
+
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _cluster_ok(client) -> bool:
+    return client.cluster("INFO").get("cluster_state") == "ok"  # redis-py parses it
+
+
+def until(condition, process: subprocess.Popen, failure: str, timeout: float = 30) -> None:
+    """Wait for `condition()` (looked at every 10 ms); RuntimeError(failure) when the
+    process died or the time ran out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError(failure)
+        time.sleep(0.01)
+
+
+def start_cluster(directory: Callable[[], Path], *settings: str) -> RedisCluster:
+    """A started RedisCluster in a new `directory()`; tried again on other ports when a
+    node does not start (another test's cluster may have taken a port since the probe)."""
+    for attempt in range(3):
+        cluster = RedisCluster(directory(), *settings)
+        try:
+            cluster.start()
+            return cluster
+        except BaseException:  # never leave a node running
+            cluster.stop()
+            if attempt == 2 or not isinstance(sys.exc_info()[1], RuntimeError):
+                raise
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """The session's private Redis Cluster (started on first use, stopped at the end); each
+    test keeps its keys apart by store names of its own (their hash tags)."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server and redis-cli are not installed (apt-get install redis-server)")
+    started = time.monotonic()
+    cluster = start_cluster(lambda: tmp_path_factory.mktemp("redis-cluster"))
+    from tests.figures import report
+
+    took = time.monotonic() - started
+    report("Redis Cluster fixture", [f"3 nodes started, joined and ok in {took:.2f} s"])
+    yield cluster
+    cluster.stop()
 
 
 # == running in parallel (pytest-xdist; make test runs `-n auto --dist loadgroup`) ==========

@@ -8,8 +8,17 @@ XUMP_ALLOWED_HOSTS   comma-separated host names (default "127.0.0.1,localhost")
 DATABASE_URL         sqlite:///path or postgresql://user:pass@host:port/db
                      (default sqlite:///var/xump.sqlite3)
 XUMP_REDIS_URL       the Redis server for messages, the Celery broker and the Channels layer
-                     (default redis://127.0.0.1:6379/0)
+                     (default redis://127.0.0.1:6379/0); with XUMP_REDIS_CLUSTER, any node
+                     of a Redis Cluster, for messages only
+XUMP_REDIS_CLUSTER   "true" when XUMP_REDIS_URL is a Redis Cluster node (default false);
+                     checked at start: every slot served, every node holding slots up
+XUMP_BROKER_URL      Celery's broker: amqp://... (RabbitMQ) or a single Redis server
+                     (default XUMP_REDIS_URL; required with XUMP_REDIS_CLUSTER)
+XUMP_CHANNELS_URL    the Channels layer's Redis, a single server (default XUMP_REDIS_URL;
+                     required with XUMP_REDIS_CLUSTER)
 XUMP_STORE           name of the Redis store the service's queues live in (default "main")
+XUMP_SHARDS          how many Redis stores (shards, SPEC §10) the queues are placed over
+                     (default 1: the one store XUMP_STORE, its data as before)
 XUMP_ROUTING         "worker" (default): Celery workers route; "inline": the web process
                      routes in a thread of its own (one process, the embedded case)
 XUMP_MAX_BODY        largest message body the API accepts, in bytes (default 1 MiB)
@@ -59,6 +68,8 @@ import secrets
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+from xumpweb import redis_topology
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -120,8 +131,77 @@ def _number(name: str, default: float) -> float:
         raise SystemExit(f"{name} must be a number, not {value!r}") from None
 
 
+def _choice(name: str, default: bool) -> bool:
+    """A true/false setting that refuses anything else (a typo must not mean false)."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SystemExit(f"{name} must be true or false, not {os.environ[name]!r}")
+
+
+def _positive(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise SystemExit(f"{name} must be a positive integer (1, 2, ...), not {value!r}")
+    return int(value)
+
+
+def _url(name: str, default: str, schemes: tuple[str, ...], what: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.startswith(schemes):
+        raise SystemExit(f"{name} must be {what}, not {value!r}")
+    return value
+
+
 XUMP_REDIS_URL = os.environ.get("XUMP_REDIS_URL", "redis://127.0.0.1:6379/0")
+XUMP_REDIS_CLUSTER = _choice("XUMP_REDIS_CLUSTER", False)
 XUMP_STORE = os.environ.get("XUMP_STORE", "main")
+XUMP_SHARDS = _positive("XUMP_SHARDS", 1)
+# Celery's broker and the Channels layer have no Redis Cluster mode (kombu's Redis transport
+# cannot use one, celery/celery#2852; channels-redis spreads over plain servers instead)
+_SEPARATE = (("XUMP_BROKER_URL", "Celery's broker"), ("XUMP_CHANNELS_URL", "the Channels layer"))
+for _name, _what in _SEPARATE:
+    if XUMP_REDIS_CLUSTER and not os.environ.get(_name, "").strip():
+        raise SystemExit(
+            f"XUMP_REDIS_CLUSTER=true: {_what} has no Redis Cluster mode; set {_name} to "
+            + ("amqp://... (RabbitMQ) or " if _name == "XUMP_BROKER_URL" else "")
+            + "a single Redis server's redis://... URL"
+        )
+XUMP_BROKER_URL = _url(
+    "XUMP_BROKER_URL", XUMP_REDIS_URL, ("redis://", "rediss://", "amqp://", "amqps://"),
+    "an amqp:// (RabbitMQ) or redis:// URL",
+)  # fmt: skip
+XUMP_CHANNELS_URL = _url(
+    "XUMP_CHANNELS_URL", XUMP_REDIS_URL, ("redis://", "rediss://", "unix://"),
+    "a redis:// URL of a single Redis server",
+)  # fmt: skip
+# what the URL reaches, once per process (redis_topology.py); the default URL is `make run`'s
+# own redis-server (scripts/ensure_redis.py), never a cluster
+if "XUMP_REDIS_URL" in os.environ or XUMP_REDIS_CLUSTER:
+    _redis_problem = redis_topology.problem(XUMP_REDIS_URL, XUMP_REDIS_CLUSTER)
+    if _redis_problem:
+        raise SystemExit(_redis_problem)
+# the foundation of SPEC §10 is in the engine (its Redis store on a cluster, placement);
+# the service's routers, relay and live path still use one store on one server
+if XUMP_SHARDS > 1:
+    raise SystemExit(
+        f"XUMP_SHARDS={XUMP_SHARDS}: the service routes one store only for now (issue 23 "
+        "builds its shard routers); leave XUMP_SHARDS at 1"
+    )
+if XUMP_REDIS_CLUSTER:
+    raise SystemExit(
+        "XUMP_REDIS_CLUSTER=true: the cluster passed every check, but the service's processes "
+        "do not run on a Redis Cluster yet (issue 23); the engine's Redis store does "
+        "(cluster=true in a store URL)"
+    )
 XUMP_ROUTING = os.environ.get("XUMP_ROUTING", "worker").strip().lower()
 if XUMP_ROUTING not in ("worker", "inline"):
     raise SystemExit(f"XUMP_ROUTING must be 'worker' or 'inline', not {XUMP_ROUTING!r}")
@@ -147,9 +227,9 @@ if XUMP_METRICS_ADDRESS and not XUMP_METRICS_ADDRESS.rpartition(":")[2].isdigit(
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # xumpweb/metrics.py: multiprocess mode
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
-# Celery: Redis broker; tasks are acknowledged after they ran, so a killed worker's task
-# is run again (every task is idempotent)
-CELERY_BROKER_URL = XUMP_REDIS_URL
+# Celery: Redis broker (or RabbitMQ by XUMP_BROKER_URL); tasks are acknowledged after they
+# ran, so a killed worker's task is run again (every task is idempotent)
+CELERY_BROKER_URL = XUMP_BROKER_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -159,13 +239,14 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Redis may be away for any length of time: keep trying (the default gives up after 100
 # tries), through kombu's Redis transport with a fix for losing Redis mid-task (broker.py)
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
-CELERY_BROKER_TRANSPORT = "xumpweb.broker:Transport"
+if XUMP_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT = "xumpweb.broker:Transport"
 CELERY_TASK_IGNORE_RESULT = True
 
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [XUMP_REDIS_URL], "prefix": "xump-asgi"},
+        "CONFIG": {"hosts": [XUMP_CHANNELS_URL], "prefix": "xump-asgi"},
     }
 }
 

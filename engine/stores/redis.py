@@ -7,7 +7,9 @@ no reader ever sees half an operation. With `appendonly yes` and `appendfsync al
 server, an operation that returned survives a kill -9 of the server.
 
 Key layout. Every key of a store carries the store's hash tag `{<store>}`, so one
-operation's keys share one Redis Cluster slot (shard by creating several stores):
+operation's keys share one Redis Cluster slot (shard by creating several stores). On a
+cluster (`cluster=true` in the URL, redis_connect.py) the scripts start with `#!lua`, so the
+server itself refuses any key outside that slot, and _APPLY goes to the slot's node:
 
     xump:{S}:q:<queue>:unprocessed  LIST  entry records, oldest first
     xump:{S}:q:<queue>:entries      HASH  entry key -> record, for history and outstanding
@@ -70,6 +72,7 @@ from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Message
 from engine.stores.base import COUNTERS, Entry
 from engine.stores.journal import JournaledQueueState, JournaledStore
+from engine.stores.redis_connect import REDIRECTIONS, connect, node_client, one_slot
 from engine.stores.sql import mask_password
 
 # One engine operation's writes, applied atomically, fenced by the owner's lease.
@@ -232,18 +235,22 @@ class RedisStore(JournaledStore):
             raise StoreError("a Redis store needs a URL: redis://host:port/db")
         self.prefix = f"xump:{{{name}}}:"
         try:
-            self.client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
-            self.client.ping()
+            # one Redis server, or with cluster=true a Redis Cluster (redis_connect.py)
+            self.client, self.cluster = connect(url, socket_timeout=10, socket_connect_timeout=5)
+            node_client(self.client, self._key("lease")).ping()
             self._last_key = int(self.client.get(self._key("lastkey")) or 0)
+            # on a cluster the server itself refuses a script that strays from the slot
+            self._apply_source = one_slot(_APPLY, self.client, self._key("lease"))
+            acquire_source = one_slot(_ACQUIRE, self.client, self._key("lease"))
         except (redis.RedisError, ValueError) as error:
             raise StoreError(
                 f"cannot reach the Redis store at {mask_password(url)}: {error}; check that "
                 "redis-server runs there and the URL (host, port, password, db) is right"
             ) from None
-        self._apply = self.client.register_script(_APPLY)
+        self._apply = self.client.register_script(self._apply_source)
         keys = (self._key("lease"), self._key("bodies"), self._key("fence"))
         self._apply_head = ("EVALSHA", self._apply.sha, len(keys), *keys)
-        self._acquire = self.client.register_script(_ACQUIRE)
+        self._acquire = self.client.register_script(acquire_source)
         self.lease_token = ""  # set while this process holds the store's lease
         self._fence = ""  # the lease's fencing number (the token ends with "#<number>")
         self.lease_ms = 0
@@ -493,21 +500,35 @@ class RedisStore(JournaledStore):
         at each of the ~500 words of a 100-message operation in Python first (about a
         microsecond a message). A server that lost its scripts (restarted) gets it again."""
         packed = pack_command(self._apply_head + tuple(words))
-        pool = self.client.connection_pool
+        # on a cluster: the pool of the node that serves the store's slot
+        node = node_client(self.client, self._apply_head[3])
+        pool = node.connection_pool
         connection = pool.get_connection()
         try:
             try:
                 connection.send_packed_command((packed,))
                 connection.read_response()
             except redis.exceptions.NoScriptError:
-                self.client.script_load(_APPLY)
+                node.script_load(self._apply_source)  # there only: another may be down
                 connection.send_packed_command((packed,))
                 connection.read_response()
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()  # not reused half-read
             raise
+        except REDIRECTIONS:  # the slot moved (resharding): nothing was applied
+            self._run_redirected(words)
         finally:
             pool.release(connection)
+
+    def _run_redirected(self, words: list[Any]) -> None:
+        """_APPLY through the cluster client's generic path, which follows the cluster to
+        the node that serves the store's slot now."""
+        command = (*self._apply_head, *words)
+        try:
+            self.client.execute_command(*command)
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(self._apply_source)
+            self.client.execute_command(*command)
 
     def _failure(self, doing: str, error: Exception) -> str:
         """What went wrong talking to the server, where (password masked), what to check."""

@@ -11,8 +11,11 @@ from engine import Engine
 from tests.postgres import postgres_url
 
 # "postgresql" runs only where a server answers (tests/postgres.py); CI makes sure one does.
-# "redis" runs on the session's private redis-server (tests/conftest.py).
-STORES = ["ram", "sqlite", "postgresql", "redis"]
+# "redis" runs on the session's private redis-server (tests/conftest.py); "redis-cluster" on
+# its private 3-node Redis Cluster, the queues placed over 4 stores (shards, SPEC §10) whose
+# hash tags land on different nodes.
+STORES = ["ram", "sqlite", "postgresql", "redis", "redis-cluster"]
+SHARDS = 4
 
 
 @pytest.fixture
@@ -39,6 +42,13 @@ def engine_on(tmp_path, request):
             name = f"t{uuid.uuid4().hex[:12]}"  # its own hash tag: keys apart from others
             engine.store_create("redis", name, url=server.url)
             engine.set_default_store(name)
+        elif kind == "redis-cluster":
+            cluster = request.getfixturevalue("redis_cluster")
+            names = shard_names(cluster.url, SHARDS)
+            for name in names:
+                engine.store_create("redis", name, url=cluster.url)
+            engine.set_default_store(names[0])
+            engine.set_shards(names)
         made.append(engine)
         return engine
 
@@ -121,10 +131,31 @@ def snapshot(engine: Engine) -> tuple:
 
 
 def drop_redis_keys(url: str, store: str) -> None:
-    import redis
+    """Delete the store's keys (on a cluster: on the node that serves its hash tag)."""
+    from engine.stores.redis_connect import connect, node_client
 
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"xump:{{{store}}}:*", count=1000))
+    client, _ = connect(url)
+    node = node_client(client, f"xump:{{{store}}}:")
+    keys = list(node.scan_iter(match=f"xump:{{{store}}}:*", count=1000))
     if keys:
-        client.delete(*keys)
+        node.delete(*keys)
     client.close()
+
+
+def shard_names(url: str, count: int) -> list[str]:
+    """`count` new store names whose hash tags land on the cluster's nodes in turn (so
+    shards 1 to 3 are on three different nodes, and shard 4 on the first one again)."""
+    from engine.stores.redis_connect import connect
+
+    client, _ = connect(url)
+    try:
+        primaries = sorted(node.name for node in client.get_primaries())
+        names: list[str] = []
+        while len(names) < count:
+            name = f"t{uuid.uuid4().hex[:12]}"
+            node = client.get_node_from_key(f"xump:{{{name}}}:lease").name
+            if node == primaries[len(names) % len(primaries)]:
+                names.append(name)
+        return names
+    finally:
+        client.close()

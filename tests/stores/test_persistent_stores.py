@@ -15,15 +15,16 @@ from tests.engine.conftest import drop_postgres_rows, drop_redis_keys
 from tests.postgres import postgres_url
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "redis"])
+@pytest.fixture(params=["sqlite", "postgresql", "redis", "redis-cluster"])
 def database(request, tmp_path):
     """(kind, url, store name) of a fresh persistent store; removed afterwards."""
     if request.param == "sqlite":
         yield "sql", f"sqlite:///{tmp_path}/xump.sqlite3", "db"
         return
     name = f"t{uuid.uuid4().hex[:12]}"
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_server").url
+    if request.param.startswith("redis"):
+        server = "redis_server" if request.param == "redis" else "redis_cluster"
+        url = request.getfixturevalue(server).url
         yield "redis", url, name
         drop_redis_keys(url, name)
         return

@@ -12,15 +12,26 @@ import redis
 
 from engine import Engine, Message
 from engine.errors import StoreError
+from engine.stores.redis_connect import connect, node_client
 from tests.conftest import RedisServer
 from tests.engine.conftest import drop_redis_keys
 
 
-@pytest.fixture
-def store(redis_server):
+@pytest.fixture(params=["server", "cluster"])
+def store(request):
+    """(URL, name) of a fresh store: on the private redis-server, then on the private Redis
+    Cluster (tests/conftest.py)."""
     name = f"t{uuid.uuid4().hex[:12]}"
-    yield redis_server.url, name
-    drop_redis_keys(redis_server.url, name)
+    fixture = "redis_server" if request.param == "server" else "redis_cluster"
+    url = request.getfixturevalue(fixture).url
+    yield url, name
+    drop_redis_keys(url, name)
+
+
+def node(url: str, name: str) -> redis.Redis:
+    """A client of the server that holds the store's keys (on a cluster: its slot's node)."""
+    client, _ = connect(url)
+    return node_client(client, f"xump:{{{name}}}:")
 
 
 def engine_on(url: str, name: str) -> Engine:
@@ -38,7 +49,7 @@ def engine(store) -> Engine:
 
 def bodies(url: str, name: str) -> list[bytes]:
     """The bodies hash: each body held by reference, after its count and a colon."""
-    return list(redis.Redis.from_url(url).hvals(f"xump:{{{name}}}:bodies"))
+    return list(node(url, name).hvals(f"xump:{{{name}}}:bodies"))
 
 
 def test_a_body_copied_to_three_queues_is_stored_once_and_freed_with_its_last_copy(
@@ -62,7 +73,7 @@ def test_a_body_held_by_one_entry_is_stored_in_that_entry(store, engine) -> None
     url, name = store
     engine.queue_create("held")
     engine.publish("held", Message(body=b"alone"))
-    client = redis.Redis.from_url(url)
+    client = node(url, name)
     [record] = client.lrange(f"xump:{{{name}}}:q:held:unprocessed", 0, -1)
     assert record.endswith(b"\nalone")
     assert bodies(url, name) == []
@@ -118,7 +129,8 @@ def test_every_key_carries_the_store_hash_tag(store, engine) -> None:
     engine.queue_create("q", history=5)
     engine.selector_create("q").when_always().do_deliver("app").set_credit(1).enable()
     engine.publish_many("q", [Message(body=b"1"), Message(body=b"2")])
-    keys = [key.decode() for key in redis.Redis.from_url(url).scan_iter(match=f"*{name}*")]
+    every_node = connect(url)[0]  # a cluster client scans every node
+    keys = [key.decode() for key in every_node.scan_iter(match=f"*{name}*")]
     assert keys and all(key.startswith(f"xump:{{{name}}}:") for key in keys)
 
 
@@ -164,7 +176,7 @@ def test_one_operation_with_thousands_of_writes_applies(store, engine) -> None:
     engine.selector_create("q").when_always().do_deliver("app").enable()
     deliveries = engine.publish_many("q", [Message(body=b"x")] * 5000)
     assert len(deliveries) == 5000
-    assert redis.Redis.from_url(url).hlen(f"xump:{{{name}}}:q:q:entries") == 5000
+    assert node(url, name).hlen(f"xump:{{{name}}}:q:q:entries") == 5000
 
 
 def test_a_lost_server_raises_store_error_and_queues_in_other_stores_keep_working(
@@ -198,7 +210,7 @@ def test_a_server_that_forgot_the_scripts_gets_them_again(store, engine) -> None
     url, name = store
     engine.queue_create("q")
     engine.publish("q", Message(body=b"1"))
-    redis.Redis.from_url(url).script_flush()  # as after a restart without the old cache
+    node(url, name).script_flush()  # as after a restart without the old cache
     engine.publish("q", Message(body=b"2"))
     again = engine_on(url, name)
     again.queue_create("q")  # opened: its state loads from Redis
