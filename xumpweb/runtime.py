@@ -413,7 +413,7 @@ class Router:
 
         @functools.wraps(function)  # its signature: the relay checks arguments against it
         def changing_wiring(engine: Engine, **arguments: Any) -> Any:
-            self._wiring_changed = True  # moved again after the step (and in its commit)
+            self._wiring_changed = True  # the version moves in the step's commit
             if self.relay is not None:
                 self.relay.wiring_changed = True
             return function(engine, **arguments)
@@ -511,7 +511,9 @@ class Router:
                 now = time.monotonic()
                 if self._wiring_changed:
                     self._wiring_changed = False
-                    self._bump_wiring(relay.store.client)
+                    if relay.wiring_changed:  # no commit carried the bump (set aside)
+                        relay.wiring_changed = False
+                        self._bump_wiring(relay.store.client)
                 if now >= next_expiry:
                     relay.expire()  # a commit, which renews the lease as well
                     next_expiry = now + expire_every
