@@ -47,7 +47,8 @@ def queue_create(request: HttpRequest, payload: QueueCreate):
 @router.get("/queues/{path:queue}/stats", response={200: dict, **ERRORS}, summary="Queue stats")
 def queue_stats(request: HttpRequest, queue: str):
     """Counters: published, routed, delivered, confirmed, dropped, dead_lettered, depth,
-    expired, delivery_limited, scheduled."""
+    expired (TTL only), timed_out (back after the delivery timeout), recalled (withdrawn
+    from a wolfpack worker away, never received), delivery_limited, scheduled."""
     need(request, queue, "read")
     return call("stats", queue=queue)
 
