@@ -50,8 +50,19 @@ def queue_json(engine: Engine, info: QueueInfo) -> dict[str, Any]:
     }
 
 
-def queues(engine: Engine) -> Answer:
-    return [queue_json(engine, info) for info in engine.queues()], NONE
+def queues(engine: Engine, names: list[str] | None = None) -> Answer:
+    """Every queue, or those of `names` that exist (one page of a listing), in that order."""
+    if names is None:
+        return [queue_json(engine, info) for info in engine.queues()], NONE
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise InvalidArgument("names must be a list of queue names")
+    found = []
+    for name in names:
+        try:
+            found.append(queue_json(engine, engine.queue_fetch(name)))
+        except NotFound:
+            continue  # deleted since the page was chosen
+    return found, NONE
 
 
 def queue_get(engine: Engine, name: str) -> Answer:
