@@ -5,6 +5,7 @@ is on exactly one page."""
 from __future__ import annotations
 
 import re
+import time
 
 from tests.web.conftest import unique
 
@@ -50,3 +51,31 @@ def test_the_tokens_page_is_paged(service, console) -> None:
     assert count >= 2
     names = [name for page in seen for name in dict.fromkeys(page)]
     assert sorted(names) == [f"{mark}-{n:03}" for n in range(130)]
+
+
+def test_the_consumers_page_pages_what_the_queues_deliver_to(service, console) -> None:
+    mark = unique("fd")
+    queues = [{"name": f"{mark}-{n:03}"} for n in range(110)]
+    selectors = [{"queue": q["name"], "when": "always", "action": "deliver",
+                  "target": q["name"], "enabled": True} for q in queues]  # fmt: skip
+    with service.client() as client:
+        answer = client.post("/api/definitions", timeout=60,
+                             json={"xump_definitions": 1, "queues": queues,
+                                   "selectors": selectors})  # fmt: skip
+        assert answer.status_code == 202, answer.text  # 220 changes: in steps
+        follow = answer.json()["follow"]
+        for _ in range(600):
+            if client.get(follow).json()["state"] != "running":
+                break
+            time.sleep(0.1)
+        assert client.get(follow).json()["state"] == "done"
+    first = console.get("/consumers/")
+    found = re.search(r"Feed pages.*?page 1 of (\d+)", first.text, re.S)
+    assert found, first.text[:500]
+    names = []
+    for number in range(1, int(found[1]) + 1):
+        page = console.get("/consumers/", params={"feeds": number}).text
+        feeds = page[page.index('id="feeds"') :]
+        assert feeds.count("<tr>") - 1 <= PAGE
+        names += dict.fromkeys(re.findall(rf"{mark}-\d+", feeds))
+    assert sorted(names) == [q["name"] for q in queues]

@@ -9,6 +9,7 @@ of it) and routes inline, in the server process."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -16,7 +17,7 @@ import pytest
 from celery import Celery
 from websockets.sync.client import ClientConnection
 
-from tests.web.conftest import start_service, unique
+from tests.web.conftest import console_login, start_service, unique
 from tests.web.test_subscribe import Xump, send, subscribe, take, wait_for
 
 TIMEOUT = 1.0
@@ -136,6 +137,10 @@ def test_the_timeout_counts_from_when_a_subscriber_took_the_delivery(quick, xump
         stats = xump.stats(queue)
         assert (stats["delivered"], stats["timed_out"], stats["outstanding"]) == (2, 1, 0)
         assert stats["expired"] == 0  # a timeout, not a ttl expiry
+        with console_login(quick.url) as console:  # the console says which it was
+            page = console.get(f"/queues/{queue}/").text
+            assert re.search(r"<dt[^>]*>Timed out</dt><dd>1</dd>", page), page
+            assert ">Expired</dt>" not in page  # no ttl, none expired
         send(socket, {"type": "ack", "tag": first["tag"]})  # too late: refused, logged
         assert wait_for(lambda: first["tag"] in refused_tags(xump))
         assert xump.stats(queue)["confirmed"] == 1
