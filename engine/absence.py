@@ -26,7 +26,7 @@ class Absence(Rules):
     _lock: Any
     # selectors that COPY/MOVE/BOUNCE into a queue name (the Engine keeps it)
     _targeted_by: dict[str, set[SelectorRuntime]]
-    _held: dict[tuple[str, int], SelectorRuntime]  # held because their target is stranded
+    _held: dict[tuple[str, int], SelectorRuntime]  # held: their target is unattended
     _give_back: Callable[..., None]  # messaging.py
 
     def worker_destinations(self) -> set[str]:
@@ -61,16 +61,16 @@ class Absence(Rules):
         A worker queue (see `worker_destinations`) whose destinations are all absent is
         *stranded*; one whose destinations are all away (or absent) is *unattended*. A MOVE
         or BOUNCE feeding an unattended queue is held: it takes nothing, as with no credit,
-        so new work and work given back wait in its queue for a worker that is present
-        (never routed again among workers just as absent). When its queue is stranded and
-        its queue has another enabled taker with the same WHEN that is present (a worker of
-        the pack whose queue is attended, or any other kind of taker), the messages it moved
-        there that wait unsettled (unprocessed, or delivered and not confirmed) come back to
-        the front of its queue, in order, as deleting it would return them, its credit given
-        back, each marked with the deliveries it had (the next one is `redelivered`): the
-        present worker takes them. Their deliveries are revoked (their tags stop working)
-        and counted as `recalled`. A selector no longer to be held is released and takes
-        again.
+        so new work and work given back wait in its own queue (the service queue) for a
+        worker that is present (never routed again among workers just as absent). When the
+        queue it feeds is stranded and its own queue has another enabled taker with the
+        same WHEN that is present (a worker of the pack whose queue is attended, or any
+        other kind of taker), the messages it moved there that wait unsettled
+        (unprocessed, or delivered and not confirmed) come back to the front of its queue,
+        in order, as deleting it would return them, its credit given back, each marked
+        with the deliveries it had (the next one is `redelivered`): the present worker
+        takes them. Their deliveries are revoked (their tags stop working) and counted as
+        `recalled`. A selector no longer to be held is released and takes again.
 
         Returns (the Deliveries caused, the Deliveries revoked); whoever holds copies of
         the revoked ones (an outbox) must drop them."""
