@@ -26,7 +26,7 @@ class Absence(Rules):
     _lock: Any
     # selectors that COPY/MOVE/BOUNCE into a queue name (the Engine keeps it)
     _targeted_by: dict[str, set[SelectorRuntime]]
-    _held: dict[tuple[str, int], SelectorRuntime]  # held because their target is stranded
+    _held: dict[tuple[str, int], SelectorRuntime]  # held: their target is unattended
     _give_back: Callable[..., None]  # messaging.py
 
     def worker_destinations(self) -> set[str]:
@@ -50,38 +50,56 @@ class Absence(Rules):
                 found.append(qrt)
         return found
 
-    def absent(self, destinations: Iterable[str]) -> tuple[list[Delivery], list[Delivery]]:
+    def absent(
+        self, destinations: Iterable[str], away: Iterable[str] | None = None
+    ) -> tuple[list[Delivery], list[Delivery]]:
         """Tell the engine which destinations have had no consumer for long enough (the
         service watches its subscribers; the engine has no clock); each call replaces the
-        last. A worker queue (see `worker_destinations`) whose destinations are all absent
-        is *stranded*. A MOVE or BOUNCE feeding it is held (it takes nothing, as with no
-        credit) when its queue has another enabled taker with the same WHEN that does not
-        feed a stranded queue, another worker of the pack; and the messages it moved there
-        that wait unsettled (unprocessed, or delivered and not confirmed) come back to the
-        front of its queue, in order, as deleting it would return them, its credit given
-        back: the other workers take them. Their deliveries are revoked (their tags stop
-        working). A selector no longer to be held is released and takes again.
+        last. `away` (optional) names those with no consumer right now, not yet for long
+        enough; the first ones count as away too.
+
+        A worker queue (see `worker_destinations`) whose destinations are all absent is
+        *stranded*; one whose destinations are all away (or absent) is *unattended*. A MOVE
+        or BOUNCE feeding an unattended queue is held: it takes nothing, as with no credit,
+        so new work and work given back wait in its own queue (the service queue) for a
+        worker that is present (never routed again among workers just as absent). When the
+        queue it feeds is stranded and its own queue has another enabled taker with the
+        same WHEN that is present (a worker of the pack whose queue is attended, or any
+        other kind of taker), the messages it moved there that wait unsettled
+        (unprocessed, or delivered and not confirmed) come back to the front of its queue,
+        in order, as deleting it would return them, its credit given back, each marked
+        with the deliveries it had (the next one is `redelivered`): the present worker
+        takes them. Their deliveries are revoked (their tags stop working) and counted as
+        `recalled`. A selector no longer to be held is released and takes again.
 
         Returns (the Deliveries caused, the Deliveries revoked); whoever holds copies of
         the revoked ones (an outbox) must drop them."""
         gone = set(destinations)
-        if not all(isinstance(name, str) for name in gone):
+        unseen = gone | (set() if away is None else set(away))
+        if not all(isinstance(name, str) for name in unseen):
             raise InvalidArgument("destinations must be names (strings)")
         revoked: list[Delivery] = []
         with self._lock:
-            return self._run(self._absent, gone, revoked), revoked
+            return self._run(self._absent, gone, unseen, revoked), revoked
 
-    def _absent(self, gone: set[str], revoked: list[Delivery]) -> None:
-        stranded = set()
+    def _absent(self, gone: set[str], unseen: set[str], revoked: list[Delivery]) -> None:
+        stranded, unattended = set(), set()
         for qrt in self._worker_queues():
-            if all(s.target in gone for s in qrt.selectors.values() if s.spec.enabled):
-                stranded.add(qrt.name)
+            targets = [s.target for s in qrt.selectors.values() if s.spec.enabled]
+            if all(target in unseen for target in targets):
+                unattended.add(qrt.name)
+                if all(target in gone for target in targets):
+                    stranded.add(qrt.name)
         holding: dict[tuple[str, int], SelectorRuntime] = {}
-        for name in stranded:
+        recalling: list[tuple[str, int]] = []
+        for name in unattended:
             for sel in self._targeted_by.get(name, ()):
                 source = self._queues.get(sel.spec.queue)
-                if _feeds(sel) and source is not None and _has_partner(source, sel, stranded):
-                    holding[(source.name, sel.id)] = sel
+                if not _feeds(sel) or source is None:
+                    continue
+                holding[(source.name, sel.id)] = sel
+                if name in stranded and _has_partner(source, sel, unattended):
+                    recalling.append((source.name, sel.id))
         for key, sel in list(self._held.items()):
             if key not in holding:
                 del self._held[key]
@@ -92,6 +110,8 @@ class Absence(Rules):
         for key, sel in holding.items():
             self._held[key] = sel
             sel.hold(True)
+        for key in recalling:
+            sel = holding[key]
             if sel.state.outstanding:
                 self._recall(self._queues[key[0]], sel, revoked)
 
@@ -115,7 +135,10 @@ class Absence(Rules):
                 target.counters["published"] -= 1
             elif tag in delivered:
                 taker, taken = delivered[tag]
-                revoked.append(self._revoke(target, taker, taken))
+                withdrawn = self._revoke(target, taker, taken)
+                revoked.append(withdrawn)
+                # as a requeue: whoever takes it next sees it redelivered, counted on
+                entry.delivery_count = max(entry.delivery_count, withdrawn.delivery_count)
             else:
                 continue  # taken further downstream: it is theirs now
             back.append(tag)
@@ -126,9 +149,9 @@ class Absence(Rules):
             self._give_back(qrt, sel, returned)
 
     def _revoke(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> Delivery:
-        """Withdraw an outstanding delivery (it counts as expired); the Delivery it was."""
+        """Withdraw an outstanding delivery (counted as recalled); the Delivery it was."""
         entry = sel.state.outstanding.pop(tag)
-        qrt.counters["expired"] += 1
+        qrt.counters["recalled"] += 1
         journal = qrt.journal
         if journal is not None:
             mid = entry.message.mid
@@ -146,9 +169,9 @@ def _feeds(sel: SelectorRuntime) -> bool:
     return sel.spec.enabled and sel.action in ("move", "bounce")
 
 
-def _has_partner(source: QueueRuntime, sel: SelectorRuntime, stranded: set[str]) -> bool:
-    """Whether `source` has another enabled taker with `sel`'s WHEN that does not feed a
-    stranded queue: someone to take what `sel` would give back."""
+def _has_partner(source: QueueRuntime, sel: SelectorRuntime, unattended: set[str]) -> bool:
+    """Whether `source` has another enabled taker with `sel`'s WHEN that does not feed an
+    unattended queue: someone present to take what `sel` would give back."""
     spec = sel.spec
     when = (spec.when, spec.match, spec.more_matches, spec.filter)
     for other in source.selectors.values():
@@ -159,7 +182,7 @@ def _has_partner(source: QueueRuntime, sel: SelectorRuntime, stranded: set[str])
             and other.action in TAKERS
             and (other_spec.when, other_spec.match, other_spec.more_matches, other_spec.filter)
             == when
-            and not (other.action in ("move", "bounce") and other.target in stranded)
+            and not (other.action in ("move", "bounce") and other.target in unattended)
         ):
             return True
     return False

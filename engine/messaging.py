@@ -327,7 +327,7 @@ class Messaging(Rules):
 
     def _expire_entries(self, qrt: QueueRuntime, sel: SelectorRuntime, tags: list[str]) -> None:
         outstanding = sel.state.outstanding
-        qrt.counters["expired"] += len(tags)
+        qrt.counters["timed_out"] += len(tags)
         journal = qrt.journal
         if journal is not None:
             now = self._time()

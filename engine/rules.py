@@ -385,7 +385,7 @@ class Rules:
         if action == "bounce":
             message = _bounced(message)
         self._visited.add((message.mid, target.name))
-        moved = self._arrive(target, message, (qrt.name, sel.id, tag))
+        moved = self._arrive(target, message, (qrt.name, sel.id, tag), entry.delivery_count)
         if moved is not None and tag in outstanding:
             entry.downstream = (target.name, moved.seq)
             outstanding[tag] = entry  # stores persist an entry when it is set
@@ -395,16 +395,20 @@ class Rules:
         qrt: QueueRuntime,
         message: Message,
         origin: tuple[str, int, str] | None,
+        delivery_count: int = 0,
         direct: bool = False,
     ) -> Entry | None:
         """A message arrives at `qrt` (rule 7 when full). Returns its entry, or None when it
-        was not kept there (overflow: dropped, dead-lettered or taken at once)."""
+        was not kept there (overflow: dropped, dead-lettered or taken at once). A MOVE
+        passes on the deliveries the message had (`delivery_count`: work given back to a
+        pack is redelivered, as a requeue is)."""
         state = qrt.state
         limit = qrt.limit
         depth = state.depth()
         if limit is not None and depth >= limit:
             return self._overflow(qrt, message, origin, direct)
         entry = Entry(state.next_seq(), message, origin)
+        entry.delivery_count = delivery_count
         qrt.counters["published"] += 1
         if not (depth or qrt.busy or qrt.scheduled) and self._nesting < _MAX_NESTING:
             # Fast path: an idle, empty queue routes the message at once, with no trip

@@ -56,7 +56,7 @@ if MULTIPROCESS:  # the metrics below open their files there as they are made
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 SAMPLE_EVERY = 1.0  # seconds between samples of the subscribers' gauges
 QUEUE_COUNTERS = ("published", "routed", "delivered", "confirmed", "rejected",
-                  "dead_lettered", "dropped", "expired")  # fmt: skip
+                  "dead_lettered", "dropped", "expired", "timed_out", "recalled")  # fmt: skip
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 FRAME_TYPES = frozenset({"auth", "heartbeat", "credit", "ack", "reject", "publish"})
 _live = {"multiprocess_mode": "livesum"}

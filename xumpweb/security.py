@@ -1,4 +1,5 @@
-"""The Content-Security-Policy header on every answer.
+"""The Content-Security-Policy header on every answer, and the client address login rate
+limiting counts by (behind a trusted proxy, the forwarded one).
 
 The console runs only its own scripts from /static/ (no inline script, no inline event
 handler, no eval: htmx's allowEval is off, see templates/console/base.html), so a message
@@ -15,6 +16,7 @@ policy: its scripts are files and its settings a JSON block.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
@@ -41,3 +43,52 @@ class ContentSecurityPolicyMiddleware:
         if "Content-Security-Policy" not in response:
             response["Content-Security-Policy"] = POLICY
         return response
+
+
+def client_address(request: HttpRequest) -> str | None:
+    """The address login rate limiting counts by (django-axes' AXES_CLIENT_IP_CALLABLE):
+    the connection's, or, when that is a trusted proxy (XUMP_TRUSTED_PROXIES), the address
+    the proxies forwarded: X-Forwarded-For read from the right, the first that is not a
+    trusted proxy itself (the left-most when all are). A header from any other peer is
+    ignored, so nobody outside escapes a lockout by sending one."""
+    from django.conf import settings
+
+    peer = request.META.get("REMOTE_ADDR") or None
+    trusted = settings.XUMP_TRUSTED_PROXIES
+    if peer is None or not trusted or not _within(peer, trusted):
+        return peer
+    forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    chain = [part for part in forwarded if _address(part) is not None]
+    if not chain or len(chain) != len(forwarded):
+        return peer  # absent or malformed: the proxy's own address
+    for hop in reversed(chain):
+        if not _within(hop, trusted):
+            return hop
+    return chain[0]
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _within(text: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
+    found = _address(text)
+    return found is not None and any(found in network for network in networks)
+
+
+def trusted_proxies(text: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """XUMP_TRUSTED_PROXIES: addresses or networks, comma-separated ("10.0.0.5, fd00::/8")."""
+    found = []
+    for part in text.split(","):
+        part = part.strip()
+        if part:
+            try:
+                found.append(ipaddress.ip_network(part, strict=False))
+            except ValueError:
+                raise ValueError(
+                    f"XUMP_TRUSTED_PROXIES: {part!r} is not an address or network"
+                ) from None
+    return tuple(found)

@@ -54,6 +54,9 @@ PROMETHEUS_MULTIPROC_DIR  a directory every process of the host shares for its m
 XUMP_LOGIN_FAILURES  failed logins for one user name from one address before that pair is
                      locked out (default 5; console and admin login alike)
 XUMP_LOGIN_COOLOFF   minutes a lockout lasts (default 15)
+XUMP_TRUSTED_PROXIES  addresses or networks of reverse proxies in front of the service,
+                     comma-separated (default none): a login from one of them counts by the
+                     address it forwards in X-Forwarded-For, not by the proxy's
 XUMP_HTTPS           "1" when the service is reached over HTTPS: Secure session and CSRF
                      cookies, Strict-Transport-Security (default off)
 XUMP_HSTS_SECONDS    Strict-Transport-Security max-age with XUMP_HTTPS (default 31536000)
@@ -70,6 +73,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from xumpweb import redis_topology
+from xumpweb.security import trusted_proxies
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -330,6 +334,10 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "console/locked_out.html"
 AXES_VERBOSE = False
+# behind a reverse proxy every login would come from its address: axes asks
+# security.client_address, which reads X-Forwarded-For only from XUMP_TRUSTED_PROXIES
+XUMP_TRUSTED_PROXIES = trusted_proxies(os.environ.get("XUMP_TRUSTED_PROXIES", ""))
+AXES_CLIENT_IP_CALLABLE = "xumpweb.security.client_address"
 
 # HTTPS (XUMP_HTTPS=1): cookies only over TLS, and HSTS on every HTTPS answer (Django sends
 # it on secure requests only: behind a proxy that ends TLS, set XUMP_PROXY_SSL_HEADER too)

@@ -35,6 +35,8 @@ COUNTERS = (
     "dropped",
     "dead_lettered",
     "delivery_limited",
+    "timed_out",
+    "recalled",
 )
 
 

@@ -240,7 +240,7 @@ class JournaledQueueState(RamQueueState):
     def held_entries(self) -> list[Entry]:
         """Every entry of the queue: unprocessed, history and outstanding."""
         held = [*self.all_unprocessed(), *self._hist_entries[self._hist_start :]]
-        held.extend(item[2] for item in self._schedule)
+        held.extend(item[2] for item in self._scheduled_live.values())
         for selector in self._selectors.values():
             held.extend(selector.outstanding.values())
         return held

@@ -6,9 +6,11 @@ offset, so appending is O(1), trimming is amortised O(1) and paging by seq is a 
 
 Lifetime (SPEC §8): scheduled entries (delayed arrivals, redeliveries waiting out their
 delay) sit in a heap ordered by (due, order scheduled), so scheduling and firing cost
-O(log n) however many wait. A queue with several priority levels keeps one FIFO deque per
-level (`Lanes`, standing in for the single deque `_unprocessed` of a plain queue, which
-pays nothing for it).
+O(log n) however many wait. Cancelling by mid is O(log n) too: an index by mid finds the
+entries, which leave the live set at once and the heap lazily (a cancelled item is passed
+over when it comes to the top; the heap is rebuilt when dead ones outnumber live ones).
+A queue with several priority levels keeps one FIFO deque per level (`Lanes`, standing in
+for the single deque `_unprocessed` of a plain queue, which pays nothing for it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class RamQueueState(QueueState):
         "_levels",
         "_order",
         "_schedule",
+        "_scheduled_by_mid",
+        "_scheduled_live",
         "_selectors",
         "_unprocessed",
         "counters",
@@ -51,8 +55,11 @@ class RamQueueState(QueueState):
         self._selectors: dict[int, SelectorState] = {}
         self.counters = dict.fromkeys(COUNTERS, 0)
         self._levels = 1
-        # (due, order, entry, retry) of every scheduled entry
+        # (due, order, entry, retry) of every scheduled entry, and of cancelled ones not yet
+        # come to the top; the live ones by order, and their orders by mid
         self._schedule: list[tuple[float, int, Entry, bool]] = []
+        self._scheduled_live: dict[int, tuple[float, int, Entry, bool]] = {}
+        self._scheduled_by_mid: dict[str, list[int]] = {}
         self._order = itertools.count()
 
     # -- unprocessed -------------------------------------------------------------------
@@ -105,31 +112,51 @@ class RamQueueState(QueueState):
         self._unprocessed = deque(entries) if levels == 1 else Lanes(levels, entries)
 
     def schedule(self, entry: Entry, retry: bool) -> None:
-        heapq.heappush(self._schedule, (entry.due, next(self._order), entry, retry))
+        order = next(self._order)
+        item = (entry.due, order, entry, retry)
+        heapq.heappush(self._schedule, item)
+        self._scheduled_live[order] = item
+        self._scheduled_by_mid.setdefault(entry.message.mid, []).append(order)
+
+    def _live_top(self) -> tuple[float, int, Entry, bool] | None:
+        """The soonest live scheduled item, cancelled ones above it dropped."""
+        waiting, live = self._schedule, self._scheduled_live
+        while waiting and waiting[0][1] not in live:
+            heapq.heappop(waiting)
+        return waiting[0] if waiting else None
 
     def next_due(self) -> float | None:
-        return self._schedule[0][0] if self._schedule else None
+        top = self._live_top()
+        return None if top is None else top[0]
 
     def pop_due(self, now: float) -> tuple[Entry, bool] | None:
-        waiting = self._schedule
-        if not waiting or waiting[0][0] > now:
+        top = self._live_top()
+        if top is None or top[0] > now:
             return None
-        _, _, entry, retry = heapq.heappop(waiting)
+        _, order, entry, retry = heapq.heappop(self._schedule)
+        del self._scheduled_live[order]
+        orders = self._scheduled_by_mid[entry.message.mid]
+        orders.remove(order)
+        if not orders:
+            del self._scheduled_by_mid[entry.message.mid]
         return entry, retry
 
     def scheduled(self) -> list[tuple[Entry, bool]]:
-        return [(item[2], item[3]) for item in sorted(self._schedule, key=_by_due)]
+        live = self._scheduled_live.values()
+        return [(item[2], item[3]) for item in sorted(live, key=_by_due)]
 
     def scheduled_count(self) -> int:
-        return len(self._schedule)
+        return len(self._scheduled_live)
 
     def cancel(self, mid: str) -> list[Entry]:
-        kept = [item for item in self._schedule if item[2].message.mid != mid]
-        if len(kept) == len(self._schedule):
+        orders = self._scheduled_by_mid.pop(mid, None)
+        if not orders:
             return []
-        gone = [item[2] for item in self._schedule if item[2].message.mid == mid]
-        heapq.heapify(kept)
-        self._schedule = kept
+        live = self._scheduled_live
+        gone = [live.pop(order)[2] for order in orders]
+        if len(self._schedule) > 2 * len(live) + 64:
+            self._schedule = list(live.values())  # mostly cancelled: rebuilt, amortised
+            heapq.heapify(self._schedule)
         return gone
 
     # -- history -----------------------------------------------------------------------

@@ -71,6 +71,8 @@ _ADDED_COLUMNS = [
     ("xump_entry", "delay", "DOUBLE PRECISION"),
     ("xump_entry", "due", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
     ("xump_queue", "delivery_limited", "BIGINT NOT NULL DEFAULT 0"),
+    ("xump_queue", "timed_out", "BIGINT NOT NULL DEFAULT 0"),
+    ("xump_queue", "recalled", "BIGINT NOT NULL DEFAULT 0"),
 ]
 
 _SCHEMA = [

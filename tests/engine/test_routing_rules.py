@@ -498,7 +498,8 @@ def test_unconfirmed_deliveries_past_the_timeout_are_redelivered_in_order(eng: E
         eng.confirm(first[0])  # the old tag stopped working
     assert bodies(eng.confirm(again[0])) == [b"2"]
     stats = eng.stats("q")
-    assert (stats["expired"], stats["outstanding"], stats["depth"]) == (2, 2, 0)
+    assert (stats["timed_out"], stats["outstanding"], stats["depth"]) == (2, 2, 0)
+    assert stats["expired"] == 0  # a delivery timeout is not a ttl expiry (SPEC §8)
 
 
 def test_expire_refuses_a_negative_timeout(eng: Engine, refused) -> None:
@@ -517,7 +518,7 @@ def test_expire_tags_redelivers_just_those_deliveries(eng: Engine) -> None:
     with pytest.raises(NotFound):
         eng.confirm(first[1])
     eng.confirm_many([first[0], again[0]])
-    assert eng.stats("q")["expired"] == 1
+    assert (eng.stats("q")["timed_out"], eng.stats("q")["expired"]) == (1, 0)
     assert eng.expire_tags([]) == []
 
 
@@ -554,7 +555,8 @@ def test_a_stranded_worker_queue_gives_its_work_back_to_the_pack(eng: Engine) ->
 
 def test_a_lone_worker_keeps_its_work_while_away(eng: Engine) -> None:
     """With no other worker to take it, the work stays where it waits (delivered once when
-    the worker comes back); so does work of a queue that was not moved there."""
+    the worker comes back); so does work of a queue that was not moved there. New work
+    waits in the service queue meanwhile."""
     w1 = wolfpack(eng, "jobs", "w1", credit=1)
     sent = eng.publish_many("jobs", [Message(body=b"a"), Message(body=b"b")])
     housecat(eng, "cat")
@@ -562,12 +564,77 @@ def test_a_lone_worker_keeps_its_work_while_away(eng: Engine) -> None:
     assert eng.absent({"w1", "cat"}) == ([], [])
     assert bodies(eng.peek("jobs")) == [b"b"]
     assert eng.stats(w1.queue)["outstanding"] == 1
-    assert eng.confirm(sent[0])[0].message.body == b"b"
+    assert eng.confirm(sent[0]) == []  # w1 is away: b waits for it in jobs
+    [back] = eng.absent(set())[0]
+    assert (back.destination, back.message.body, back.redelivered) == ("w1", b"b", False)
 
 
-def test_all_workers_away_hold_nothing(eng: Engine) -> None:
+def test_all_workers_away_hold_what_they_have_and_take_nothing(eng: Engine) -> None:
     wolfpack(eng, "jobs", "w1")
     wolfpack(eng, "jobs", "w2")
     sent = eng.publish_many("jobs", [Message(body=str(n).encode()) for n in range(3)])
     assert eng.absent({"w1", "w2"}) == ([], [])
-    assert [d.message.body for d in eng.confirm(sent[0])] == [b"2"]
+    assert eng.confirm(sent[0]) == []  # nobody is there to take 2: it waits in jobs
+    assert bodies(eng.peek("jobs")) == [b"2"]
+    caused, revoked = eng.absent({"w2"})  # w1 is back: it takes w2's and what waits
+    assert [(d.destination, d.message.body) for d in revoked] == [("w2", b"1")]
+    assert [(d.destination, d.message.body) for d in caused] == [("w1", b"1")]
+
+
+def test_a_pack_whose_workers_never_came_routes_each_job_once(eng: Engine) -> None:
+    """Issue 21: ten workers that never connected go away one after the other (as the
+    router sees each one away for the delivery timeout). What was recalled waits in the
+    service queue; nothing is routed again among workers just as absent (500 published
+    used to be 950 routed, each worker queue "delivered 100, expired 50")."""
+    workers = [f"w{n}" for n in range(10)]
+    for worker in workers:
+        wolfpack(eng, "jobs", worker, credit=50)
+    eng.publish_many("jobs", [Message(body=b"%d" % n) for n in range(500)])
+    for n in range(1, len(workers) + 1):
+        caused, _ = eng.absent(set(workers[:n]))
+        assert caused == []
+    assert eng.absent(set(workers)) == ([], [])
+    jobs = eng.stats("jobs")
+    assert (jobs["published"], jobs["routed"], jobs["depth"]) == (500, 500, 450)
+    for worker in workers:
+        stats = eng.stats(f"jobs:{worker}")
+        recalled = 0 if worker == workers[-1] else 50  # the last one had nobody to give to
+        assert (stats["delivered"], stats["recalled"], stats["timed_out"], stats["expired"]) == (
+            50, recalled, 0, 0,
+        )  # fmt: skip
+    caused, revoked = eng.absent(set(workers) - {"w3"})  # w3 comes: the last one's work
+    assert len(revoked) == 50 and {d.destination for d in revoked} == {workers[-1]}
+    assert len(caused) == 50  # its credit's worth, the recalled ones first, redelivered
+    assert {(d.destination, d.redelivered, d.delivery_count) for d in caused} == {("w3", True, 2)}
+
+
+def test_work_given_back_goes_only_to_a_worker_that_is_present(eng: Engine) -> None:
+    """`away` names the destinations with no consumer now (not yet for the timeout): a
+    worker queue whose destinations are all away takes nothing, so work recalled from a
+    stranded worker waits in the service queue for a present one."""
+    for worker in ("w1", "w2", "w3"):
+        wolfpack(eng, "jobs", worker, credit=2)
+    sent = eng.publish_many("jobs", [Message(body=str(n).encode()) for n in range(6)])
+    assert sorted(d.destination for d in sent) == ["w1", "w1", "w2", "w2", "w3", "w3"]
+    caused, revoked = eng.absent({"w1"}, away={"w1", "w2", "w3"})
+    assert (caused, revoked) == ([], [])  # nobody present to give w1's work to
+    caused, revoked = eng.absent({"w1"}, away={"w1", "w2"})
+    assert caused == [] and sorted(d.destination for d in revoked) == ["w1", "w1"]
+    assert len(eng.peek("jobs")) == 2  # w3 is present but has no credit; w2 is away
+    w3 = [d for d in sent if d.destination == "w3"]
+    got = eng.confirm(w3[0])
+    assert [(d.destination, d.message.body) for d in got] == [("w3", revoked[0].message.body)]
+
+
+def test_work_given_back_to_the_pack_is_marked_redelivered_with_its_count(eng: Engine) -> None:
+    """As a requeue is: the worker who takes it next sees redelivered and the count."""
+    wolfpack(eng, "jobs", "w1", credit=1)
+    wolfpack(eng, "jobs", "w2", credit=1)
+    first, second = eng.publish_many("jobs", [Message(body=b"a"), Message(body=b"b")])
+    assert (first.destination, first.redelivered, first.delivery_count) == ("w1", False, 1)
+    eng.absent({"w1"})
+    [again] = eng.confirm(second)
+    assert (again.destination, again.message.body) == ("w2", b"a")
+    assert (again.redelivered, again.delivery_count) == (True, 2)
+    [requeued] = eng.reject(again)  # and the count goes on from there
+    assert (requeued.redelivered, requeued.delivery_count) == (True, 3)

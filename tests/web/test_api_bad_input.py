@@ -78,10 +78,12 @@ def endpoints(w: dict) -> list[tuple[str, str, object]]:
 def state(service) -> dict:
     """What the API shows, minus counters that move on their own (rates, timestamps)."""
     with service.client() as client:
-        queues = client.get("/api/queues").json()["queues"]
+        listed = client.get("/api/queues", params={"limit": 1000}).json()
+        queues = listed["queues"]
         selectors = {q["name"]: client.get(f"/api/queues/{q['name']}/selectors").json()
                      for q in queues}  # fmt: skip
         return {
+            "total": listed["total"],
             "queues": queues,
             "selectors": selectors,
             "patterns": client.get("/api/patterns").json(),

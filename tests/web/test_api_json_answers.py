@@ -16,6 +16,8 @@ def nested(depth: int, leaf: str = "1") -> str:
 def assert_json_error(answer: httpx.Response, *statuses: int) -> dict:
     assert answer.status_code in statuses, (answer.request.url, answer.status_code, answer.text)
     assert answer.headers["content-type"].startswith("application/json"), answer.text[:200]
+    # a browser must never sniff an error's text into HTML (issue 21)
+    assert answer.headers.get("x-content-type-options") == "nosniff", answer.headers
     error = answer.json()
     assert error["error"] and error["detail"], error
     return error

@@ -26,7 +26,7 @@ def test_it_works(service) -> None:
         queue = created.json()
         assert (queue["name"], queue["history"], queue["limit"]) == (name, 10, 5)
         assert queue["store"] == service.env["XUMP_STORE"] and queue["depth"] == 0
-        listed = client.get("/api/queues").json()["queues"]
+        listed = client.get("/api/queues", params={"prefix": name}).json()["queues"]
         assert name in [q["name"] for q in listed]
         mine = next(q for q in listed if q["name"] == name)
         assert mine["stats"]["published"] == 0
@@ -96,3 +96,30 @@ def test_a_patch_with_nothing_to_change_is_refused(service) -> None:
         client.post("/api/queues", json={"name": name})
         answer = client.patch(f"/api/queues/{name}", json={})
     assert answer.status_code == 400 and answer.json()["error"] == "invalid_argument"
+
+
+def test_the_list_is_paged_with_a_total_and_a_cursor(service) -> None:
+    """Issue 21: GET /api/queues answered every queue at once (5.5 MB for 10,000) and
+    ignored `limit`. Pages go by name: `limit` (default 100, at most 1000), `after` the
+    `next` of the page before, `prefix` to narrow it; `total` counts every match."""
+    prefix = unique("paged") + "-"
+    names = [f"{prefix}{n:02}" for n in range(45)]
+    with service.client() as client:
+        for name in names:
+            assert client.post("/api/queues", json={"name": name}).status_code == 201
+        seen, after, pages = [], None, 0
+        while True:
+            query = {"prefix": prefix, "limit": 20} | ({"after": after} if after else {})
+            page = client.get("/api/queues", params=query).json()
+            assert page["total"] == 45 and len(page["queues"]) <= 20
+            seen += [q["name"] for q in page["queues"]]
+            pages += 1
+            after = page["next"]
+            if after is None:
+                break
+        assert (seen, pages) == (names, 3)
+        first = client.get("/api/queues", params={"prefix": prefix}).json()
+        assert len(first["queues"]) == 45 and first["next"] is None  # the default page: 100
+        for bad in ({"limit": 0}, {"limit": 1001}):
+            refused = client.get("/api/queues", params=bad)
+            assert refused.status_code == 400, refused.text

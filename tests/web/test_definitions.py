@@ -314,3 +314,47 @@ def test_the_cli_exports_and_imports_with_a_dry_run(own, tmp_path) -> None:
     assert refused.returncode == 1
     assert refused.stderr.count("xump: problem:") == 2, refused.stderr
     assert "2 problem(s); nothing changed" in refused.stderr
+
+
+def test_a_big_import_is_applied_in_steps_and_its_answer_says_where_to_follow_it(own) -> None:
+    """Issue 21: 10,000 queues held the router in one step for more than the call timeout:
+    the API answered 503 yet the import then applied in full, and every other call waited.
+    An import of more than one step's worth is accepted (202) with where to follow it, and
+    applied in steps with routing between them; other calls answer meanwhile."""
+    store = own.env["XUMP_STORE"]
+    queues = [{"name": f"bulk-{n:04}", "store": store, "history": 0} for n in range(700)]
+    queues[0]["dead_letter"] = queues[-1]["name"]  # made in a later step than the first
+    selectors = [{"queue": q["name"], "when": "always", "action": "delete", "enabled": True}
+                 for q in queues[:300]]  # fmt: skip
+    document = {"xump_definitions": 1, "queues": queues, "selectors": selectors,
+                "tokens": [{"name": "bulk-reader", "owner": None,
+                            "rights": {"bulk-*": ["read"]}}]}  # fmt: skip
+    with own.client() as client:
+        answer = client.post("/api/definitions", json=document, timeout=60)
+        assert answer.status_code == 202, answer.text
+        accepted = answer.json()
+        follow = accepted["follow"]
+        assert answer.headers["Location"] == follow
+        assert accepted["state"] in ("running", "done") and accepted["steps"] > 1
+        assert accepted["summary"]["create"] == 700 + 300 + 1
+        [secret] = accepted["secrets"]  # tokens are made at once: their secrets shown here
+        assert secret["name"] == "bulk-reader"
+        answered = []
+        deadline = time.monotonic() + 120
+        while (status := client.get(follow).json())["state"] == "running":
+            started = time.monotonic()
+            other = client.get("/api/queues", params={"limit": 1})
+            assert other.status_code == 200, (other.text, status, time.monotonic() - started)
+            answered.append(time.monotonic() - started)
+            assert time.monotonic() < deadline, status
+            time.sleep(0.05)
+        assert status["state"] == "done", status
+        assert status["done"] == status["steps"] == accepted["steps"]
+        listed = client.get("/api/queues", params={"prefix": "bulk-"}).json()
+        assert listed["total"] == 700
+        first = client.get("/api/queues/bulk-0000").json()
+        assert first["dead_letter"] == "bulk-0699" and len(first["selectors"]) == 1
+        again = client.post("/api/definitions", json=document, timeout=60)
+        assert again.status_code == 200  # nothing to change: no steps
+        assert again.json()["summary"]["unchanged"] == 700 + 300 + 1
+        assert client.get("/api/definitions/imports/no-such-import").status_code == 404

@@ -9,6 +9,7 @@ of it) and routes inline, in the server process."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -16,7 +17,7 @@ import pytest
 from celery import Celery
 from websockets.sync.client import ClientConnection
 
-from tests.web.conftest import start_service, unique
+from tests.web.conftest import console_login, start_service, unique
 from tests.web.test_subscribe import Xump, send, subscribe, take, wait_for
 
 TIMEOUT = 1.0
@@ -102,7 +103,7 @@ def test_a_waiting_message_is_delivered_once_however_long_it_waited(quick, xump)
     time.sleep(4 * TIMEOUT)
     assert {d: outbox_length(xump, d) for d in expected} == expected
     waited = xump.stats(f"house-{tag}:{cat}")
-    assert (waited["delivered"], waited["expired"]) == (4, 0)
+    assert (waited["delivered"], waited["timed_out"], waited["expired"]) == (4, 0, 0)
     for destination, queue, prefix in ((worker, f"jobs-{tag}:{worker}", "job"),
                                        (cat, f"house-{tag}:{cat}", "mail"),
                                        (bird, f"news-{tag}:{bird}", "news")):  # fmt: skip
@@ -134,7 +135,12 @@ def test_the_timeout_counts_from_when_a_subscriber_took_the_delivery(quick, xump
         assert wait_for(lambda: xump.stats(queue)["confirmed"] == 1)
         assert outbox_length(xump, destination) == 0
         stats = xump.stats(queue)
-        assert (stats["delivered"], stats["expired"], stats["outstanding"]) == (2, 1, 0)
+        assert (stats["delivered"], stats["timed_out"], stats["outstanding"]) == (2, 1, 0)
+        assert stats["expired"] == 0  # a timeout, not a ttl expiry
+        with console_login(quick.url) as console:  # the console says which it was
+            page = console.get(f"/queues/{queue}/").text
+            assert re.search(r"<dt[^>]*>Timed out</dt><dd>1</dd>", page), page
+            assert ">Expired</dt>" not in page  # no ttl, none expired
         send(socket, {"type": "ack", "tag": first["tag"]})  # too late: refused, logged
         assert wait_for(lambda: first["tag"] in refused_tags(xump))
         assert xump.stats(queue)["confirmed"] == 1

@@ -112,3 +112,55 @@ def test_https_makes_cookies_secure_and_sends_hsts(service, tmp_path, https):
     else:
         assert found["hsts"] is None
         assert found["csrf_secure"] is False and found["session_secure"] is False
+
+
+CHECK_PROXY = """
+import json
+import django
+django.setup()
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+call_command("migrate", verbosity=0)
+User.objects.create_user("proxied", "", "right-password")
+
+def attempt(password, forwarded, peer="10.0.0.7"):
+    client = Client(REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR=forwarded)
+    client.get("/login/")
+    return client.post("/login/", {"username": "proxied", "password": password,
+        "csrfmiddlewaretoken": client.cookies["csrftoken"].value}).status_code
+
+failed = [attempt("wrong", "203.0.113.1, 10.0.0.8") for _ in range(LIMIT)]
+print(json.dumps({
+    "failed": failed,
+    "same_client": attempt("right-password", "203.0.113.1"),
+    "other_client": attempt("right-password", "198.51.100.2"),
+    "spoofed_from_outside": attempt("right-password", "203.0.113.1", peer="192.0.2.9"),
+}))
+"""
+
+
+@pytest.mark.parametrize("trusted", ["10.0.0.0/24", ""])
+def test_behind_a_trusted_proxy_the_limit_counts_per_forwarded_address(service, tmp_path, trusted):
+    """Issue 21: behind a proxy every user shared the proxy's address, so one user's wrong
+    passwords locked everyone out. With XUMP_TRUSTED_PROXIES the forwarded address counts
+    (the right-most one that is not a trusted proxy), and only when the connection comes
+    from a trusted proxy; without it X-Forwarded-For is ignored."""
+    env = dict(
+        service.env,
+        DATABASE_URL=f"sqlite:///{tmp_path}/proxy.sqlite3",
+        XUMP_ALLOWED_HOSTS="testserver",
+        XUMP_TRUSTED_PROXIES=trusted,
+    )
+    ran = subprocess.run([PYTHON, "-c", f"LIMIT = {LIMIT}\n" + CHECK_PROXY], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    found = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert found["failed"] == [200] * (LIMIT - 1) + [429]
+    assert found["same_client"] == 429
+    if trusted:
+        assert found["other_client"] == 302  # another user behind the same proxy
+    else:
+        assert found["other_client"] == 429  # one address: the proxy's
+    # a peer that is no trusted proxy counts by its own address, whatever header it sends
+    assert found["spoofed_from_outside"] == 302

@@ -87,6 +87,7 @@ QUEUE_FIGURES = {
     "xump_queue_routed_total": "routed", "xump_queue_delivered_total": "delivered",
     "xump_queue_confirmed_total": "confirmed", "xump_queue_dropped_total": "dropped",
     "xump_queue_dead_lettered_total": "dead_lettered", "xump_queue_expired_total": "expired",
+    "xump_queue_timed_out_total": "timed_out", "xump_queue_recalled_total": "recalled",
 }  # fmt: skip
 
 

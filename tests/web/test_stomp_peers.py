@@ -56,7 +56,8 @@ def test_send_to_a_new_queue_makes_a_mailbox_that_a_subscriber_then_reads(servic
     [selector] = queue["selectors"]
     assert (selector["when"], selector["action"], selector["target"]) == ("always", "deliver", name)
     assert selector["enabled"] is True and selector["credit"] == -1
-    listed = {q["name"]: q for q in http.get("/api/queues").json()["queues"]}
+    found = http.get("/api/queues", params={"prefix": name}).json()["queues"]
+    listed = {q["name"]: q for q in found}
     assert listed[name]["mailbox"] is True
     consumer = clients()
     consumer.subscribe(f"/queue/{name}")

@@ -62,7 +62,11 @@ class ApiError(Exception):
 
 
 def error_response(status: int, code: str, detail: str, **extra: Any) -> JsonResponse:
-    return JsonResponse({"error": code, "detail": detail, **extra}, status=status)
+    """The API's JSON error. It says `nosniff` itself: the middleware that answers before
+    Django's SecurityMiddleware (api/middleware.py) must not leave it out."""
+    answer = JsonResponse({"error": code, "detail": detail, **extra}, status=status)
+    answer["X-Content-Type-Options"] = "nosniff"
+    return answer
 
 
 def engine_error_response(error: engine_errors.XumpError) -> JsonResponse:

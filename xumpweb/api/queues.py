@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import bisect
+
 from django.conf import settings
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from xumpweb.api.auth import allowed, need
+from xumpweb.api.auth import allowed, need, wiring_version
 from xumpweb.api.common import call, record
 from xumpweb.api.errors import ApiError
 from xumpweb.api.schemas import ErrorOut, QueueCreate, QueueUpdate
+from xumpweb.runtime import service
 from xumpweb.stompgate import mailboxes
 
 router = Router(tags=["queues"])
@@ -17,17 +20,30 @@ ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: Error
 
 
 @router.get("/queues", response={200: dict, **ERRORS}, summary="List queues")
-def queue_list(request: HttpRequest):
-    """Every queue the caller has a right on, with its depth, history size, outstanding
-    deliveries and counters."""
-    found = [
-        queue for queue in call("queues")
-        if any(allowed(request, right, queue["name"]) for right in ("read", "publish"))
-    ]  # fmt: skip
+def queue_list(
+    request: HttpRequest,
+    limit: int = Query(100, ge=1, le=1000, description="queues on this page"),
+    after: str | None = Query(None, description="the `next` of the page before"),
+    prefix: str = Query("", max_length=200, description="only queues whose name starts so"),
+):
+    """One page of the queues the caller has a right on, in name order, each with its
+    depth, history size, outstanding deliveries and counters; `total`: how many there are
+    (with `prefix`, how many match); `next`: the `after` of the next page, null on the
+    last. Only the page's queues are read from the router."""
+    version = wiring_version(request)
+    visible = sorted(
+        name for name in service().queue_names(version)
+        if name.startswith(prefix)
+        and any(allowed(request, right, name) for right in ("read", "publish"))
+    )  # fmt: skip
+    start = bisect.bisect_right(visible, after) if after is not None else 0
+    page = visible[start : start + limit]
+    found = call("queues", names=page) if page else []
     marked = mailboxes.names()
     for queue in found:
         queue["mailbox"] = queue["name"] in marked
-    return {"queues": found}
+    more = start + limit < len(visible)
+    return {"queues": found, "total": len(visible), "next": page[-1] if more else None}
 
 
 @router.post("/queues", response={200: dict, 201: dict, **ERRORS}, summary="Create a queue")
@@ -47,7 +63,8 @@ def queue_create(request: HttpRequest, payload: QueueCreate):
 @router.get("/queues/{path:queue}/stats", response={200: dict, **ERRORS}, summary="Queue stats")
 def queue_stats(request: HttpRequest, queue: str):
     """Counters: published, routed, delivered, confirmed, dropped, dead_lettered, depth,
-    expired, delivery_limited, scheduled."""
+    expired (TTL only), timed_out (back after the delivery timeout), recalled (withdrawn
+    from a wolfpack worker away, never received), delivery_limited, scheduled."""
     need(request, queue, "read")
     return call("stats", queue=queue)
 

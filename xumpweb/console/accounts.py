@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from xumpweb import access
 from xumpweb.access import requires
-from xumpweb.console.common import audit
+from xumpweb.console.common import LIST_PAGE, audit
 from xumpweb.console.forms import TokenForm
 from xumpweb.wiring.models import ApiToken, AuditEvent
 
@@ -90,7 +90,9 @@ def tokens(request: HttpRequest) -> HttpResponse:
     else:
         form = TokenForm(initial=None if principal.admin else {"rights": held(principal)})
     secret = request.session.pop(NEW_SECRET, None)
-    context = {"form": form, "secret": secret, "tokens": access.tokens_seen_by(principal),
+    listed = access.tokens_seen_by(principal).order_by("-created", "-pk")
+    page = Paginator(listed, LIST_PAGE).get_page(request.GET.get("page"))
+    context = {"form": form, "secret": secret, "tokens": page, "page": page,
                "show_owner": principal.admin}  # fmt: skip
     response = render(request, "console/tokens.html", context)
     response["Cache-Control"] = "no-store"  # the secret is in this response only

@@ -23,6 +23,8 @@ from xumpweb.router import operations
 from xumpweb.runtime import service
 from xumpweb.wiring.audit import actor, record
 
+LIST_PAGE = 100  # rows per page of the console's lists (patterns, tokens; issue 21)
+
 HEX_LIMIT = 4096  # bytes of a body shown in the hex view
 
 

@@ -12,7 +12,8 @@ from django.shortcuts import render
 
 from xumpweb.access import requires
 from xumpweb.console.common import CallFailed, call
-from xumpweb.wiring import audit, definitions
+from xumpweb.runtime import service
+from xumpweb.wiring import audit, definitions, imports
 
 
 def differences(change: dict[str, Any]) -> list[dict[str, str]]:
@@ -43,9 +44,13 @@ def definitions_page(request: HttpRequest) -> HttpResponse:
             context["problems"] = [f"the document is not JSON: {error}"]
             return render(request, "console/definitions.html", context, status=400)
         try:
-            answer = definitions.import_document(
-                document, audit.actor(request), call, dry_run=dry_run
-            )
+            result = definitions.plan(document)
+            if dry_run:
+                answer = result.answer(dry_run=True)
+            elif definitions.is_big(result):  # in steps, in the background
+                answer = imports.start(result, audit.actor(request), call, service().redis)
+            else:
+                answer = definitions.apply(result, audit.actor(request), call)
         except definitions.InvalidDefinitions as invalid:
             context["problems"] = invalid.problems
             status = 400

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -20,7 +21,7 @@ from xumpweb import access
 from xumpweb.access import requires
 from xumpweb.api import consumers as api_consumers
 from xumpweb.api.errors import ApiError
-from xumpweb.console.common import CallFailed, audit, call, shown, when
+from xumpweb.console.common import LIST_PAGE, CallFailed, audit, call, shown, when
 from xumpweb.console.queues import fetch_queue
 from xumpweb.wiring.models import Queue
 
@@ -38,7 +39,10 @@ CHOOSERS = {"filter": "a filter expression", "seqs": "seqs", "mids": "mids"}
 def consumers(request: HttpRequest) -> HttpResponse:
     """The page; an htmx request (every 2 s) gets the tables only."""
     found = api_consumers.report(access.for_request(request))
-    for info in found["consumers"]:
+    subscribers = Paginator(found["consumers"], LIST_PAGE).get_page(request.GET.get("page"))
+    feeds = Paginator(found["feeds"], LIST_PAGE).get_page(request.GET.get("feeds"))
+    found = {"consumers": subscribers, "feeds": feeds, "query": request.GET.urlencode()}
+    for info in subscribers:
         info["when"] = when(info.get("since"))
     template = "console/partials/consumers.html" if request.headers.get("HX-Request") else \
         "console/consumers.html"  # fmt: skip

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from xumpweb import access
 from xumpweb.access import requires
-from xumpweb.console.common import CallFailed, audit, call, snapshot_by_name
+from xumpweb.console.common import LIST_PAGE, CallFailed, audit, call, snapshot_by_name
 from xumpweb.console.forms import PatternForm
 from xumpweb.wiring.models import Pattern, Queue
 
@@ -82,9 +83,9 @@ def pattern_list(request: HttpRequest) -> HttpResponse:
     by_name, _ = snapshot_by_name()
     rows = []
     reader = access.for_request(request)
-    for pattern in Pattern.objects.all():
-        if not access.may(reader, "read", pattern.router):
-            continue
+    readable = [p for p in Pattern.objects.all() if access.may(reader, "read", p.router)]
+    page = Paginator(readable, LIST_PAGE).get_page(request.GET.get("page"))
+    for pattern in page:
         live = by_name.get(pattern.built_queue) or {}
         stats = live.get("stats") or {}
         rows.append({
@@ -95,7 +96,7 @@ def pattern_list(request: HttpRequest) -> HttpResponse:
             "delivered": stats.get("delivered", 0),
             "confirmed": stats.get("confirmed", 0),
         })  # fmt: skip
-    return render(request, "console/patterns.html", {"rows": rows, "kinds": KINDS})
+    return render(request, "console/patterns.html", {"rows": rows, "kinds": KINDS, "page": page})
 
 
 @requires("patterns")

@@ -45,7 +45,7 @@ STALE = 2.0  # a snapshot this old, unchanged, means nobody routes: the rates ar
 ROUTER_LATE = 3.0  # a snapshot this old (the router writes one every 0.5 s): routing is down
 RATES = ("published", "delivered", "confirmed")
 COUNTERS = ("published", "routed", "delivered", "confirmed", "rejected", "dead_lettered",
-            "dropped", "expired")  # fmt: skip
+            "dropped", "expired", "timed_out", "recalled")  # fmt: skip
 
 MAX_WATCH = 1000  # queues one watch frame may name
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+
 from engine import message_ops, patterns
 from engine.core import Engine, QueueInfo
 from engine.errors import InvalidArgument, NotFound
@@ -50,8 +52,19 @@ def queue_json(engine: Engine, info: QueueInfo) -> dict[str, Any]:
     }
 
 
-def queues(engine: Engine) -> Answer:
-    return [queue_json(engine, info) for info in engine.queues()], NONE
+def queues(engine: Engine, names: list[str] | None = None) -> Answer:
+    """Every queue, or those of `names` that exist (one page of a listing), in that order."""
+    if names is None:
+        return [queue_json(engine, info) for info in engine.queues()], NONE
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise InvalidArgument("names must be a list of queue names")
+    found = []
+    for name in names:
+        try:
+            found.append(queue_json(engine, engine.queue_fetch(name)))
+        except NotFound:
+            continue  # deleted since the page was chosen
+    return found, NONE
 
 
 def queue_get(engine: Engine, name: str) -> Answer:
@@ -632,46 +645,14 @@ def definitions_apply(
     deliveries: list[Delivery] = []
     built: list[dict[str, Any]] = []
     try:
-        for store in stores:
-            engine.store_create(store["kind"], store["name"], store.get("url"))
-            undo.append(lambda name=store["name"]: engine.store_delete(name))
-        dead_letters = []
-        for queue in queues_create:
-            settings = {k: v for k, v in queue.items() if k not in ("name", "dead_letter")}
-            engine.queue_create(queue["name"], **settings)
-            undo.append(lambda name=queue["name"]: engine.queue_delete(name))
-            if queue.get("dead_letter") is not None:
-                dead_letters.append({"name": queue["name"], "dead_letter": queue["dead_letter"]})
-        for queue in [*queues_update, *dead_letters]:
-            info = engine.queue_fetch(queue["name"])
-            changes = {k: v for k, v in queue.items() if k != "name"}
-            old = {k: getattr(info, k) for k in changes}
-            engine.queue_update(queue["name"], **changes)
-            undo.append(lambda name=queue["name"], old=old: engine.queue_update(name, **old))
-        for selector in selectors_create:
-            settings = {k: v for k, v in selector.items() if k != "queue"}
-            answer, caused = selector_create(engine, selector["queue"], **settings)
-            deliveries.extend(caused)
-            undo.append(lambda q=selector["queue"], n=answer["id"]: engine.selector_delete(q, n))
-        for change in selectors_update:
-            spec = engine.selector_fetch(change["queue"], change["id"]).spec
-            old = {"enabled": spec.enabled, "credit": spec.credit, "start": spec.start}
-            _, caused = selector_update(engine, change["queue"], change["id"], **change["settings"])
-            deliveries.extend(caused)
-            undo.append(
-                lambda q=change["queue"], n=change["id"], old=old: selector_update(
-                    engine, q, n, **old
-                )
-            )
-        for pattern in patterns:
-            answer, caused = pattern_build(engine, **pattern)
-            deliveries.extend(caused)
-            built.append(answer)
-            undo.append(
-                lambda made=answer: pattern_unbuild(
-                    engine, made["made_queues"], made["made_selectors"]
-                )
-            )
+        # one database transaction for the catalog's rows: a commit per row (an fsync
+        # each on SQLite) made 200 queues take 4 s of the router's time; rolled back
+        # when a call fails, as the undo below takes back the engine's side
+        with transaction.atomic():
+            _apply_definitions(
+                engine, undo, deliveries, built, stores, queues_create, queues_update,
+                selectors_create, selectors_update, patterns,
+            )  # fmt: skip
     except Exception:  # the engine's refusal, or a catalog that could not save
         for step in reversed(undo):
             try:
@@ -680,6 +661,57 @@ def definitions_apply(
                 continue
         raise
     return {"patterns": built}, deliveries
+
+
+def _apply_definitions(
+    engine: Engine,
+    undo: list[Any],
+    deliveries: list[Delivery],
+    built: list[dict[str, Any]],
+    stores: list[dict[str, Any]],
+    queues_create: list[dict[str, Any]],
+    queues_update: list[dict[str, Any]],
+    selectors_create: list[dict[str, Any]],
+    selectors_update: list[dict[str, Any]],
+    patterns: list[dict[str, Any]],
+) -> None:
+    """definitions_apply's calls, each with its undo appended to `undo`."""
+    for store in stores:
+        engine.store_create(store["kind"], store["name"], store.get("url"))
+        undo.append(lambda name=store["name"]: engine.store_delete(name))
+    dead_letters = []
+    for queue in queues_create:
+        settings = {k: v for k, v in queue.items() if k not in ("name", "dead_letter")}
+        engine.queue_create(queue["name"], **settings)
+        undo.append(lambda name=queue["name"]: engine.queue_delete(name))
+        if queue.get("dead_letter") is not None:
+            dead_letters.append({"name": queue["name"], "dead_letter": queue["dead_letter"]})
+    for queue in [*queues_update, *dead_letters]:
+        info = engine.queue_fetch(queue["name"])
+        changes = {k: v for k, v in queue.items() if k != "name"}
+        old = {k: getattr(info, k) for k in changes}
+        engine.queue_update(queue["name"], **changes)
+        undo.append(lambda name=queue["name"], old=old: engine.queue_update(name, **old))
+    for selector in selectors_create:
+        settings = {k: v for k, v in selector.items() if k != "queue"}
+        answer, caused = selector_create(engine, selector["queue"], **settings)
+        deliveries.extend(caused)
+        undo.append(lambda q=selector["queue"], n=answer["id"]: engine.selector_delete(q, n))
+    for change in selectors_update:
+        spec = engine.selector_fetch(change["queue"], change["id"]).spec
+        old = {"enabled": spec.enabled, "credit": spec.credit, "start": spec.start}
+        _, caused = selector_update(engine, change["queue"], change["id"], **change["settings"])
+        deliveries.extend(caused)
+        undo.append(
+            lambda q=change["queue"], n=change["id"], old=old: selector_update(engine, q, n, **old)
+        )
+    for pattern in patterns:
+        answer, caused = pattern_build(engine, **pattern)
+        deliveries.extend(caused)
+        built.append(answer)
+        undo.append(
+            lambda made=answer: pattern_unbuild(engine, made["made_queues"], made["made_selectors"])
+        )
 
 
 CALLS = {

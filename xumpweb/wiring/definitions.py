@@ -15,6 +15,14 @@ compile, targets that exist neither in the document nor already); the changes ar
 wiring in one router call, `definitions_apply` (xumpweb/router/operations.py, all or
 nothing inside the router's step), then patterns' and tokens' rows and one audit entry.
 
+A big plan (more than STEP wiring changes) would hold the router for longer than a call
+may wait (10,000 queues took more than 10 s, while every other call waited): `steps(...)`
+cuts its wiring into router calls of at most STEP changes each, in an order that keeps
+each one valid (stores, queues, then their updates and dead-letter queues once every
+queue exists, selectors, patterns), so the router routes between them. Those are not all
+or nothing together: a failing step undoes itself, the ones before stay, and importing
+the same document again finishes the job (xumpweb/wiring/imports.py runs them).
+
 Import adds and updates; it never deletes what the document does not name (as RabbitMQ's
 definitions import). What the engine cannot change is a problem, not a change: a store of
 another kind, a queue in another store, a pattern with another topic or credit. A store's
@@ -579,6 +587,46 @@ def _rights_problem(rights: dict[str, Any]) -> str | None:
 
 
 # -- apply -----------------------------------------------------------------------------------
+# wiring changes per router call of a big import, each step well under a second of the
+# router's time: a queue is about 2 ms (its catalog row in the step's one transaction), a
+# selector about 15 (four saves of its row), a pattern two of each
+STEP = 200
+SELECTOR_STEP = 50
+PATTERN_STEP = 25
+NO_WIRING = {"stores": [], "queues_create": [], "queues_update": [], "selectors_create": [],
+             "selectors_update": [], "patterns": []}  # fmt: skip
+
+
+def steps(result: Plan) -> list[dict[str, Any]]:
+    """The `definitions_apply` calls that carry out a plan's wiring, each of at most STEP
+    queue changes, SELECTOR_STEP selector changes or PATTERN_STEP patterns (the stores in
+    one). A queue's dead-letter queue is set in a later step than any queue is made, as
+    one call does it after making every queue."""
+    created = [{k: q[k] for k in QUEUE_KEYS} for q in result.queues_create]
+    dead_letters = [{"name": q["name"], "dead_letter": q["dead_letter"]}
+                    for q in created if q["dead_letter"] is not None]  # fmt: skip
+    phases = [
+        ("queues_create", [{**q, "dead_letter": None} for q in created], STEP),
+        ("queues_update", [*result.queues_update, *dead_letters], STEP),
+        ("selectors_create", [router_settings(s) for s in result.selectors_create],
+         SELECTOR_STEP),
+        ("selectors_update", result.selectors_update, SELECTOR_STEP),
+        ("patterns", result.patterns, PATTERN_STEP),
+    ]  # fmt: skip
+    calls = [{**NO_WIRING, "stores": result.stores}] if result.stores else []
+    for key, items, step in phases:
+        for start in range(0, len(items), step):
+            calls.append({**NO_WIRING, key: items[start : start + step]})
+    return calls
+
+
+def is_big(result: Plan) -> bool:
+    """Whether the plan has more than STEP wiring changes (applied in steps, then)."""
+    wiring = (result.stores, result.queues_create, result.queues_update,
+              result.selectors_create, result.selectors_update, result.patterns)  # fmt: skip
+    return sum(len(part) for part in wiring) > STEP
+
+
 def apply(result: Plan, who: str, call: Any) -> dict[str, Any]:
     """Carry out a plan: the wiring in one router call (`call` runs a router operation),
     then the patterns' and tokens' rows, then one audit entry. The answer lists the
@@ -596,31 +644,10 @@ def apply(result: Plan, who: str, call: Any) -> dict[str, Any]:
             patterns=result.patterns,
         )
         built = answer["patterns"]
-    secrets: list[dict[str, Any]] = []
-    users = get_user_model()
     try:
         with transaction.atomic():
-            for pattern, made in zip(result.patterns, built, strict=True):
-                Pattern.objects.create(
-                    **pattern, built_queue=made["queue"], built_selectors=made["selectors"]
-                )
-            for token in result.tokens_create:
-                owner = None
-                if token["owner"] is not None:
-                    owner = users.objects.get(**{users.USERNAME_FIELD: token["owner"]})
-                issued, secret = ApiToken.issue(token["name"], token["rights"], user=owner)
-                secrets.append({"name": issued.name, "owner": token["owner"],
-                                "prefix": issued.prefix, "secret": secret})  # fmt: skip
-            for pk, token in result.tokens_update:
-                found = ApiToken.objects.get(pk=pk)  # saved, so api/auth.py forgets it
-                found.rights = token["rights"]
-                found.save(update_fields=["rights"])
-            changed = result.summary()
-            audit.record(
-                who, "definitions.import", f"{changed['create']} created, "
-                f"{changed['update']} updated, {changed['unchanged']} unchanged",
-                [c["before"] for c in result.changes], [c["after"] for c in result.changes],
-            )  # fmt: skip
+            secrets = apply_tokens(result)
+            apply_rows(result, built, who)
     except Exception:  # no rows, no wiring: take down what the patterns' builds made
         for made in built:
             call("pattern_unbuild", queues=made["made_queues"], selectors=made["made_selectors"])
@@ -628,9 +655,53 @@ def apply(result: Plan, who: str, call: Any) -> dict[str, Any]:
     return {**result.answer(dry_run=False), "secrets": secrets}
 
 
+def apply_tokens(result: Plan) -> list[dict[str, Any]]:
+    """The plan's tokens: new ones issued (their secrets returned, to be shown this once),
+    changed ones' rights saved."""
+    secrets: list[dict[str, Any]] = []
+    users = get_user_model()
+    for token in result.tokens_create:
+        owner = None
+        if token["owner"] is not None:
+            owner = users.objects.get(**{users.USERNAME_FIELD: token["owner"]})
+        issued, secret = ApiToken.issue(token["name"], token["rights"], user=owner)
+        secrets.append({"name": issued.name, "owner": token["owner"],
+                        "prefix": issued.prefix, "secret": secret})  # fmt: skip
+    for pk, token in result.tokens_update:
+        found = ApiToken.objects.get(pk=pk)  # saved, so api/auth.py forgets it
+        found.rights = token["rights"]
+        found.save(update_fields=["rights"])
+    return secrets
+
+
+def apply_rows(result: Plan, built: list[dict[str, Any]], who: str) -> None:
+    """The patterns' rows (for what the router built) and the import's audit entry."""
+    for pattern, made in zip(result.patterns, built, strict=True):
+        Pattern.objects.create(
+            **pattern, built_queue=made["queue"], built_selectors=made["selectors"]
+        )
+    changed = result.summary()
+    audit.record(
+        who, "definitions.import", f"{changed['create']} created, "
+        f"{changed['update']} updated, {changed['unchanged']} unchanged",
+        [c["before"] for c in result.changes], [c["after"] for c in result.changes],
+    )  # fmt: skip
+
+
 def import_document(document: Any, who: str, call: Any, dry_run: bool = False) -> dict[str, Any]:
-    """Plan (InvalidDefinitions on any problem), then apply unless `dry_run`."""
+    """Plan (InvalidDefinitions on any problem), then apply unless `dry_run`: a big plan
+    in steps, one after the other, before this returns (the CLI's way; the API answers
+    202 and applies them in the background, xumpweb/wiring/imports.py)."""
     result = plan(document)
     if dry_run:
         return result.answer(dry_run=True)
-    return apply(result, who, call)
+    if not is_big(result):
+        return apply(result, who, call)
+    with transaction.atomic():
+        secrets = apply_tokens(result)
+    built: list[dict[str, Any]] = []
+    for arguments in steps(result):
+        built.extend(call("definitions_apply", **arguments)["patterns"])
+    with transaction.atomic():
+        apply_rows(result, built, who)
+    return {**result.answer(dry_run=False), "secrets": secrets}
