@@ -334,7 +334,7 @@ class RelayRouter:
                 now = _server_time(client)
                 stale = client.zrangebyscore(keys["taken"], "-inf", now - self.delivery_timeout,
                                              start=0, num=EXPIRE_BATCH)  # fmt: skip
-                gone, absence = self._absence(now)
+                gone, away, absence = self._absence(now)
             except redis.RedisError as error:
                 raise StoreError(
                     f"cannot read the delivery timeouts of store {self.store.name!r}: {error}"
@@ -344,7 +344,7 @@ class RelayRouter:
 
             def operation() -> list[Delivery]:
                 deliveries = self.engine.expire_tags(t.decode() for t in stale)
-                caused, withdrawn = self.engine.absent(gone)
+                caused, withdrawn = self.engine.absent(gone, away=away)
                 revoked.extend(withdrawn)
                 deliveries.extend(caused)
                 if stale:
@@ -370,9 +370,10 @@ class RelayRouter:
         keys = self._delivery_keys
         self._sweep(keys=[keys["claimed"], keys["taken"]], args=[EXPIRE_BATCH])
 
-    def _absence(self, now: float) -> tuple[set[str], list[tuple]]:
-        """The worker destinations away for the delivery timeout, and the commands that
-        keep the absent hash (since when each is seen away) up to date."""
+    def _absence(self, now: float) -> tuple[set[str], set[str], list[tuple]]:
+        """The worker destinations away for the delivery timeout, those away now (no
+        consumer's presence key), and the commands that keep the absent hash (since when
+        each is seen away) up to date."""
         keys = self._delivery_keys
         destinations = sorted(self.engine.worker_destinations())
         pipe = self.store.client.pipeline(transaction=False)
@@ -382,8 +383,11 @@ class RelayRouter:
         *present, known = pipe.execute()
         since = {name.decode(): float(at) for name, at in known.items()}
         gone: set[str] = set()
+        away: set[str] = set()
         commands: list[tuple] = []
         for destination, here in zip(destinations, present, strict=True):
+            if not here:
+                away.add(destination)
             if here:
                 if destination in since:
                     commands.append(("HDEL", keys["absent"], destination))
@@ -394,7 +398,7 @@ class RelayRouter:
         forgotten = set(since) - set(destinations)
         if forgotten:
             commands.append(("HDEL", keys["absent"], *sorted(forgotten)))
-        return gone, commands
+        return gone, away, commands
 
     def _expire_call(self, engine: Engine, older_than: float) -> tuple[Any, list[Delivery]]:
         """The "expire" operation: deliveries taken more than `older_than` seconds ago and

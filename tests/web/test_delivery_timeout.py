@@ -97,8 +97,12 @@ def test_a_waiting_message_is_delivered_once_however_long_it_waited(quick, xump)
     xump.publish(f"jobs-{tag}", [f"job {n}" for n in range(4)])
     xump.publish(f"house-{tag}", [{"body": f"mail {n}", "address": cat} for n in range(4)])
     xump.publish(f"news-{tag}", [{"body": f"news {n}", "address": "news.x"} for n in range(4)])
-    expected = {worker: 1, cat: 4, bird: 4}  # the worker's credit is 1: one in its outbox
+    expected = {cat: 4, bird: 4}
     assert wait_for(lambda: all(outbox_length(xump, d) == n for d, n in expected.items()))
+    # the worker's credit is 1, and with no subscriber it is away: its MOVE is held once
+    # the router has seen it away, so one job reached its outbox or none did
+    expected[worker] = outbox_length(xump, worker)
+    assert expected[worker] <= 1
     # no subscriber for several timeouts (the router expires every TIMEOUT / 2 seconds)
     time.sleep(4 * TIMEOUT)
     assert {d: outbox_length(xump, d) for d in expected} == expected
