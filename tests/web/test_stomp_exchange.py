@@ -231,14 +231,15 @@ def test_a_durable_exchange_subscription_keeps_what_comes_while_away(
 
 def test_a_stomp_10_raw_socket_subscribes_and_sends_in_one_write(service, stomp_port):
     """RabbitMQ's parsing tests: a STOMP 1.0 client (no id) writes SUBSCRIBE and SEND to
-    amq.fanout at once, with newlines between frames, and reads the MESSAGE."""
+    amq.fanout at once, with newlines and stray NULs between frames, and reads the
+    MESSAGE."""
     body = unique("raw")
     with socket.create_connection(("127.0.0.1", stomp_port), timeout=60) as sock:
         sock.sendall(f"CONNECT\nlogin:x\npasscode:{service.admin_token}\n\n\n\x00".encode())
         assert sock.recv(4096).startswith(b"CONNECTED\nversion:1.0\n")
         sock.sendall(
-            b"\nSUBSCRIBE\ndestination:/exchange/amq.fanout\nselector:kind = 'raw'\n\n\x00\n"
-            b"SEND\ndestination:/exchange/amq.fanout\nkind:raw\ncontent-type:text/plain\n\n"
+            b"\n\x00SUBSCRIBE\ndestination:/exchange/amq.fanout\nselector:kind = 'raw'\n\n\x00\n"
+            b"\x00SEND\ndestination:/exchange/amq.fanout\nkind:raw\ncontent-type:text/plain\n\n"
             + body.encode()
             + b"\n\x00\n"
         )
