@@ -26,6 +26,7 @@ def test_amq_topic_is_the_topic_destination_for_send_and_subscribe() -> None:
         frame("SUBSCRIBE", id="1", destination="/exchange/amq.topic/a.*")
     )
     assert subscribe == Subscribe("1", "topic", "a.*", "auto")
+    assert conn.subscriptions == {"1": subscribe}
     (message,) = server_frames(conn.deliver("1", delivery(address="a.b"))[:1])
     assert message.headers["destination"] == "/topic/a.b"  # as RabbitMQ names it
 
@@ -36,6 +37,7 @@ def test_subscribe_to_an_exchange_binds_with_its_key_and_names_messages_as_rabbi
         frame("SUBSCRIBE", id="1", destination="/exchange/amq.direct/route")
     )
     assert subscribe == Subscribe("1", "exchange", "route", "auto", exchange="amq.direct")
+    assert conn.subscriptions == {"1": subscribe}
     (message,) = server_frames(conn.deliver("1", delivery(address="route"))[:1])
     assert message.headers["destination"] == "/exchange/amq.direct/route"
     conn.receive_data(frame("SUBSCRIBE", id="2", destination="/exchange/amq.fanout"))

@@ -159,6 +159,7 @@ class _Subscription:
     # ack id -> delivery tag, in delivery order (dicts keep it), for client/client-individual
     unsettled: dict[str, str] = field(default_factory=dict)
     exchange: str | None = None  # kind "exchange": the exchange's name
+    key: str | None = None  # an /exchange/ destination's binding key (or topic pattern)
 
 
 def _header_text(value: HeaderValue) -> str:
@@ -414,7 +415,7 @@ class StompConnection:
             sub.id: Subscribe(
                 sub.id,
                 sub.kind,
-                _bare(sub.destination),
+                _bare(sub.destination) if sub.key is None else sub.key,
                 sub.ack,
                 sub.selector,
                 sub.credit,
@@ -583,8 +584,9 @@ class StompConnection:
         if selector is not None and not selector.strip():
             selector = None
         self._subscriptions[sid] = _Subscription(
-            sid, destination, kind, ack, selector, credit, exchange=exchange
-        )
+            sid, destination, kind, ack, selector, credit, exchange=exchange,
+            key=name if _is_exchange(destination) else None,
+        )  # fmt: skip
         return [
             *made,
             Subscribe(sid, kind, name, ack, selector, credit, receipt, durable, exchange),
