@@ -268,3 +268,26 @@ def test_a_deep_wildcard_binding_is_served(clients):
     consumer.subscribe(f"/exchange/amq.topic/{pattern}", ack="auto")
     producer.send(f"/exchange/amq.topic/{word}." + ".".join("abcdefghij" * 3), "deep")
     received(consumer, "deep")
+
+
+@pytest.mark.parametrize(
+    ("destination", "message", "body"),
+    [
+        ("/exchange//foo", "Invalid destination", "'//foo' is not a valid exchange destination\n"),
+        ("/exchange", "Invalid destination", "'' is not a valid exchange destination\n"),
+        ("/queue", "Invalid destination", "'' is not a valid queue destination\n"),
+        ("/amq/queue/x", "Unknown destination", None),
+    ],
+)
+def test_rabbitmqs_error_words_reach_the_client_and_nothing_is_made(
+    http, clients, destination, message, body
+):
+    before = queue_names(http)
+    client = clients()
+    client.connection.send(destination, "x", headers={"receipt": "r"})
+    client.wait(lambda: client.errors and client.disconnected, "an ERROR and the close")
+    error = client.errors[0]
+    assert error.headers["message"] == message
+    assert error.headers["receipt-id"] == "r"
+    assert body is None or error.body == body
+    assert queue_names(http) == before
