@@ -17,6 +17,9 @@ requirements.txt pins (8.2.0: give its directory with --stomppy-lib, e.g. from `
 --target DIR --no-deps stomp.py==8.2.0`). Their tests connect as RabbitMQ's default user,
 `guest`/`guest`, written into the tests; against Xump a `sitecustomize` in a temporary
 directory puts the API token where they send the passcode `guest` (nothing else changes).
+Two of them (parsing's test_broadcast, connect_disconnect's test_default_user) run
+`rabbitmqctl` from RABBITMQCTL, which only RabbitMQ's own harness sets: they fail against
+either broker here (and test_broadcast would count the local RabbitMQ's bindings).
 
 Xump is started as deployed: a private redis-server (AOF, appendfsync always), the ASGI
 server, a Celery worker that routes, and `manage.py stomp_server` (tests/web/conftest.py's

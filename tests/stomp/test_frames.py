@@ -37,6 +37,13 @@ def test_heartbeat_eols_between_frames_are_skipped() -> None:
     assert [f.command for f in parse_all(data)] == ["BEGIN", "ABORT"]
 
 
+def test_a_stray_nul_between_frames_is_skipped_as_rabbitmq_does() -> None:
+    """An empty frame (a client that ends a frame twice): RabbitMQ takes what follows,
+    and its parsing tests send one before a SUBSCRIBE."""
+    data = b"\n\x00SUBSCRIBE\nid:1\ndestination:/queue/a\n\n\x00\n\x00\x00SEND\n\n\x00"
+    assert [f.command for f in parse_all(data)] == ["SUBSCRIBE", "SEND"]
+
+
 def test_content_length_body_may_hold_nul_octets() -> None:
     (parsed,) = parse_all(b"SEND\ncontent-length:5\n\na\x00b\x00c\x00")
     assert parsed.body == b"a\x00b\x00c"

@@ -515,11 +515,17 @@ def stomp_topic_open(
     pattern: str,
     filter: str | None = None,
     durable: bool = False,
+    operator: str | None = "topic",
+    make_router: bool = True,
 ) -> Answer:
-    """A /topic/<pattern> subscription's private wiring, all or nothing: `queue`
-    (self-destructing) delivering to the destination of the same name, fed by a COPY of
-    what the router queue `router` receives whose address matches `pattern` (and
-    `filter`, when given), from now on. `durable`: a durable subscription's queue, not
+    """A /topic/<pattern> (or /exchange/<router>/<pattern>) subscription's private wiring,
+    all or nothing: `queue` (self-destructing) delivering to the destination of the same
+    name, fed by a COPY of what the router queue `router` receives whose address matches
+    `pattern` by `operator` ("topic", "eq"; None: every address) and `filter`, when
+    given, from now on. `make_router`: make the router when missing (the topic router,
+    amq.direct, amq.fanout); else it must exist and already route (an operator's queue
+    used as an exchange: a COPY on a queue without enabled selectors would route, and so
+    drop, what it holds for wiring to come). `durable`: a durable subscription's queue, not
     self-destructing, kept as it is when it exists already with the same pattern and
     filter (what it holds waits for the subscriber's return). Asked for with another
     pattern or filter, it is made anew, what it held dropped, as JMS and ActiveMQ do when a
@@ -534,14 +540,24 @@ def stomp_topic_open(
         else:
             copies = [s for s in engine.selectors(router)
                       if s.spec.action == "copy" and s.spec.target == queue]  # fmt: skip
-            wanted = (("topic", pattern, "address"), filter)
-            found = [(tuple(s.spec.match or ()), s.spec.filter) for s in copies]
+            wanted = ((operator, pattern, "address") if operator else None, filter)
+            found = [(tuple(s.spec.match) if s.spec.match else None, s.spec.filter)
+                     for s in copies]  # fmt: skip
             if found == [wanted]:
                 return {"queue": queue, "selectors": [], "existing": True}, NONE
             deliveries = _take_down(engine, [(router, s.id) for s in copies], [queue])
     building = patterns.Building(engine)
     try:
-        deliveries += _topic_router(engine, building, router)
+        if make_router:
+            deliveries += _topic_router(engine, building, router)
+        elif not any(
+            s.spec.enabled and s.spec.when != "overflow" for s in engine.selectors(router)
+        ):
+            raise InvalidArgument(
+                f"queue {router!r} routes nothing yet (no enabled selector): a subscription "
+                "to it as an exchange would route, and drop, what it holds; give it its "
+                "selectors first"
+            )
         engine.queue_create(queue, self_destruct=not durable)
         building.queues.append(queue)
         deliver = engine.selector_create(queue).when_always().do_deliver(queue)
@@ -549,9 +565,12 @@ def stomp_topic_open(
         deliveries += deliver.enable()
         copy = engine.selector_create(router)
         building.selectors.append((router, copy.id))
-        copy.when_match("topic", pattern, "address")
+        if operator is not None:
+            copy.when_match(operator, pattern, "address")
         if filter is not None:
             copy.when_filter(filter)
+        if operator is None and filter is None:
+            copy.when_always()
         deliveries += copy.do_copy(queue).enable()
     except BaseException:
         building.undo()

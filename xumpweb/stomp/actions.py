@@ -47,13 +47,16 @@ class Publish:
     delay: float | None = None
     receipt: str | None = None
     address: str = ""
+    exchange: str | None = None  # /exchange/<name>/<key>: queue is <name>, address <key>
 
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
     """`kind` is "queue" (deliveries of DELIVER selectors to `destination`, shared with
-    other subscribers) or "topic" (`destination` is a topic pattern for a private queue).
-    `credit` is the prefetch window (None: the transport's default)."""
+    other subscribers), "topic" (`destination` is a topic pattern for a private queue),
+    "exchange" (`destination` is the binding key of a private queue fed by the queue
+    `exchange`: /exchange/<exchange>/<key>) or "temp". `credit` is the prefetch window
+    (None: the transport's default)."""
 
     subscription: str
     kind: str
@@ -62,7 +65,8 @@ class Subscribe:
     selector: str | None = None
     credit: int | None = None
     receipt: str | None = None
-    durable: str | None = None  # a durable topic subscription's name (kind "topic")
+    durable: str | None = None  # a durable subscription's name (kind "topic", "exchange")
+    exchange: str | None = None  # kind "exchange": the exchange (a queue) it is bound to
 
 
 @dataclass(frozen=True, slots=True)

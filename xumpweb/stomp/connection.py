@@ -158,6 +158,8 @@ class _Subscription:
     credit: int | None
     # ack id -> delivery tag, in delivery order (dicts keep it), for client/client-individual
     unsettled: dict[str, str] = field(default_factory=dict)
+    exchange: str | None = None  # kind "exchange": the exchange's name
+    key: str | None = None  # an /exchange/ destination's binding key (or topic pattern)
 
 
 def _header_text(value: HeaderValue) -> str:
@@ -366,6 +368,10 @@ class StompConnection:
             destination = sub.destination
         elif sub.kind == "queue":
             destination = "/queue/" + delivery.destination
+        elif sub.kind == "exchange":  # as RabbitMQ names it: the exchange and routing key
+            destination = f"{EXCHANGE}{sub.exchange}" + (
+                f"/{message.address}" if message.address else ""
+            )
         else:
             destination = sub.destination
         headers: list[tuple[str, str]] = [
@@ -407,7 +413,13 @@ class StompConnection:
         """The live subscriptions, as the Subscribe actions that made them (sans receipt)."""
         return {
             sub.id: Subscribe(
-                sub.id, sub.kind, _bare(sub.destination), sub.ack, sub.selector, sub.credit
+                sub.id,
+                sub.kind,
+                _bare(sub.destination) if sub.key is None else sub.key,
+                sub.ack,
+                sub.selector,
+                sub.credit,
+                exchange=sub.exchange,
             )
             for sub in self._subscriptions.values()
         }
@@ -437,11 +449,10 @@ class StompConnection:
         # no accept-version: a 1.0 client (STOMP 1.2 "Protocol Negotiation")
         offered = [v.strip() for v in headers.get("accept-version", "1.0").split(",")]
         version = next((v for v in VERSIONS if v in offered), None)
-        if version is None:
+        if version is None:  # RabbitMQ's words: programs written for it compare them
             raise ProtocolError(
                 "unsupported version",
-                f"the client offers STOMP {', '.join(offered)}"[:200] + "; this server "
-                f"speaks {', '.join(reversed(VERSIONS))} (send accept-version:1.2)",
+                f"Supported versions are {','.join(reversed(VERSIONS))}\n",
             )
         beat = headers.get("heart-beat", "0,0")
         parts = [part.strip() for part in beat.split(",")]
@@ -475,8 +486,17 @@ class StompConnection:
         headers = frame.headers
         made: list[Action] = []
         destination = _required(frame, "destination")
+        if "message-id" in headers:  # the server's header: RabbitMQ refuses it first too
+            raise ProtocolError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
+        exchange = None
         if destination.startswith(TEMP):
             queue, address = self._temp_queue(destination, made), ""
+        elif _is_exchange(destination):
+            exchange, address = _exchange_of(destination)
+            if exchange == TOPIC_EXCHANGE:  # RabbitMQ's /topic/ is this exchange: so is ours
+                queue, exchange = None, None
+            else:
+                queue = exchange
         else:
             queue, address = _send_target(destination)
         message_headers: dict[str, HeaderValue] = {}
@@ -517,6 +537,7 @@ class StompConnection:
             delay=delay / 1000 if delay else None,
             receipt=receipt,
             address=address,
+            exchange=exchange,
         )
         # the private queue is made now even in a transaction: a reply may come any time
         return [*made, *self._maybe_in_transaction(frame, receipt, [publish])]
@@ -537,11 +558,17 @@ class StompConnection:
             )
         destination = _required(frame, "destination")
         made: list[Action] = []
+        exchange = None
         if destination.startswith(TEMP):
             kind, name = "temp", self._temp_queue(destination, made, reader=False)
+        elif _is_exchange(destination):
+            exchange, name = _exchange_of(destination)
+            kind = "exchange"
+            if exchange == TOPIC_EXCHANGE:  # the same as SUBSCRIBE /topic/<pattern>
+                kind, name, exchange = "topic", _checked("topic pattern", name), None
         else:
             kind, name = _destination_of(destination)
-        durable = self._durable_name(frame, sid) if kind == "topic" else None
+        durable = self._durable_name(frame, sid) if kind in ("topic", "exchange") else None
         ack = headers.get("ack", "auto")
         if ack not in ACK_MODES:
             raise ProtocolError(
@@ -556,8 +583,14 @@ class StompConnection:
         selector = headers.get("selector")
         if selector is not None and not selector.strip():
             selector = None
-        self._subscriptions[sid] = _Subscription(sid, destination, kind, ack, selector, credit)
-        return [*made, Subscribe(sid, kind, name, ack, selector, credit, receipt, durable)]
+        self._subscriptions[sid] = _Subscription(
+            sid, destination, kind, ack, selector, credit, exchange=exchange,
+            key=name if _is_exchange(destination) else None,
+        )  # fmt: skip
+        return [
+            *made,
+            Subscribe(sid, kind, name, ack, selector, credit, receipt, durable, exchange),
+        ]
 
     def _on_unsubscribe(self, frame: Frame, receipt: str | None) -> list[Action]:
         sid = self._subscription_id(frame)
@@ -832,6 +865,7 @@ def _queue_of(destination: str, what: str, *, header: str = "destination") -> st
 def _send_target(destination: str) -> tuple[str | None, str]:
     """A SEND destination → (queue, "") for /queue/<name>, (None, address) for
     /topic/<address> (published to the topic router with that address)."""
+    _not_bare(destination)
     if destination.startswith("/topic/"):
         address = destination[len("/topic/") :]
         try:
@@ -845,7 +879,9 @@ def _send_target(destination: str) -> tuple[str | None, str]:
         shown = repr(destination)[:200]
         raise ProtocolError(
             "Unknown destination",
-            f"SEND: destination must be /queue/<name> or /topic/<address>, not {shown}",
+            "SEND: destination must be /queue/<name>, /topic/<address>, "
+            f"/exchange/<exchange>/<routing key> or /temp-queue/<name>, not {shown}"
+            + _unsupported(destination),
         )
     return _queue_of(destination, "SEND"), ""
 
@@ -856,14 +892,63 @@ _SUBSCRIBE_PREFIXES = (("/queue/", "queue", "destination"), ("/topic/", "topic",
 
 def _destination_of(destination: str) -> tuple[str, str]:
     """A SUBSCRIBE destination → ("queue", selector destination) or ("topic", pattern)."""
+    _not_bare(destination)
     for prefix, kind, what in _SUBSCRIBE_PREFIXES:
         if destination.startswith(prefix):
             return kind, _checked(what, destination[len(prefix) :])
     raise ProtocolError(
         "Unknown destination",
-        f"SUBSCRIBE: destination must be /queue/<destination> or /topic/<pattern>, "
-        f"not {destination!r}"[:300],
+        "SUBSCRIBE: destination must be /queue/<destination>, /topic/<pattern>, "
+        f"/exchange/<exchange>/<binding key> or /temp-queue/<name>, not {destination!r}"[:300]
+        + _unsupported(destination),
     )
+
+
+EXCHANGE = "/exchange/"
+TOPIC_EXCHANGE = "amq.topic"  # RabbitMQ's /topic/<key> is /exchange/amq.topic/<key>
+# RabbitMQ's other destination kinds, and what to use on Xump instead
+_INSTEAD = {
+    "/amq/queue/": "RabbitMQ's /amq/queue/<name> (an existing queue) is not supported: use "
+    "/queue/<name>",
+    "/reply-queue/": "RabbitMQ's /reply-queue/ is not supported: use reply-to:/temp-queue/<name>",
+}
+
+
+def _unsupported(destination: str) -> str:
+    return next(("\n" + why for prefix, why in _INSTEAD.items() if destination.startswith(prefix)),
+                "")  # fmt: skip
+
+
+def _not_bare(destination: str) -> None:
+    """`/queue` or `/topic` with nothing after: RabbitMQ's words, since its programs
+    compare them (`/queue/` with an empty name gets the engine's words)."""
+    if destination in ("/queue", "/topic"):
+        raise ProtocolError(
+            "Invalid destination", f"'' is not a valid {destination[1:]} destination\n"
+        )
+
+
+def _is_exchange(destination: str) -> bool:
+    return destination == EXCHANGE[:-1] or destination.startswith(EXCHANGE)
+
+
+def _exchange_of(destination: str) -> tuple[str, str]:
+    """`/exchange/<name>` or `/exchange/<name>/<key>` → (name, key), RabbitMQ's syntax: a
+    name (not the default exchange's empty one) and at most one key, itself free of `/`.
+    The name follows the engine's naming rules (an exchange is a queue on Xump); a key,
+    when given, too (1 to 200 characters, no whitespace or control characters)."""
+    rest = destination[len(EXCHANGE) - 1 :]
+    parts = rest[1:].split("/") if rest.startswith("/") else []
+    if not 1 <= len(parts) <= 2 or not parts[0]:
+        # RabbitMQ's words (its programs compare them)
+        raise ProtocolError(
+            "Invalid destination", f"'{rest}' is not a valid exchange destination\n"[:300]
+        )
+    name = _checked("exchange", parts[0])
+    key = parts[1] if len(parts) == 2 else ""
+    if key:
+        _checked("routing key", key)
+    return name, key
 
 
 def _checked(kind: str, name: str) -> str:

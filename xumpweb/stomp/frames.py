@@ -283,13 +283,14 @@ class FrameParser:
         return Frame(command, headers, body)
 
     def _skip_heartbeats(self) -> int:
-        """Where the next frame starts after the heart-beat EOLs at `_pos`."""
+        """Where the next frame starts after the heart-beat EOLs at `_pos` (and NUL octets:
+        empty frames, as RabbitMQ skips them)."""
         buffer = self._buffer
         index = self._pos
         size = len(buffer)
         while index < size:
             octet = buffer[index]
-            if octet == 10:
+            if octet == 10 or octet == 0:
                 index += 1
             elif octet == 13:
                 if index + 1 >= size:

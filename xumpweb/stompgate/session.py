@@ -88,7 +88,7 @@ from xumpweb.stomp.connection import (
     TempQueue,
     Unsubscribe,
 )
-from xumpweb.stompgate import clients, mailboxes, topics
+from xumpweb.stompgate import clients, exchanges, mailboxes, topics
 
 logger = logging.getLogger("xump.stomp")
 
@@ -195,10 +195,11 @@ class _Subscription:
         self.kind = action.kind
         self.ack = action.ack
         self.destination = destination  # the outbox it reads
-        # the private queue to take down at the end (a durable one stays)
-        self.topic_queue = (
-            destination if action.kind == "topic" and action.durable is None else None
-        )
+        # the private queue to take down at the end (a durable one stays), and the queue
+        # that feeds it (the topic router, or the exchange's queue) or that it reads
+        private = action.kind in ("topic", "exchange")
+        self.topic_queue = destination if private and action.durable is None else None
+        self.router = (action.exchange or topics.router()) if private else destination
         self.reader = reader
         reader.settle_on_claim = action.ack == "auto"  # a claim settles it (outbox.py)
         self.credit = action.credit or session.default_prefetch
@@ -314,7 +315,7 @@ class _Subscription:
             self.presence.cancel()
         if self.topic_queue is not None:
             try:
-                await topics.close_topic(self.session.service, self.topic_queue)
+                await topics.close_topic(self.session.service, self.topic_queue, self.router)
             except XumpError as problem:  # the sweep takes it down later
                 logger.warning("cannot remove topic queue %r: %s", self.topic_queue, problem)
 
@@ -349,6 +350,7 @@ class StompSession:
         self.subscriptions: dict[str, _Subscription] = {}
         self.topic_serial = 0
         self.mailboxes: set[str] = set()  # /queue/ names this connection asked about
+        self.exchanges: set[str] = set()  # /exchange/ names found (exchanges.py)
         self.temp_queues: list[str] = []  # its /temp-queue/ queues, removed at the end
         self.client_id: str | None = None  # CONNECT's client-id, held in Redis while here
         self.slots: deque[_Slot] = deque()
@@ -398,17 +400,13 @@ class StompSession:
             if kind is Send:
                 self._answer([action])
             elif kind is Publish:
-                if action.queue is None:  # type: ignore[attr-defined]
-                    await self._topic_router()
-                else:
-                    await self._mailbox(action.queue)  # type: ignore[attr-defined]
-                self._publish(action)  # type: ignore[arg-type]
+                if await self._send_target(action):  # type: ignore[arg-type]
+                    self._publish(action)  # type: ignore[arg-type]
             elif kind is Settle:
                 await self._settle(action)  # type: ignore[arg-type]
             elif kind is Subscribe:
-                if action.kind == "queue":  # type: ignore[attr-defined]
-                    await self._mailbox(action.destination)  # type: ignore[attr-defined]
-                await self._subscribe(action)  # type: ignore[arg-type]
+                if await self._subscribe_target(action):  # type: ignore[arg-type]
+                    await self._subscribe(action)  # type: ignore[arg-type]
             elif kind is Unsubscribe:
                 await self._unsubscribe(action)  # type: ignore[arg-type]
             elif kind is Barrier:
@@ -538,7 +536,7 @@ class StompSession:
         self.principal = principal
         self.rights.clear()
         for sub in list(self.subscriptions.values()):
-            queue = sub.destination if sub.kind == "queue" else topics.router()
+            queue = sub.router
             if sub.kind != "temp" and not self._may("consume", queue):
                 return await self._fail("access revoked", f"no consume right on {queue!r} now")
 
@@ -576,6 +574,49 @@ class StompSession:
         self.mailboxes.add(name)
         if self._may("manage", name):
             await mailboxes.ensure(self.service, name, self.who)
+
+    async def _send_target(self, action: Publish) -> bool:
+        """What a SEND's destination needs first: a mailbox, the topic router, an exchange;
+        False when it is refused (the ERROR is sent)."""
+        if action.exchange is not None:
+            return await self._exchange(action.exchange, "publish", action.receipt)
+        if action.queue is None:
+            await self._topic_router()
+        else:
+            await self._mailbox(action.queue)
+        return True
+
+    async def _subscribe_target(self, action: Subscribe) -> bool:
+        """The same for a SUBSCRIBE's: a mailbox, an exchange."""
+        if action.kind == "queue":
+            await self._mailbox(action.destination)
+        elif action.kind == "exchange" and action.exchange is not None:
+            return await self._exchange(action.exchange, "consume", action.receipt)
+        return True
+
+    async def _exchange(self, name: str, right: str, receipt: str | None) -> bool:
+        """/exchange/<name> (exchanges.py): False, with the ERROR sent, when there is no
+        such exchange; amq.direct and amq.fanout are made when first needed by a caller
+        with the right (without it, the SEND or SUBSCRIBE is refused as usual)."""
+        if name in self.exchanges:
+            return True
+        names: frozenset[str] = frozenset()
+        if name not in exchanges.BUILT_IN:
+            names = await sync_to_async(self.service.queue_names, thread_sensitive=False)()
+        why = exchanges.missing(name, names)
+        if why is not None:
+            self._answer(self._refusal(self.connection.fail(exchanges.NOT_FOUND, why, receipt)))
+            return False
+        if name in exchanges.BUILT_IN:
+            if not self._may(right, name):
+                return True
+            try:
+                await topics.ensure_router(self.service, name)
+            except XumpError as problem:  # the SEND or SUBSCRIBE meets its own error
+                logger.warning("cannot make the exchange %r: %s", name, problem)
+                return True
+        self.exchanges.add(name)
+        return True
 
     async def _topic_router(self) -> None:
         """SEND /topic/: the router must exist before the publish (topics.py); when it
@@ -626,13 +667,17 @@ class StompSession:
 
     # -- SUBSCRIBE / UNSUBSCRIBE / ACK / NACK --------------------------------------------------
     async def _subscribe(self, action: Subscribe) -> None:
-        queue = action.destination if action.kind == "queue" else topics.router()
+        # /queue/: the destination read; else the queue feeding a private one (an
+        # exchange's, or the topic router)
+        queue = action.destination if action.kind == "queue" else action.exchange or topics.router()
         if action.kind == "queue" and self._foreign(action.destination):
             return self._answer(self._refusal(self.connection.refuse_subscription(
                 action.subscription, f"{action.destination!r} is another connection's "
                 "private queue", receipt=action.receipt)))  # fmt: skip
         if action.kind != "temp" and not self._may("consume", queue):
-            what = "destination" if action.kind == "queue" else "topic router queue"
+            what = {"queue": "destination", "exchange": "exchange queue"}.get(
+                action.kind, "topic router queue"
+            )
             return self._answer(self._refusal(self.connection.refuse_subscription(
                 action.subscription, f"this caller may not consume from {what} {queue!r}",
                 receipt=action.receipt)))  # fmt: skip
@@ -644,19 +689,24 @@ class StompSession:
                 return self._answer(self._refusal(self.connection.refuse_subscription(
                     action.subscription, str(error), column=error.column or 1,
                     receipt=action.receipt)))  # fmt: skip
-            if action.kind != "topic":
+            if action.kind not in ("topic", "exchange"):
                 wanted = _wanted(selects)
         destination = action.destination
-        if action.kind == "topic":
+        if action.kind in ("topic", "exchange"):
             await self._earlier_sends_stored()
             if action.durable is not None:
                 destination = topics.durable_name(self.client_id or self.who, action.durable)
             else:
                 self.topic_serial += 1
                 destination = topics.queue_name(self.id, self.topic_serial)
+            exchange = action.exchange
             try:
-                await topics.open_topic(self.service, destination, action.destination,
-                                        action.selector, action.durable is not None)  # fmt: skip
+                await topics.open_topic(
+                    self.service, destination, action.destination, action.selector,
+                    action.durable is not None, source=queue,
+                    operator=exchanges.operator(exchange) if exchange else "topic",
+                    make_router=exchange is None or exchange in exchanges.BUILT_IN,
+                )  # fmt: skip
             except XumpError as error:
                 column = getattr(error, "column", None)
                 refused = self.connection.refuse_subscription(
@@ -713,7 +763,10 @@ class StompSession:
         if action.durable is not None:  # UNSUBSCRIBE durable:true: the queue goes too
             queue = topics.durable_name(self.client_id or self.who, action.durable)
             try:
-                await topics.close_topic(self.service, queue)
+                if sub is not None:
+                    await topics.close_topic(self.service, queue, sub.router)
+                else:  # its subscriber is away: which router fed it is not known here
+                    await topics.remove_private(self.service, queue)
             except XumpError as problem:
                 logger.warning("cannot remove durable subscription %r: %s", queue, problem)
         if action.receipt is not None:

@@ -13,6 +13,9 @@ per process), with a DEFAULT DELETE selector: what no subscription's pattern mat
 dropped, so a subscriber receives only what is published while it is subscribed (a router
 without any enabled selector would hold what arrives for the next one).
 
+/exchange/<name>/<key> subscriptions (exchanges.py) get the same private queue, fed by a
+COPY on the exchange's queue instead of the topic router.
+
 A STOMP process that dies cannot take its queues down: `sweep()` (a beat task, every
 SWEEP_EVERY seconds) removes the `stomp:` queues whose destination has had no consumer
 present (relay presence keys) at two sweeps in a row.
@@ -25,6 +28,7 @@ import logging
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from engine.errors import NotFound
 from xumpweb.runtime import Service
 
 logger = logging.getLogger("xump.stomp")
@@ -45,9 +49,10 @@ def router() -> str:
 _ready: set[tuple[str, str]] = set()  # (store, router) this process has made sure of
 
 
-async def ensure_router(found: Service) -> None:
-    """Make sure the router exists (XumpError when the router refuses), once per process."""
-    key = (found.keys["inbox"], router())
+async def ensure_router(found: Service, name: str | None = None) -> None:
+    """Make sure the router `name` (default: the topic router) exists, with its DEFAULT
+    DELETE (XumpError when the router refuses), once per process."""
+    key = (found.keys["inbox"], name or router())
     if key in _ready:
         return
     await sync_to_async(found.call, thread_sensitive=False)("stomp_topic_router", router=key[1])
@@ -55,13 +60,23 @@ async def ensure_router(found: Service) -> None:
 
 
 async def open_topic(
-    found: Service, queue: str, pattern: str, expression: str | None, durable: bool = False
+    found: Service,
+    queue: str,
+    pattern: str,
+    expression: str | None,
+    durable: bool = False,
+    *,
+    source: str | None = None,
+    operator: str | None = "topic",
+    make_router: bool = True,
 ) -> None:
     """Build the subscription's wiring (XumpError when the router refuses it); a durable
-    one's is kept when it exists (the subscriber is back)."""
+    one's is kept when it exists (the subscriber is back). `source`: the router queue
+    (default: the topic router; an exchange's queue for /exchange/), `operator` how the
+    pattern matches the address (None: every address, a fanout)."""
     await sync_to_async(found.call, thread_sensitive=False)(
-        "stomp_topic_open", queue=queue, router=router(), pattern=pattern, filter=expression,
-        durable=durable,
+        "stomp_topic_open", queue=queue, router=source or router(), pattern=pattern,
+        filter=expression, durable=durable, operator=operator, make_router=make_router,
     )  # fmt: skip
 
 
@@ -71,10 +86,21 @@ def durable_name(owner: str, name: str) -> str:
     return f"{DURABLE_PREFIX}{owner}:{name}"
 
 
-async def close_topic(found: Service, queue: str) -> None:
+async def close_topic(found: Service, queue: str, source: str | None = None) -> None:
+    """Take a subscription's queue down with the COPY on `source` (default: the topic
+    router) that feeds it."""
     await sync_to_async(found.call, thread_sensitive=False)(
-        "stomp_topic_close", queue=queue, router=router()
+        "stomp_topic_close", queue=queue, router=source or router()
     )
+
+
+async def remove_private(found: Service, queue: str) -> None:
+    """Take a private queue down with every COPY that feeds it, from whichever router (a
+    durable subscription removed while its subscriber is away: its router is not known)."""
+    try:
+        await sync_to_async(found.call, thread_sensitive=False)("queue_delete", name=queue)
+    except NotFound:
+        pass
 
 
 def sweep(found: Service) -> list[str]:
@@ -93,8 +119,8 @@ def sweep(found: Service) -> list[str]:
     before = {member.decode() for member in found.redis.smembers(candidates_key)}
     removed = []
     for name in sorted(absent & before):
-        try:
-            found.call("stomp_topic_close", queue=name, router=router())
+        try:  # with the COPY that fed it, on the topic router or an exchange's queue
+            found.call("queue_delete", name=name)
         except Exception as problem:  # the next sweep tries again
             logger.warning("cannot remove orphaned topic queue %r: %s", name, problem)
             continue
