@@ -9,6 +9,7 @@ import itertools
 import json
 import secrets
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,7 +20,16 @@ from engine.errors import InboxFull, StoreError, StoreFull, XumpError
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.relay.scripts import _BOUNDED_PUSH, TAKE
-from engine.relay.wire import _delivery_from, _dumps, _keys, _message_json, _plain, delivery_keys
+from engine.relay.wire import (
+    PRESENCE_EVERY,
+    PRESENCE_TTL_MS,
+    _delivery_from,
+    _dumps,
+    _keys,
+    _message_json,
+    _plain,
+    delivery_keys,
+)
 from engine.stores.sql import mask_password
 from engine.validation import (
     check_body,
@@ -67,6 +77,7 @@ class RelayClient:
         self.inbox, self._outbox, self.errors = _keys(store)
         self._delivery_keys = delivery_keys(store)
         self._take = self.client.register_script(TAKE)
+        self._presence_due: dict[str, float] = {}  # destination -> next presence refresh
         # mids are given out here, so a publisher knows them before the router routes
         self._mid_prefix = "r" + secrets.token_hex(5)
         self._serials = itertools.count(1)
@@ -268,6 +279,7 @@ class RelayClient:
         """Take up to `count` deliveries for `destination`, oldest first; waits up to
         `wait` seconds for the first one. Their delivery timeout starts now (see the
         package doc): confirm or reject them before it runs out."""
+        self._present(destination)
         found = self._take_some(destination, count)
         if not found and wait > 0:
             # wait for the outbox to fill without taking: BLMOVE of the list onto itself
@@ -275,6 +287,16 @@ class RelayClient:
                                wait, "LEFT", "LEFT")  # fmt: skip
             found = self._take_some(destination, count)
         return [_delivery_from(raw) for raw in found]
+
+    def _present(self, destination: str) -> None:
+        """Tell the router `destination` has a consumer (its presence key, as the service's
+        subscribers keep it: a worker destination without one is away, and the wolfpack
+        holds its work), at most once per PRESENCE_EVERY: the key is a write."""
+        now = time.monotonic()
+        if now >= self._presence_due.get(destination, 0.0):
+            key = self._delivery_keys["present"] + destination
+            self.client.set(key, b"1", px=PRESENCE_TTL_MS)
+            self._presence_due[destination] = now + PRESENCE_EVERY
 
     def _take_some(self, destination: str, count: int) -> list[bytes]:
         keys = self._delivery_keys

@@ -261,9 +261,18 @@ def stats(http, queue: str) -> dict:
 
 
 def queue_names(http) -> set[str]:
-    answer = http.get("/api/queues")
-    assert answer.status_code == 200, answer.text
-    return {queue["name"] for queue in answer.json()["queues"]}
+    """Every queue's name, page after page (the list is paged: issue 21)."""
+    names: set[str] = set()
+    after = None
+    while True:
+        params = {"limit": 1000, **({"after": after} if after else {})}
+        answer = http.get("/api/queues", params=params)
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        names.update(queue["name"] for queue in page["queues"])
+        after = page["next"]
+        if not after:
+            return names
 
 
 def bodies(frames: list[Frame]) -> list[str]:
