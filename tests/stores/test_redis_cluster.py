@@ -128,13 +128,20 @@ def test_an_unreachable_cluster_is_refused_with_the_url() -> None:
         Engine().store_create("redis", "gone", url="redis://127.0.0.1:1/0?cluster=true")
 
 
-def test_a_store_whose_slot_moves_to_another_node_keeps_working(redis_cluster, shards) -> None:
-    name = shards[0]
+def published_then_moved(cluster, name: str) -> Engine:
+    """An engine with queue "q" on store `name`, holding a message b"before" published
+    before the store's slot moved to another node."""
     engine = Engine()
-    engine.store_create("redis", name, url=redis_cluster.url)
+    engine.store_create("redis", name, url=cluster.url)
     engine.queue_create("q", store=name)
     engine.publish("q", Message(body=b"before"))
-    move_slot(redis_cluster, key_slot(f"xump:{{{name}}}:".encode()))
+    move_slot(cluster, key_slot(f"xump:{{{name}}}:".encode()))
+    return engine
+
+
+def test_a_store_whose_slot_moves_to_another_node_keeps_working(redis_cluster, shards) -> None:
+    name = shards[0]
+    engine = published_then_moved(redis_cluster, name)
     store = engine.backend(name)
     redirected = []
     follow = store._run_redirected
@@ -147,11 +154,7 @@ def test_a_store_whose_slot_moves_to_another_node_keeps_working(redis_cluster, s
 
 def test_a_lease_is_taken_on_a_store_whose_slot_moved(redis_cluster, shards) -> None:
     name = shards[2]
-    engine = Engine()
-    engine.store_create("redis", name, url=redis_cluster.url)
-    engine.queue_create("q", store=name)
-    engine.publish("q", Message(body=b"before"))
-    move_slot(redis_cluster, key_slot(f"xump:{{{name}}}:".encode()))
+    engine = published_then_moved(redis_cluster, name)
     store = engine.backend(name)
     assert store.acquire_lease("mover", 2000)
     engine.publish("q", Message(body=b"after"))

@@ -4,10 +4,15 @@ session's private redis-server, with its own SQLite database and its own Redis s
 `service` routes inline (in the server process); `worker_service` routes in a real Celery
 worker process. The test process also sets Django up on the same database (not the same
 Redis keys), so tests can make users and tokens through the models.
+
+The STOMP tests' fixtures are here too, for every file that speaks STOMP: `transport` (a
+test asking for it runs over TCP and over WebSocket), `connect`, `clients` and
+`durable_client` (stomp.py clients, tests/web/stomp_clients.py), and `http`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -16,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -24,9 +29,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import stomp
 
 from engine.relay import RelayClient
 from tests.conftest import RedisServer, free_port
+from tests.web.stomp_clients import TRANSPORTS, Client, disconnect_all, stomp_connection
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -224,6 +231,63 @@ def take_from_relay(relay: RelayClient, destination: str, count: int, within: fl
 def stomp_port(service):
     """The STOMP TCP server of `service` (one per session); its port."""
     return service.start_stomp()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request) -> str:
+    """The STOMP transport of the test: each test asking for it runs over both."""
+    return request.param
+
+
+@pytest.fixture
+def connect(service, stomp_port) -> Iterator[Callable[..., Client]]:
+    """Connect stomp.py clients, each over the transport named ("tcp" or "websocket"); all
+    are disconnected at the end of the test."""
+    made: list[Client] = []
+
+    def connect_over(over: str, token: str | None = None, auto_ack: bool = False,
+                     version: str = "1.2", **options) -> Client:  # fmt: skip
+        client = Client(stomp_connection(service, stomp_port, over, version, **options), auto_ack)
+        client.connection.connect("tests", token or service.admin_token, wait=True)
+        made.append(client)
+        return client
+
+    yield connect_over
+    disconnect_all(made)
+
+
+@pytest.fixture
+def clients(connect, transport) -> Callable[..., Client]:
+    """Connect stomp.py clients over the test's transport (see `connect`)."""
+    return functools.partial(connect, transport)
+
+
+@pytest.fixture
+def durable_client(service, stomp_port) -> Iterator[Callable[..., Client | None]]:
+    """Connect stomp.py clients with a client-id over a transport: the Client, or None when
+    the server refused the CONNECT; all are disconnected at the end of the test."""
+    made: list[Client] = []
+
+    def make(over: str, client_id: str, auto_ack: bool = False) -> Client | None:
+        client = Client(stomp_connection(service, stomp_port, over), auto_ack)
+        made.append(client)
+        try:
+            client.connection.connect(
+                "tests", service.admin_token, headers={"client-id": client_id}, wait=True
+            )
+        except stomp.exception.StompException:
+            return None
+        return None if client.errors else client
+
+    yield make
+    disconnect_all(made)
+
+
+@pytest.fixture
+def http(service) -> Iterator[httpx.Client]:
+    """An HTTP client of `service` with the admin token."""
+    with service.client() as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures of test_stomp_clients.py, imported, are parameters here)
 """RabbitMQ's /exchange/ destinations against the running service, over TCP and WebSocket
 (docs/stomp.md, "Coming from RabbitMQ"): amq.direct matches the routing key exactly,
 amq.fanout gives every subscriber everything, amq.topic is /topic/, an operator's queue is
@@ -16,23 +15,16 @@ import uuid
 
 import pytest
 
-from tests.web.conftest import unique
-from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
-    Client,
-    clients,
-    connect,
+from tests.web.conftest import eventually, unique
+from tests.web.stomp_clients import Client
+from tests.web.test_stomp_clients import (
     deliver,
-    disconnect_all,
-    eventually,
-    http,
     issue_token,
     make_queue,
     queue_names,
-    stomp_connection,
-    transport,
     waiting,
 )
-from tests.web.test_stomp_peers import RABBIT, durable_client  # noqa: F401 (fixture)
+from tests.web.test_stomp_peers import RABBIT
 
 
 def received(client: Client, body: str):

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures of test_stomp_clients.py, imported, are parameters here)
 """Programs written for other brokers work unchanged (SPEC §9, issue 24): stomp.py clients
 as a RabbitMQ or ActiveMQ tutorial writes them, against the running service over both
 transports. /queue/ mailboxes made by a first SEND or SUBSCRIBE, STOMP 1.0 and 1.1
@@ -15,23 +14,15 @@ from urllib.parse import quote
 import pytest
 import stomp
 
-from tests.web.conftest import service_with_own_redis, unique
+from tests.web.conftest import eventually, service_with_own_redis, unique
+from tests.web.stomp_clients import WITHIN, Client, stomp_connection
 from tests.web.test_api_queues import audit_entries
-from tests.web.test_stomp_clients import (  # noqa: F401 (fixtures)
-    WITHIN,
-    Client,
+from tests.web.test_stomp_clients import (
     bodies,
-    clients,
-    connect,
     delivering,
-    disconnect_all,
-    eventually,
-    http,
     issue_token,
     make_queue,
     queue_names,
-    stomp_connection,
-    transport,
     waiting,
 )
 from tests.web.test_stomp_protocol import frame, tcp, websocket
@@ -305,27 +296,6 @@ def test_temp_queue_naming_another_connections_queue_is_an_error(http, clients):
 
 # -- durable topic subscriptions ----------------------------------------------------------------
 RABBIT = {"durable": "true", "auto-delete": "false"}
-
-
-@pytest.fixture
-def durable_client(service, stomp_port):
-    """Connect stomp.py clients with a client-id over a transport: the Client, or None when
-    the server refused the CONNECT; all are disconnected at the end of the test."""
-    made: list[Client] = []
-
-    def make(over: str, client_id: str, auto_ack: bool = False) -> Client | None:
-        client = Client(stomp_connection(service, stomp_port, over), auto_ack)
-        made.append(client)
-        try:
-            client.connection.connect(
-                "tests", service.admin_token, headers={"client-id": client_id}, wait=True
-            )
-        except stomp.exception.StompException:
-            return None
-        return None if client.errors else client
-
-    yield make
-    disconnect_all(made)
 
 
 def test_a_durable_subscription_keeps_what_is_published_while_away_rabbitmq_dialect(

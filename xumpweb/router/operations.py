@@ -9,6 +9,9 @@ operation changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -647,6 +650,25 @@ def stomp_mailbox(engine: Engine, name: str, history: int = 0) -> Answer:
 
 
 # -- definitions ---------------------------------------------------------------------------
+@contextmanager
+def _all_or_nothing() -> Iterator[list[Callable[[], Any]]]:
+    """A list for the undo of each engine call the block makes. The catalog's rows are saved
+    in one database transaction: a commit per row (an fsync each on SQLite) made 200 queues
+    take 4 s of the router's time. When the block fails, the transaction is rolled back and
+    the undo steps run in reverse to take back the engine's side; the error is raised."""
+    undo: list[Callable[[], Any]] = []
+    try:
+        with transaction.atomic():
+            yield undo
+    except Exception:  # the engine's refusal, or a catalog that could not save
+        for step in reversed(undo):
+            try:
+                step()
+            except Exception:  # undo the rest even when one step cannot
+                continue
+        raise
+
+
 def definitions_apply(
     engine: Engine,
     stores: list[dict[str, Any]],
@@ -660,77 +682,43 @@ def definitions_apply(
     checked it and planned it) in one step: stores, queues (dead-letter queues set once
     every queue exists), selectors created or changed, patterns built. All or nothing:
     when any call fails, what this call did is undone in reverse and the error raised."""
-    undo: list[Any] = []
     deliveries: list[Delivery] = []
     built: list[dict[str, Any]] = []
-    try:
-        # one database transaction for the catalog's rows: a commit per row (an fsync
-        # each on SQLite) made 200 queues take 4 s of the router's time; rolled back
-        # when a call fails, as the undo below takes back the engine's side
-        with transaction.atomic():
-            _apply_definitions(
-                engine, undo, deliveries, built, stores, queues_create, queues_update,
-                selectors_create, selectors_update, patterns,
-            )  # fmt: skip
-    except Exception:  # the engine's refusal, or a catalog that could not save
-        for step in reversed(undo):
-            try:
-                step()
-            except Exception:  # undo the rest even when one step cannot
-                continue
-        raise
+    with _all_or_nothing() as undo:
+        for store in stores:
+            engine.store_create(store["kind"], store["name"], store.get("url"))
+            undo.append(lambda name=store["name"]: engine.store_delete(name))
+        dead_letters = []
+        for queue in queues_create:
+            settings = {k: v for k, v in queue.items() if k not in ("name", "dead_letter")}
+            engine.queue_create(queue["name"], **settings)
+            undo.append(lambda name=queue["name"]: engine.queue_delete(name))
+            if queue.get("dead_letter") is not None:
+                dead_letters.append({"name": queue["name"], "dead_letter": queue["dead_letter"]})
+        for queue in [*queues_update, *dead_letters]:
+            info = engine.queue_fetch(queue["name"])
+            changes = {k: v for k, v in queue.items() if k != "name"}
+            old = {k: getattr(info, k) for k in changes}
+            engine.queue_update(queue["name"], **changes)
+            undo.append(lambda name=queue["name"], old=old: engine.queue_update(name, **old))
+        for selector in selectors_create:
+            settings = {k: v for k, v in selector.items() if k != "queue"}
+            answer, caused = selector_create(engine, selector["queue"], **settings)
+            deliveries.extend(caused)
+            undo.append(lambda q=selector["queue"], n=answer["id"]: engine.selector_delete(q, n))
+        for change in selectors_update:
+            spec = engine.selector_fetch(change["queue"], change["id"]).spec
+            old = {"enabled": spec.enabled, "credit": spec.credit, "start": spec.start}
+            _, caused = selector_update(engine, change["queue"], change["id"], **change["settings"])
+            deliveries.extend(caused)
+            undo.append(partial(selector_update, engine, change["queue"], change["id"], **old))
+        for pattern in patterns:
+            answer, caused = pattern_build(engine, **pattern)
+            deliveries.extend(caused)
+            built.append(answer)
+            made = (answer["made_queues"], answer["made_selectors"])
+            undo.append(partial(pattern_unbuild, engine, *made))
     return {"patterns": built}, deliveries
-
-
-def _apply_definitions(
-    engine: Engine,
-    undo: list[Any],
-    deliveries: list[Delivery],
-    built: list[dict[str, Any]],
-    stores: list[dict[str, Any]],
-    queues_create: list[dict[str, Any]],
-    queues_update: list[dict[str, Any]],
-    selectors_create: list[dict[str, Any]],
-    selectors_update: list[dict[str, Any]],
-    patterns: list[dict[str, Any]],
-) -> None:
-    """definitions_apply's calls, each with its undo appended to `undo`."""
-    for store in stores:
-        engine.store_create(store["kind"], store["name"], store.get("url"))
-        undo.append(lambda name=store["name"]: engine.store_delete(name))
-    dead_letters = []
-    for queue in queues_create:
-        settings = {k: v for k, v in queue.items() if k not in ("name", "dead_letter")}
-        engine.queue_create(queue["name"], **settings)
-        undo.append(lambda name=queue["name"]: engine.queue_delete(name))
-        if queue.get("dead_letter") is not None:
-            dead_letters.append({"name": queue["name"], "dead_letter": queue["dead_letter"]})
-    for queue in [*queues_update, *dead_letters]:
-        info = engine.queue_fetch(queue["name"])
-        changes = {k: v for k, v in queue.items() if k != "name"}
-        old = {k: getattr(info, k) for k in changes}
-        engine.queue_update(queue["name"], **changes)
-        undo.append(lambda name=queue["name"], old=old: engine.queue_update(name, **old))
-    for selector in selectors_create:
-        settings = {k: v for k, v in selector.items() if k != "queue"}
-        answer, caused = selector_create(engine, selector["queue"], **settings)
-        deliveries.extend(caused)
-        undo.append(lambda q=selector["queue"], n=answer["id"]: engine.selector_delete(q, n))
-    for change in selectors_update:
-        spec = engine.selector_fetch(change["queue"], change["id"]).spec
-        old = {"enabled": spec.enabled, "credit": spec.credit, "start": spec.start}
-        _, caused = selector_update(engine, change["queue"], change["id"], **change["settings"])
-        deliveries.extend(caused)
-        undo.append(
-            lambda q=change["queue"], n=change["id"], old=old: selector_update(engine, q, n, **old)
-        )
-    for pattern in patterns:
-        answer, caused = pattern_build(engine, **pattern)
-        deliveries.extend(caused)
-        built.append(answer)
-        undo.append(
-            lambda made=answer: pattern_unbuild(engine, made["made_queues"], made["made_selectors"])
-        )
 
 
 CALLS = {
