@@ -413,10 +413,14 @@ class Router:
 
         @functools.wraps(function)  # its signature: the relay checks arguments against it
         def changing_wiring(engine: Engine, **arguments: Any) -> Any:
+            answer = function(engine, **arguments)
+            result = answer[0]
+            if isinstance(result, dict) and result.get("created") is False:
+                return answer  # found as it was (a mailbox's every later first use)
             self._wiring_changed = True  # the version moves in the step's commit
             if self.relay is not None:
                 self.relay.wiring_changed = True
-            return function(engine, **arguments)
+            return answer
 
         return changing_wiring
 

@@ -43,6 +43,16 @@ local function tag_of(item)
 end
 """
 
+# `command` on `key` with `values` as its arguments, 1,000 at a time (Lua's unpack has a
+# limit); an even count, so ZADD's score and member pairs stay together.
+_IN_CHUNKS = r"""
+local function in_chunks(command, key, values)
+    for first = 1, #values, 1000 do
+        redis.call(command, key, unpack(values, first, math.min(first + 999, #values)))
+    end
+end
+"""
+
 # The server's time as the taken set scores it (seconds, six decimals), in `at`.
 _NOW = r"""
 local now = redis.call('TIME')
@@ -53,6 +63,7 @@ local at = now[1] .. '.' .. string.format('%06d', now[2])
 # Takes deliveries off the outbox and notes when, at the server's clock; drops revoked ones.
 TAKE = (
     _TAG_OF
+    + _IN_CHUNKS
     + _NOW
     + r"""
 local items = redis.call('LPOP', KEYS[1], ARGV[1])
@@ -70,14 +81,8 @@ for _, item in ipairs(items) do
         end
         kept[#kept + 1] = item
     end
-    if #scored >= 1000 then
-        redis.call('ZADD', KEYS[2], unpack(scored))
-        scored = {}
-    end
 end
-if #scored > 0 then
-    redis.call('ZADD', KEYS[2], unpack(scored))
-end
+in_chunks('ZADD', KEYS[2], scored)
 return kept
 """
 )
@@ -115,6 +120,7 @@ return kept
 # redeliveries.
 UNTAKE = (
     _TAG_OF
+    + _IN_CHUNKS
     + r"""
 local tags = {}
 for i = #ARGV, 1, -1 do
@@ -126,14 +132,8 @@ for i = #ARGV, 1, -1 do
     if tag then
         tags[#tags + 1] = tag
     end
-    if #tags >= 1000 then
-        redis.call('ZREM', KEYS[2], unpack(tags))
-        tags = {}
-    end
 end
-if #tags > 0 then
-    redis.call('ZREM', KEYS[2], unpack(tags))
-end
+in_chunks('ZREM', KEYS[2], tags)
 return #ARGV
 """
 )

@@ -163,3 +163,19 @@ def disconnect_all(made: list[Client]) -> None:
                 client.connection.disconnect()
             except Exception:
                 pass
+
+
+def queue_names(http, prefix: str = "") -> set[str]:
+    """Every queue's name (starting with `prefix`), page after page (the list is paged:
+    issue 21)."""
+    names: set[str] = set()
+    after = None
+    while True:
+        params = {"limit": 1000, "prefix": prefix, **({"after": after} if after else {})}
+        answer = http.get("/api/queues", params=params)
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        names.update(queue["name"] for queue in page["queues"])
+        after = page["next"]
+        if not after:
+            return names

@@ -26,7 +26,7 @@ import stomp
 from stomp.utils import Frame
 
 from tests.web.conftest import eventually, unique
-from tests.web.stomp_clients import TRANSPORTS, Client, stomp_connection
+from tests.web.stomp_clients import TRANSPORTS, Client, queue_names, stomp_connection
 
 KIND = {"tcp": "stomp-tcp", "websocket": "stomp-websocket"}
 
@@ -74,21 +74,6 @@ def stats(http, queue: str) -> dict:
     answer = http.get(f"/api/queues/{quote(queue, safe='')}/stats")
     assert answer.status_code == 200, answer.text
     return answer.json()
-
-
-def queue_names(http) -> set[str]:
-    """Every queue's name, page after page (the list is paged: issue 21)."""
-    names: set[str] = set()
-    after = None
-    while True:
-        params = {"limit": 1000, **({"after": after} if after else {})}
-        answer = http.get("/api/queues", params=params)
-        assert answer.status_code == 200, answer.text
-        page = answer.json()
-        names.update(queue["name"] for queue in page["queues"])
-        after = page["next"]
-        if not after:
-            return names
 
 
 def bodies(frames: list[Frame]) -> list[str]:

@@ -31,6 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from tests.web.conftest import unique
+from tests.web.stomp_clients import queue_names
 from tests.web.test_subscribe import (  # noqa: F401 (xump: a fixture)
     Xump,
     issue_token,
@@ -439,17 +440,7 @@ def test_a_bad_selector_is_refused_with_its_column(opener, xump):
 
 def topic_queues(xump: Xump) -> set[str]:
     """The private queues of /topic/ subscriptions, through the HTTP API."""
-    names: set[str] = set()
-    after = None
-    while True:  # the list is paged (issue 21): every page of the "stomp:" queues
-        params = {"prefix": "stomp:", "limit": 1000, **({"after": after} if after else {})}
-        answer = xump.http.get("/api/queues", params=params)
-        assert answer.status_code == 200, answer.text
-        page = answer.json()
-        names.update(q["name"] for q in page["queues"])
-        after = page["next"]
-        if not after:
-            return names
+    return queue_names(xump.http, prefix="stomp:")
 
 
 def test_an_ack_of_an_unknown_id_or_another_connections_id_is_refused(opener, xump):
