@@ -71,8 +71,11 @@ nobody holds a delivery twice, case by case:
   (`_Settled`, known by its class: no inbox command can pass for one), so the ack costs no
   write of its own either, and the consumer rings the doorbell (no write) with its next
   take. As with RabbitMQ's automatic acks, a delivery is settled once it is on its way: a
-  consumer process killed between the claim and its socket write loses that one message
-  to the subscriber (a claim by TAKE, in a burst, is acked after the write as before);
+  consumer process killed between the claim and its socket write, or a subscription that
+  ends while its claim waited, loses that one message to the subscriber (a claim by TAKE,
+  in a burst, is acked after the write as before). Only the router takes items off the
+  autoacked list (it trims as many as it read, in its commit), so nothing is put back
+  there;
 * revoked deliveries (below) may be claimed in the moment between the router's step and
   its PURGE: a consumer that claims while its destination has a revoked set checks the
   claim first (CLAIM_CHECK, one round trip, only then) and drops a revoked one; PURGE

@@ -112,8 +112,8 @@ return kept
 """
 )
 
-# KEYS: outbox, taken set, claimed list, autoacked list. ARGV: items TAKE returned (or a
-# BLMOVE claimed), in their order.
+# KEYS: outbox, taken set, claimed list. ARGV: items TAKE returned (or a BLMOVE claimed
+# onto the claimed list), in their order.
 # Puts items a consumer took and never handed on (it was closing meanwhile) back at the
 # head of the outbox, in their order, and forgets they were taken (or claimed): as if never
 # taken, so the destination's next consumer receives them first, in order, not as
@@ -124,9 +124,7 @@ UNTAKE = (
     + r"""
 local tags = {}
 for i = #ARGV, 1, -1 do
-    if redis.call('LREM', KEYS[3], 1, ARGV[i]) == 0 then
-        redis.call('LREM', KEYS[4], 1, ARGV[i])
-    end
+    redis.call('LREM', KEYS[3], 1, ARGV[i])
     redis.call('LPUSH', KEYS[1], ARGV[i])
     local tag = tag_of(ARGV[i])
     if tag then

@@ -222,16 +222,25 @@ class OutboxReader:
         next consumer receives them first, and not as redeliveries. Rejecting them instead
         would requeue each behind what reached the outbox meanwhile (out of order,
         redelivered, counted as a delivery)."""
+        if self.preacked:
+            # a claim onto the autoacked list settled its delivery (ack:auto: settled once
+            # on its way, see the module doc): it is not put back. Only the router takes
+            # items off that list (it trims as many as it read), so nobody else may.
+            kept = []
+            for item in items:
+                tag = _tag(item)
+                if tag in self.preacked:
+                    self.preacked.discard(tag)  # type: ignore[arg-type]
+                else:
+                    kept.append(item)
+            items = kept
         if not items:
             return
         self.taking = True  # part of the take: `stop` waits for it rather than cancel it
         claimed = set(items)
         self.claimed = [item for item in self.claimed if item not in claimed]
-        if self.preacked:
-            for item in items:
-                self.preacked.discard(_tag(item))
         try:
-            keys = [self.outbox, self.taken, self.claimed_key, self.autoacked_key]
+            keys = [self.outbox, self.taken, self.claimed_key]
             await self.untake_script(keys=keys, args=items)
         finally:
             self.taking = False
