@@ -857,7 +857,8 @@ def test_a_traced_send_gathers_each_hops_stamp_and_an_untraced_one_none(service,
         client.close()
     assert plain.body == b"plain" and TRACE not in plain.headers
     stamps = parse_header(traced.headers[TRACE])
-    assert sent <= stamps["recv"] <= lines["inbox"] <= lines["step"] <= lines["write"]
+    assert sent <= stamps["recv"] <= lines["inbox"] <= lines["step"]
     # the subscriber learns of it in the routing step's own Redis turn (a claim: the
-    # package doc of engine/relay), so it may note the time before the router does
+    # package doc of engine/relay), so it may note the time, and even write the frame,
+    # before the router notes its step
     assert lines["inbox"] <= stamps["learn"] <= lines["write"] <= time.time()
