@@ -179,3 +179,16 @@ def queue_names(http, prefix: str = "") -> set[str]:
         after = page["next"]
         if not after:
             return names
+
+
+def made_since(http, before: set[str], clients: list[Client], *words: str) -> set[str]:
+    """The queues made since `before` that these clients could have made: a private queue
+    of one of their connections, or a name holding one of `words` (the destination's
+    parts). Other tests run at once against the same service and make queues of their
+    own, so "no new queue at all" would be a race."""
+    sessions = [f":{client.session}:" for client in clients if client.session]
+    return {
+        name
+        for name in queue_names(http) - before
+        if any(session in name for session in sessions) or any(w and w in name for w in words)
+    }

@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from tests.web.conftest import eventually, unique
-from tests.web.stomp_clients import Client
+from tests.web.stomp_clients import Client, made_since
 from tests.web.test_stomp_clients import (
     deliver,
     issue_token,
@@ -168,8 +168,10 @@ def test_an_exchange_that_does_not_exist_is_not_found_and_nothing_is_made(
     http, clients, destination, words
 ):
     before = queue_names(http)
+    made = []
     for command in ("SUBSCRIBE", "SEND"):
         client = clients()
+        made.append(client)
         if command == "SEND":
             client.connection.send(destination, "x", headers={"receipt": "r"})
         else:
@@ -178,7 +180,7 @@ def test_an_exchange_that_does_not_exist_is_not_found_and_nothing_is_made(
         error = client.errors[0]
         assert error.headers["message"] == "not_found"  # RabbitMQ's words
         assert error.body.startswith(words)
-    assert queue_names(http) == before
+    assert made_since(http, before, made, destination.rsplit("/", 1)[-1]) == set()
 
 
 def test_exchanges_ask_for_the_rights_topics_do(http, connect, transport):
@@ -282,4 +284,4 @@ def test_rabbitmqs_error_words_reach_the_client_and_nothing_is_made(
     assert error.headers["message"] == message
     assert error.headers["receipt-id"] == "r"
     assert body is None or error.body == body
-    assert queue_names(http) == before
+    assert made_since(http, before, [client], destination.rsplit("/", 1)[-1]) == set()

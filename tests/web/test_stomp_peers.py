@@ -15,7 +15,7 @@ import pytest
 import stomp
 
 from tests.web.conftest import eventually, service_with_own_redis, unique
-from tests.web.stomp_clients import WITHIN, Client, stomp_connection
+from tests.web.stomp_clients import WITHIN, Client, made_since, stomp_connection
 from tests.web.test_api_queues import audit_entries
 from tests.web.test_stomp_clients import (
     bodies,
@@ -147,7 +147,7 @@ def test_only_stomp_makes_mailboxes_not_the_json_websocket_nor_the_http_publish(
         answer = http.post(f"/api/queues/{name}/publish", json={"body": "hello"})
         assert answer.status_code == 404, answer.text
         assert answer.json()["error"] == "not_found"
-    assert queue_names(http) - before == set()
+    assert made_since(http, before, [], name) == set()
 
 
 def test_a_bad_queue_name_is_an_error_and_nothing_is_made(http, clients):
@@ -156,7 +156,7 @@ def test_a_bad_queue_name_is_an_error_and_nothing_is_made(http, clients):
     producer.send("/queue/$reserved", "x", receipt="r")
     producer.wait(lambda: producer.errors, "an ERROR")
     assert producer.errors[0].headers["message"] == "Invalid destination"
-    assert queue_names(http) - before == set()
+    assert made_since(http, before, [producer], "reserved") == set()
 
 
 def test_stomp_py_connection_class_for_rabbitmq_tutorials_works_as_is(service, stomp_port):
@@ -291,7 +291,7 @@ def test_temp_queue_naming_another_connections_queue_is_an_error(http, clients):
     client.connection.subscribe("/temp-queue/stomp:abc:temp:x", "x", headers={"receipt": "s"})
     client.wait(lambda: client.errors, "an ERROR")
     assert client.errors[0].headers["message"] == "Invalid destination"
-    assert queue_names(http) - before == set()
+    assert made_since(http, before, [client], "abc") == set()
 
 
 # -- durable topic subscriptions ----------------------------------------------------------------
@@ -464,7 +464,7 @@ def test_durable_without_an_id_and_a_bad_client_id_are_errors(http, service, sto
     bad.connect("tests", service.admin_token, headers={"client-id": "a\tb"}, wait=False)
     listener.wait(lambda: listener.errors, "an ERROR")
     assert listener.errors[0].headers["message"] == "Invalid header"
-    assert queue_names(http) - before == set()
+    assert made_since(http, before, [client, listener], "a\tb") == set()
 
 
 def test_a_durable_subscription_survives_a_restart_of_the_stomp_server(service, http):
