@@ -30,6 +30,7 @@ from engine.relay.wire import (
     _plain,
     delivery_keys,
 )
+from engine.stores.redis_connect import connect, one_slot
 from engine.stores.sql import mask_password
 from engine.validation import (
     check_body,
@@ -68,15 +69,19 @@ class RelayClient:
     each call still returning only when its own command is durable."""
 
     def __init__(self, url: str, store: str, inbox_limit: int | None = None) -> None:
-        # longer than any wait of `call` or `deliveries`, which block inside Redis
-        self.client = redis.Redis.from_url(url, socket_timeout=120)
+        # longer than any wait of `call` or `deliveries`, which block inside Redis; a
+        # cluster=true URL opens the cluster, whose node holding the store answers (its
+        # keys share one hash tag); a plain one costs no round trip here (Redis may be away)
+        self.client, self.cluster = connect(url, check=False, socket_timeout=120)
         self.store = store
         # publishes are refused (InboxFull) while the inbox holds this many commands
         self.inbox_limit = inbox_limit
         self._where = f"Redis store {store!r} at {mask_password(url)}"
         self.inbox, self._outbox, self.errors = _keys(store)
         self._delivery_keys = delivery_keys(store)
-        self._take = self.client.register_script(TAKE)
+        self._take = self.client.register_script(
+            one_slot(TAKE, self.client, self.inbox) if self.cluster else TAKE
+        )
         self._presence_due: dict[str, float] = {}  # destination -> next presence refresh
         # mids are given out here, so a publisher knows them before the router routes
         self._mid_prefix = "r" + secrets.token_hex(5)

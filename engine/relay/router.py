@@ -26,6 +26,7 @@ from engine.relay.scripts import PURGE, SWEEP
 from engine.relay.trace import TRACE, trace_channel, trace_line
 from engine.relay.wire import _delivery_json, _encode, _keys, _loads, _message_from, delivery_keys
 from engine.stores.redis import RedisStore
+from engine.stores.redis_connect import Client, node_client, one_slot
 
 EXPIRE_BATCH = 10_000  # taken deliveries the router looks at per expire
 TICK_EVERY = 0.05  # seconds between a router's looks for due messages (SPEC §8: within 100 ms)
@@ -91,9 +92,10 @@ def _tag_of(item: bytes) -> str | None:
     return tag if isinstance(tag, str) else None
 
 
-def _server_time(client: redis.Redis) -> float:
-    """Redis's clock, which consumers stamp taken deliveries with (not this machine's)."""
-    seconds, micros = client.time()
+def _server_time(client: Client, key: str) -> float:
+    """Redis's clock, which consumers stamp taken deliveries with (not this machine's): the
+    clock of the server that holds `key` (a cluster's nodes each have their own)."""
+    seconds, micros = node_client(client, key).time()
     return seconds + micros / 1_000_000
 
 
@@ -133,8 +135,8 @@ class RelayRouter:
         self.inbox, self._outbox, self.errors = _keys(store)
         self._trace_channel = trace_channel(store)
         self._delivery_keys = delivery_keys(store)
-        self._purge = backend.client.register_script(PURGE)
-        self._sweep = backend.client.register_script(SWEEP)
+        self._purge = backend.client.register_script(one_slot(PURGE, backend.client, self.inbox))
+        self._sweep = backend.client.register_script(one_slot(SWEEP, backend.client, self.inbox))
         # the delivery timeout counts from when a consumer took a delivery, which only the
         # taken set tells: an "expire" call must use it too (the engine's own expire would
         # put a second copy of waiting deliveries in their outbox)
@@ -331,7 +333,7 @@ class RelayRouter:
         with self.engine._lock:
             try:
                 self._sweep_claims()
-                now = _server_time(client)
+                now = _server_time(client, self.inbox)
                 stale = client.zrangebyscore(keys["taken"], "-inf", now - self.delivery_timeout,
                                              start=0, num=EXPIRE_BATCH)  # fmt: skip
                 gone, away, absence = self._absence(now)
@@ -407,7 +409,7 @@ class RelayRouter:
             raise errors.InvalidArgument(f"older_than must be seconds, not {older_than!r}")
         client = self.store.client
         self._sweep_claims()
-        cutoff = _server_time(client) - older_than
+        cutoff = _server_time(client, self.inbox) - older_than
         stale = client.zrangebyscore(self._delivery_keys["taken"], "-inf", cutoff,
                                      start=0, num=EXPIRE_BATCH)  # fmt: skip
         deliveries = engine.expire_tags(t.decode() for t in stale)

@@ -60,14 +60,16 @@ def split_cluster_options(url: str) -> tuple[str, bool, list[ClusterNode]]:
     return urlunsplit(parts._replace(query=query)), cluster, nodes
 
 
-def connect(url: str, **options: object) -> tuple[Client, bool]:
+def connect(url: str, check: bool = True, **options: object) -> tuple[Client, bool]:
     """A client for `url` (`options`: redis-py's, e.g. socket_timeout), and whether it is a
     cluster's. Raises StoreError with what to change when the URL and the server disagree;
-    redis.RedisError when the server does not answer."""
+    redis.RedisError when the server does not answer. `check=False`: a plain URL's client
+    is made without a round trip (nor the check that the server is no cluster node: for a
+    process whose start checked it, and that must start while Redis is away)."""
     plain, cluster, nodes = split_cluster_options(url)
     if not cluster:
         client = redis.Redis.from_url(plain, **options)  # type: ignore[arg-type]
-        if cluster_enabled(client):
+        if check and cluster_enabled(client):
             client.close()
             raise StoreError(
                 f"the Redis server at {mask_password(url)} is a node of a Redis Cluster: "

@@ -226,12 +226,6 @@ def test_a_relay_router_routes_a_shard_on_the_cluster(redis_cluster, shards) -> 
     assert bodies == [b"%d" % n for n in range(10)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/relay/client.py opens a plain redis.Redis.from_url(url): it cannot take a "
-    "cluster=true URL, and any node but the shard's answers MOVED (the relay is being "
-    "redesigned elsewhere; engine.stores.redis_connect.connect is the one-line change)",
-)
 def test_a_relay_client_reaches_a_shard_through_the_cluster_url(redis_cluster, shards) -> None:
     with routing(redis_cluster.url, shards[2]):
         bodies = relay_round_trip(redis_cluster.url, shards[2])
