@@ -118,8 +118,8 @@ class Absence(Rules):
     def _recall(self, qrt: QueueRuntime, sel: SelectorRuntime, revoked: list[Delivery]) -> None:
         """What `sel` moved into its target and is not settled there comes back to `qrt`."""
         target = sel.target_queue
-        if target is None:
-            return
+        if target is None or target.remote is not None:
+            return  # another shard's queue: what went there is theirs (forwarding.py)
         delivered: dict[str, tuple[SelectorRuntime, str]] = {}  # sel's tag -> its delivery
         for taker in target.selectors.values():
             if taker.action == "deliver":

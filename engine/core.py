@@ -29,6 +29,7 @@ from engine.errors import (
 from engine.event_journal import EventJournal
 from engine.explain import Explaining
 from engine.filters import compile_filter
+from engine.forwarding import Forward, Forwarding, Settle
 from engine.lineage import Lineage
 from engine.message import Delivery
 from engine.messaging import Messaging
@@ -89,7 +90,7 @@ class StoreInfo:
     url: str | None
 
 
-class Engine(Messaging, Absence, Queries, Explaining, Lineage):
+class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
     """Queues joined by selectors. See SPEC §3 for the API and §2 for the rules."""
 
     def __init__(
@@ -121,6 +122,10 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
         self._pending: deque[QueueRuntime] = deque()
         self._timed: set[QueueRuntime] = set()  # queues `tick` looks at (rules.py)
         self._out: list[Delivery] = []
+        # other shards' queues, and what arrived there or left from there (forwarding.py)
+        self._remote: dict = {}
+        self._forwards: list[Forward] = []
+        self._settles: list[Settle] = []
         self._visited: set[tuple[str | None, str]] = set()
         self._nesting = 0  # depth of fast-path routing on the stack
         self._turns = itertools.count(1)
@@ -168,7 +173,7 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
                 sel.refresh(compile_filter(spec.filter) if spec.filter is not None else None)
                 if spec.action in QUEUE_ACTIONS and spec.target_from is None:
                     self._targeted_by.setdefault(spec.target, set()).add(sel)  # type: ignore
-                    sel.resolve(self._queues.get(spec.target))  # type: ignore[arg-type]
+                    sel.resolve(self._target_named(spec.target))  # type: ignore[arg-type]
                 if spec.enabled:
                     try:
                         qrt.routing_table.add(sel)
@@ -206,6 +211,7 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
             self._targeted_by.clear()
             self._pending.clear()
             self._out = []
+            self._forwards, self._settles = [], []  # made by calls rolled back
             self._visited.clear()
             self._nesting = 0
             held, self._held = list(self._held), {}
@@ -387,6 +393,8 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
             if spec.store not in self._stores:
                 raise NotFound(f"store {spec.store!r} does not exist; create it with store_create")
             self._check_dead_letter(name, dead_letter)
+            if name in self._remote:
+                raise AlreadyExists(f"queue {name!r} lives on shard {self._remote[name].remote!r}")
             existing = self._queues.get(name)
             if existing is not None:
                 if existing.spec == spec:
@@ -451,7 +459,7 @@ class Engine(Messaging, Absence, Queries, Explaining, Lineage):
 
     def _check_dead_letter(self, name: str, dead_letter: str | None) -> None:
         """A queue's dead-letter queue must exist, except the engine's own, made on demand."""
-        if dead_letter is None or dead_letter == name or dead_letter in self._queues:
+        if dead_letter is None or dead_letter == name or self._target_named(dead_letter):
             return
         if dead_letter != self.dead_letter:
             raise NotFound(f"dead-letter queue {dead_letter!r} does not exist; create it first")
@@ -683,7 +691,7 @@ class _SelectorHost:
         return self._engine._selector(queue, selector_id)
 
     def queue_runtime(self, name: str) -> QueueRuntime | None:
-        return self._engine._queues.get(name)
+        return self._engine._target_named(name)
 
     def untarget(self, sel: SelectorRuntime) -> None:
         self._engine._untarget(sel)

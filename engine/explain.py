@@ -207,6 +207,9 @@ class _Walk:
         for target, moved, how, source in follow:
             if target.name in self.visited and how != "dead_letter":
                 continue
+            if target.remote is not None:  # another shard's: its engine routes it there
+                self.end(target.name, "forwarded", shard=target.remote, by=how)
+                continue
             self.arrive(target, moved, how, source)
 
     def take(

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 from types import MappingProxyType
+from typing import Any
 
 from engine.catalog import QueueSpec
 from engine.errors import InvalidName, QueueFull
@@ -89,6 +90,8 @@ class QueueRuntime:
         "state",
         "ttl",
     )
+
+    remote: str | None = None  # a local queue (a stand-in of another shard's: its shard)
 
     def __init__(
         self, spec: QueueSpec, state: QueueState, recorder: Callable[[tuple], None] | None = None
@@ -161,6 +164,16 @@ class Rules:
     _clock = 0.0  # when the current call started, for its journal events
     _tick_now = 0.0  # the latest `tick(now)`: the engine's time never runs behind it
     _timed: set[QueueRuntime]  # queues with scheduled entries or expiries to watch
+    _remote: dict[str, Any]  # stand-ins of other shards' queues (forwarding.py)
+    _forwards: list[Any]  # forwarding.py: arrivals at stand-ins, not yet taken
+    _settles: list[Any]  # forwarding.py: other shards' origins to settle
+    _forward: Callable[..., None]  # forwarding.py: an arrival at a stand-in
+    _settle_remote: Callable[[str, int, str], bool]  # forwarding.py: another shard's origin
+
+    def _target_named(self, name: str) -> QueueRuntime | None:
+        """The queue (or another shard's queue's stand-in) a target name names."""
+        found = self._queues.get(name)
+        return found if found is not None else self._remote.get(name)
 
     def _time(self) -> float:
         """The engine's time: the wall clock, or the latest tick's `now` if that is later
@@ -176,6 +189,8 @@ class Rules:
             self._clock = _now()  # one time for the events of one call: cheaper than each
             buffer = journal.buffer
             mark = len(buffer)
+        forwards, settles = self._forwards, self._settles  # forwarding.py
+        crossed = (len(forwards), len(settles))
         try:
             for store in transactional:
                 store.begin()
@@ -192,6 +207,7 @@ class Rules:
                 store.rollback()
             if journal is not None:
                 journal.take_back(mark)
+            del forwards[crossed[0] :], settles[crossed[1] :]
             raise
         finally:
             self._out = []
@@ -389,6 +405,9 @@ class Rules:
         if moved is not None and tag in outstanding:
             entry.downstream = (target.name, moved.seq)
             outstanding[tag] = entry  # stores persist an entry when it is set
+        elif target.remote is not None and tag in outstanding:  # type: ignore[union-attr]
+            entry.downstream = (target.name, 0)  # another shard's now (forwarding.py)
+            outstanding[tag] = entry
 
     def _arrive(
         self,
@@ -399,9 +418,12 @@ class Rules:
         direct: bool = False,
     ) -> Entry | None:
         """A message arrives at `qrt` (rule 7 when full). Returns its entry, or None when it
-        was not kept there (overflow: dropped, dead-lettered or taken at once). A MOVE
-        passes on the deliveries the message had (`delivery_count`: work given back to a
-        pack is redelivered, as a requeue is)."""
+        was not kept there (overflow: dropped, dead-lettered or taken at once; or it went
+        to another shard: forwarding.py). A MOVE passes on the deliveries the message had
+        (`delivery_count`: work given back to a pack is redelivered, as a requeue is)."""
+        if qrt.remote is not None:
+            self._forward(qrt, message, origin, delivery_count)
+            return None
         state = qrt.state
         limit = qrt.limit
         depth = state.depth()
@@ -568,7 +590,7 @@ class Rules:
         extra: dict[str, str | int] | None = None,
     ) -> None:
         """Send `message` to `qrt`'s dead-letter queue, or drop it (counted either way)."""
-        target = self._queues.get(qrt.dead_letter) if qrt.dead_letter else None  # type: ignore
+        target = self._target_named(qrt.dead_letter) if qrt.dead_letter else None
         journal = qrt.journal
         if target is None or target is qrt or (message.mid, target.name) in self._visited:
             qrt.counters["dropped"] += 1
@@ -607,7 +629,7 @@ class Rules:
             if not is_name(name) or name[0] == "$":
                 return None, ("no-target", f"its {field} is not a destination name", None)
             return name, NO_FAILURE
-        target = self._queues.get(name)
+        target = self._target_named(name)
         if target is None:
             if not is_name(name):
                 return None, ("no-target", f"its {field} is not a queue name", None)
@@ -629,6 +651,7 @@ class Rules:
             name, selector_id, tag = origin
             qrt = self._queues.get(name)
             if qrt is None:
+                self._settle_remote(name, selector_id, tag)  # another shard's MOVE
                 return
             sel = qrt.selectors.get(selector_id)
             entry = sel.state.outstanding.pop(tag, None) if sel is not None else None

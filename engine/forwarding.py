@@ -1,0 +1,198 @@
+"""Crossing shards (SPEC §10, docs/scaling.md): queues that live in another shard's engine.
+
+An engine routes one shard's queues. For every queue of another shard it may hold a
+*remote stand-in* (`set_remote_queues`): a name and the shard it lives on, with no state.
+Selectors, dead-letter queues and envelope targets may name a stand-in as they name any
+queue. A message that arrives at a stand-in is not routed here: the engine records a
+`Forward` (the target shard and queue, the message, the queues it visited in this routing,
+for a MOVE the origin to settle, its delivery count), which the caller takes after the
+call (`take_forwards`) and carries to the target shard's engine, exactly once
+(engine/relay/router.py). There `arrive_forwarded` makes it arrive, with the queues it
+visited counted as visited (loop protection crosses shards), and with its origin kept as
+a *remote origin*: when that entry leaves its queue, the engine records a `Settle` for the
+origin's shard instead of settling a local selector; carried back the same way,
+`settle_forwarded` settles the MOVE's outstanding entry there, so credit flows up a chain
+of MOVEs across shards as it does within one engine.
+
+A MOVE into a stand-in keeps its entry outstanding at the selector, with `downstream`
+naming the remote queue: deleting the selector or recalling work never puts back a
+message another shard now holds (it is settled as processed there instead).
+
+Every method runs under the engine lock through the rules' `_run`, as every public call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from engine.errors import AlreadyExists, InvalidArgument
+from engine.message import Delivery, Message
+from engine.routing_table import SelectorRuntime
+from engine.rules import QueueRuntime, Rules
+from engine.validation import check_name
+
+# A remote origin, as an entry's origin names it: "$remote", the shard, the queue, joined
+# by a control character no name may hold (validation.py), so it is never a queue's name
+# and the stores keep it as they keep any origin.
+REMOTE = "$remote\x1f"
+_SEP = "\x1f"
+
+
+class Forward(NamedTuple):
+    """A message for a queue of another shard (see the module doc)."""
+
+    shard: str
+    queue: str
+    message: Message
+    visited: tuple[str, ...]  # queues it arrived at in the routing that sent it
+    origin: tuple[str, int, str] | None  # the MOVE's (queue, selector id, tag) here
+    delivery_count: int
+
+
+class Settle(NamedTuple):
+    """An entry that came from another shard's MOVE left its queue: settle it there."""
+
+    shard: str
+    origin: tuple[str, int, str]  # the MOVE's (queue, selector id, tag) on that shard
+
+
+class RemoteQueue:
+    """A stand-in for a queue of another shard: what a selector's target needs to be."""
+
+    __slots__ = ("name", "remote")
+
+    deleted = False
+    selectors: Mapping[int, SelectorRuntime] = {}
+
+    def __init__(self, name: str, shard: str) -> None:
+        self.name = name
+        self.remote = shard  # QueueRuntime.remote is None: local
+
+
+def remote_origin(shard: str, origin: tuple[str, int, str]) -> tuple[str, int, str]:
+    """`origin` (on `shard`) as an entry of this engine keeps it."""
+    return (f"{REMOTE}{shard}{_SEP}{origin[0]}", origin[1], origin[2])
+
+
+def split_remote(name: str) -> tuple[str, str] | None:
+    """(shard, queue) of a remote origin's name; None for a local queue's name."""
+    if not name.startswith(REMOTE):
+        return None
+    shard, _, queue = name[len(REMOTE) :].partition(_SEP)
+    return shard, queue
+
+
+class Forwarding(Rules):
+    """Remote queues, forwards and settles, as methods the Engine inherits."""
+
+    _lock: Any
+    _targeted_by: dict[str, set[SelectorRuntime]]
+    _remote: dict[str, RemoteQueue]
+    _forwards: list[Forward]
+    _settles: list[Settle]
+
+    def set_remote_queues(self, queues: Mapping[str, str]) -> None:
+        """The queues of other shards, name -> shard; each call replaces the last. A name
+        that is a queue of this engine is refused (AlreadyExists), as is a bad name."""
+        with self._lock:
+            for name, shard in queues.items():
+                check_name("remote queue", name, allow_reserved=True)
+                check_name("shard", shard)
+                if name in self._queues:
+                    raise AlreadyExists(
+                        f"queue {name!r} is a queue of this shard, not of shard {shard!r}"
+                    )
+            before = set(self._remote)
+            self._remote = {name: RemoteQueue(name, shard) for name, shard in queues.items()}
+            for name in before | set(self._remote):
+                found = self._remote.get(name)
+                for sel in self._targeted_by.get(name, ()):
+                    sel.resolve(found)
+
+    def remote_queues(self) -> dict[str, str]:
+        """The remote stand-ins: name -> shard."""
+        with self._lock:
+            return {name: qrt.remote for name, qrt in self._remote.items()}
+
+    def take_forwards(self) -> tuple[list[Forward], list[Settle]]:
+        """The forwards and settles the calls since the last take recorded, in order; the
+        caller carries them to their shards (and must, once it commits the calls)."""
+        with self._lock:
+            forwards, settles = self._forwards, self._settles
+            self._forwards, self._settles = [], []
+            return forwards, settles
+
+    def drop_forwards(self) -> None:
+        """Forget what `take_forwards` would answer (the calls that made them were rolled
+        back)."""
+        with self._lock:
+            self._forwards, self._settles = [], []
+
+    def arrive_forwarded(
+        self, shard: str, forwards: Iterable[tuple[str, Message, Iterable[str], Any, int]]
+    ) -> list[Delivery]:
+        """Messages another shard (`shard`) forwarded here, each (queue, message, visited,
+        origin or None, delivery count), arrive in one call; the Deliveries. A queue that
+        no longer exists drops its message (counted by no queue) and settles its origin."""
+        items = []
+        for queue, message, visited, origin, count in forwards:
+            if not isinstance(queue, str) or not isinstance(message, Message):
+                raise InvalidArgument("a forward names a queue and carries a message")
+            if origin is not None:
+                origin = remote_origin(shard, (str(origin[0]), int(origin[1]), str(origin[2])))
+            items.append((queue, message, tuple(visited), origin, int(count)))
+        with self._lock:
+            return self._run(self._arrive_forwarded, items)
+
+    def _arrive_forwarded(self, items: list[tuple]) -> None:
+        visited = self._visited
+        for queue, message, seen, origin, count in items:
+            mid = message.mid
+            target = self._queues.get(queue)
+            if target is None or (mid, queue) in visited:
+                # gone since it was sent, or already here in this call (two copies of one
+                # routing met): it is not kept, and a MOVE's origin is settled
+                self._settle(origin)
+                continue
+            visited.update((mid, name) for name in seen)
+            visited.add((mid, queue))
+            self._arrive(target, message, origin, count)
+
+    def settle_forwarded(self, origins: Iterable[tuple[str, int, str]]) -> list[Delivery]:
+        """Entries this shard MOVEd to another shard left their queues there: settle each
+        (queue, selector id, tag) here (one whose selector is gone is let go)."""
+        checked = [(str(queue), int(selector), str(tag)) for queue, selector, tag in origins]
+        with self._lock:
+            return self._run(self._settle_all, checked)
+
+    def _settle_all(self, origins: list[tuple[str, int, str]]) -> None:
+        for origin in origins:
+            self._settle(origin)
+
+    # -- called by the rules ----------------------------------------------------------------
+    def _forward(
+        self,
+        target: RemoteQueue,
+        message: Message,
+        origin: tuple[str, int, str] | None,
+        delivery_count: int,
+    ) -> None:
+        mid = message.mid
+        seen = tuple(name for visit, name in self._visited if visit == mid)
+        self._forwards.append(
+            Forward(target.remote, target.name, message, seen, origin, delivery_count)
+        )
+
+    def _settle_remote(self, name: str, selector_id: int, tag: str) -> bool:
+        """Settle an origin of another shard (recorded for it); False when `name` is no
+        remote origin."""
+        found = split_remote(name)
+        if found is None:
+            return False
+        self._settles.append(Settle(found[0], (found[1], selector_id, tag)))
+        return True
+
+
+def is_remote(qrt: QueueRuntime | RemoteQueue | None) -> bool:
+    return qrt is not None and qrt.remote is not None
