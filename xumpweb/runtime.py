@@ -346,6 +346,8 @@ class _RelayRouter(RelayRouter):
             with self.engine._lock:  # keeps other threads' calls out of the step's commit
                 self._step(raw, settled)
             _count_step(len(raw) + len(settled), time.perf_counter() - started)  # per step
+        if self._carried < self._backlog or self._forward_seq < 0:
+            self.carry()  # to other shards' inboxes (docs/scaling.md)
         return len(raw) + len(settled)
 
     def renew_lease(self) -> None:

@@ -24,12 +24,23 @@ from engine.errors import StoreError, XumpError
 from engine.message import Delivery
 from engine.relay.scripts import PURGE, SWEEP
 from engine.relay.trace import TRACE, trace_channel, trace_line
-from engine.relay.wire import _delivery_json, _encode, _keys, _loads, _message_from, delivery_keys
+from engine.relay.wire import (
+    _delivery_json,
+    _dumps,
+    _encode,
+    _keys,
+    _loads,
+    _message_from,
+    _message_json,
+    delivery_keys,
+    forward_keys,
+)
 from engine.stores.redis import RedisStore
 from engine.stores.redis_connect import Client, node_client, one_slot
 
 EXPIRE_BATCH = 10_000  # taken deliveries the router looks at per expire
 TICK_EVERY = 0.05  # seconds between a router's looks for due messages (SPEC §8: within 100 ms)
+CARRY = 500  # forward list items a router carries to other shards' inboxes at a time
 
 
 # An operation a client may call: it gets the router's engine and the call's arguments, and
@@ -146,6 +157,13 @@ class RelayRouter:
             "expire": self._expire_call,
         }
         self._replies: list[tuple] = []
+        # crossing shards (docs/scaling.md): loaded at the first step under the lease
+        self._forward_keys = forward_keys(store)
+        self._forward_seq = -1  # the last number given to a forward list item (-1: unread)
+        self._marks: dict[str, int] = {}  # source shard -> the last item applied from it
+        self._marking: dict[str, int] = {}  # the same, moved by the attempt in progress
+        self._backlog = 0  # items on the forward list
+        self._carried = 0  # of which, at its head, already in their shards' inboxes
 
     def acquire(self, timeout: float = 30.0) -> bool:
         """Wait until this process holds the lease (the previous router's must expire)."""
@@ -166,6 +184,8 @@ class RelayRouter:
                 self._step(raw, settled)
             else:
                 self.store.renew_lease()
+        if self._carried < self._backlog or self._forward_seq < 0:
+            self.carry()
         return len(raw) + len(settled)
 
     def head(self, limit: int) -> tuple[list[bytes], list[bytes]]:
@@ -235,6 +255,9 @@ class RelayRouter:
         failed: list[str] = []
         journal = self.engine.journal
         mark = len(journal) if journal is not None else 0
+        if self._forward_seq < 0:
+            self._load_forwarding()
+        self._marking = {}
         self.store.hold()
         try:
             deliveries = []
@@ -242,6 +265,7 @@ class RelayRouter:
                 deliveries.extend(self._apply(command, failed))
             extra = self._taken_off(commands)
             extra.extend(self._to_outboxes(deliveries))
+            forwarded = self._forward_commands(extra)
             if failed:
                 extra.append(("RPUSH", self.errors, *failed))
                 extra.append(("LTRIM", self.errors, -self.errors_kept, -1))
@@ -251,6 +275,7 @@ class RelayRouter:
             self.store.add_commands(extra)
             self.store.release()  # the commit
             committed = time.time()
+            self._forwarded(forwarded)
         except BaseException as error:
             if isinstance(error, StoreError) or not isinstance(error, Exception):
                 # the store failed (or the process is stopping): not the commands' fault;
@@ -284,10 +309,137 @@ class RelayRouter:
 
     def _roll_back(self, journal: Any, mark: int) -> None:
         """Forget a step that was not committed: the store's records, the engine's state
-        (loaded again as last committed) and the journal events it recorded."""
+        (loaded again as last committed) and the journal events and forwards it recorded."""
         if journal is not None:
             journal.take_back(mark)
-        self.engine.reload()
+        self._marking = {}
+        self.engine.reload()  # its forwards too
+
+    # -- crossing shards (docs/scaling.md) ----------------------------------------------------
+    def _load_forwarding(self) -> None:
+        """What the store says of its forwarding: the forward list's counter and length,
+        and the marks of what each other shard forwarded here (read under the lease)."""
+        keys = self._forward_keys
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.get(keys["forward_seq"]).hgetall(keys["forwarded"]).llen(keys["forward"])
+        seq, marks, backlog = pipe.execute()
+        self._forward_seq = int(seq or 0)
+        self._marks = {source.decode(): int(n) for source, n in marks.items()}
+        self._backlog, self._carried = backlog, 0
+
+    def _forward_commands(self, extra: list[tuple]) -> tuple[int, int]:
+        """Add to the step's commit the forwards and settles its engine calls recorded (the
+        forward list, numbered), the trim of what was carried since the last commit, and
+        the marks of what it applied from other shards; what `_forwarded` needs after the
+        commit: (items added, items trimmed)."""
+        keys = self._forward_keys
+        forwards, settles = self.engine.take_forwards()
+        items = []
+        n = self._forward_seq
+        for forward in forwards:
+            n += 1
+            items.append(_dumps({
+                "n": n, "shard": forward.shard, "queue": forward.queue,
+                "message": _message_json(forward.message), "visited": list(forward.visited),
+                "origin": forward.origin, "count": forward.delivery_count,
+            }, False))  # fmt: skip
+        for settle in settles:
+            n += 1
+            items.append(_dumps({"n": n, "shard": settle.shard, "settle": settle.origin}))
+        trimmed = self._carried
+        if trimmed:
+            extra.append(("LTRIM", keys["forward"], trimmed, -1))
+        if items:
+            extra.append(("RPUSH", keys["forward"], *items))
+            extra.append(("SET", keys["forward_seq"], n))
+        if self._marking:
+            marks = [part for pair in self._marking.items() for part in pair]
+            extra.append(("HSET", keys["forwarded"], *marks))
+        return len(items), trimmed
+
+    def _forwarded(self, done: tuple[int, int]) -> None:
+        """The step that `_forward_commands` added to was committed."""
+        added, trimmed = done
+        self._forward_seq += added
+        self._backlog += added - trimmed
+        self._carried -= trimmed
+        self._marks.update(self._marking)
+        self._marking = {}
+
+    def carry(self) -> int:
+        """Append the forward list's items not carried yet to their shards' inboxes, in
+        order, one `forwarded` command per shard; how many. They leave the list in the
+        next step's commit (fenced by the lease): until then a new router carries them
+        again, and each shard skips what it already applied (its marks)."""
+        if self._forward_seq < 0:
+            with self.engine._lock:
+                self._load_forwarding()
+        if self._carried >= self._backlog:
+            return 0
+        client = self.store.client
+        raw = client.lrange(self._forward_keys["forward"], self._carried,
+                            self._carried + CARRY - 1)  # fmt: skip
+        by_shard: dict[str, list[Any]] = {}
+        for item in raw:
+            data = _loads(item)
+            by_shard.setdefault(data.pop("shard"), []).append(data)
+        source = self.store.name
+        for shard, found in by_shard.items():
+            command = {"op": "forwarded", "from": source, "items": found}
+            client.rpush(_keys(shard)[0], _dumps(command, False))
+            self._carried_to(shard)
+        self._carried += len(raw)
+        return len(raw)
+
+    def _carried_to(self, shard: str) -> None:
+        """Commands were appended to `shard`'s inbox (the service rings its router)."""
+
+    def _apply_forwarded(self, command: dict[str, Any]) -> list[Delivery]:
+        """Apply what another shard forwarded here, skipping every item at or below the
+        mark of what was already applied from it (a forward carried twice). Every item is
+        read before any is applied: a malformed command changes nothing."""
+        source, items = command.get("from"), command.get("items")
+        if not isinstance(source, str) or not isinstance(items, list):
+            raise errors.InvalidArgument("a forwarded command names its shard and its items")
+        mark = self._marking.get(source, self._marks.get(source, 0))
+        runs: list[tuple[str, list[Any]]] = []  # ("arrive" | "settle", items), in order
+        try:
+            for item in items:
+                n = item["n"]
+                if type(n) is not int:
+                    raise TypeError("an item's number")
+                if n <= mark:
+                    continue
+                mark = n
+                if "settle" in item:
+                    queue, selector, tag = item["settle"]
+                    found: Any = (str(queue), int(selector), str(tag))
+                    kind = "settle"
+                else:
+                    origin = item["origin"]
+                    if origin is not None:
+                        queue, selector, tag = origin
+                        origin = (str(queue), int(selector), str(tag))
+                    visited = [str(name) for name in item["visited"]]
+                    found = (str(item["queue"]), _message_from(item["message"]), visited,
+                             origin, int(item["count"]))  # fmt: skip
+                    kind = "arrive"
+                if runs and runs[-1][0] == kind:
+                    runs[-1][1].append(found)
+                else:
+                    runs.append((kind, [found]))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise errors.InvalidArgument(
+                f"not a well-formed forwarded command ({type(error).__name__})"
+            ) from None
+        deliveries: list[Delivery] = []
+        for kind, found in runs:
+            if kind == "arrive":
+                deliveries.extend(self.engine.arrive_forwarded(source, found))
+            else:
+                deliveries.extend(self.engine.settle_forwarded(found))
+        self._marking[source] = mark
+        return deliveries
 
     def _set_aside(self, command: Any, error: BaseException) -> None:
         """Take one command that fails alone off the inbox, into the errors list with its
@@ -441,14 +593,19 @@ class RelayRouter:
         (which the operation may fill in), or (it failed) leave nothing of it and raise."""
         journal = self.engine.journal
         mark = len(journal) if journal is not None else 0
+        if self._forward_seq < 0:
+            self._load_forwarding()
         self.store.hold()
         try:
             deliveries = operation()
-            self.store.add_commands([*(commands or ()), *self._to_outboxes(deliveries)])
+            extra = [*(commands or ()), *self._to_outboxes(deliveries)]
+            forwarded = self._forward_commands(extra)
+            self.store.add_commands(extra)
             self.store.release()
         except BaseException:
             self._roll_back(journal, mark)
             raise
+        self._forwarded(forwarded)
         self._committed(deliveries)
         return deliveries
 
@@ -479,6 +636,8 @@ class RelayRouter:
                 return engine.publish_many(queue, messages, keep_mids=True)
             if op == "call":
                 return self._call(command)
+            if op == "forwarded":
+                return self._apply_forwarded(command)
             if op == "reject":
                 detail = command.get("detail")
                 if isinstance(detail, str) and len(detail) > 500:

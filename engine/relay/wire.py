@@ -44,6 +44,17 @@ def delivery_keys(store: str) -> dict[str, str]:
     }
 
 
+def forward_keys(store: str) -> dict[str, str]:
+    """The store's keys for crossing shards (docs/scaling.md): the forward list, its
+    counter, and the marks of what each other shard forwarded here."""
+    prefix = f"xump:{{{store}}}:"
+    return {
+        "forward": prefix + "forward",
+        "forward_seq": prefix + "forward:seq",
+        "forwarded": prefix + "forwarded",
+    }
+
+
 PRESENCE_EVERY = 1.0  # seconds between a consumer's presence refreshes
 PRESENCE_TTL_MS = 3000  # a presence key outlives its consumer by at most this
 
