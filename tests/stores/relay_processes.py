@@ -8,6 +8,10 @@ publisher URL STORE NAME COUNT    publishes NAME:0 .. NAME:COUNT-1 to "jobs", 10
 confirmer URL STORE WORKER        takes WORKER's deliveries, notes each in the list
                                   "results" as WORKER:body, confirms them; stops when the key
                                   "stop" exists
+crossing URL SIDE A B             routes shard A (SIDE "a") or B (SIDE "b") of the crossing
+                                  wiring (test_relay_shards.py) until SIGTERM: on A, "orders"
+                                  COPYs to B's "audit" and MOVEs to B's "work"; on B, those
+                                  DELIVER to "log" and "w"
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -46,6 +51,37 @@ def router(url: str, store: str, workers: str, limit: str, announce: str = "") -
             stop.wait(0.005)
 
 
+def crossing(url: str, side: str, a: str, b: str) -> None:
+    store = a if side == "a" else b
+    engine = Engine()
+    engine.store_create("redis", store, url=url)
+    engine.set_default_store(store)
+    relay = RelayRouter(engine, store, name=f"pid{os.getpid()}", lease_ms=500)
+    if not relay.acquire(timeout=60):
+        sys.exit(3)
+    if side == "a":
+        engine.queue_create("orders")
+        engine.set_remote_queues({"audit": b, "work": b})
+        engine.selector_create("orders").when_always().do_copy("audit").enable()
+        engine.selector_create("orders").when_always().do_move("work").enable()
+    else:
+        engine.queue_create("audit")
+        engine.queue_create("work")
+        engine.set_remote_queues({"orders": a})
+        engine.selector_create("audit").when_always().do_deliver("log").enable()
+        engine.selector_create("work").when_always().do_deliver("w").enable()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("ready", flush=True)
+    expiry = 0.0
+    while not stop.is_set():
+        if not relay.run_once(limit=7):  # small steps: many points to be killed at
+            stop.wait(0.002)
+        if time.monotonic() >= expiry:  # a commit now and then: carried items leave
+            relay.expire()
+            expiry = time.monotonic() + 0.05
+
+
 def publisher(url: str, store: str, name: str, count: str) -> None:
     client = RelayClient(url, store)
     total = int(count)
@@ -67,4 +103,6 @@ def confirmer(url: str, store: str, worker: str) -> None:
 
 
 if __name__ == "__main__":
-    {"router": router, "publisher": publisher, "confirmer": confirmer}[sys.argv[1]](*sys.argv[2:])
+    roles = {"router": router, "publisher": publisher, "confirmer": confirmer,
+             "crossing": crossing}  # fmt: skip
+    roles[sys.argv[1]](*sys.argv[2:])

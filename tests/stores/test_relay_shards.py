@@ -7,6 +7,8 @@ different nodes)."""
 from __future__ import annotations
 
 import json
+import random
+import time
 import uuid
 from contextlib import closing
 
@@ -17,6 +19,7 @@ from engine.relay import RelayClient, RelayRouter, relay_keys
 from engine.stores.redis_connect import connect
 from tests.engine.conftest import drop_redis_keys
 from tests.stores.test_redis_cluster import store_names
+from tests.stores.test_redis_relay import start, wait_ready
 
 
 @pytest.fixture(params=["server", "cluster"])
@@ -142,3 +145,74 @@ def test_a_malformed_forwarded_command_is_set_aside_and_changes_nothing(shards) 
     assert client.llen(relay_keys(b)[2]) == 3  # each in the errors list
     assert client.llen(relay_keys(b)[0]) == 0
     client.close()
+
+
+def test_crossing_is_exactly_once_while_the_sending_router_is_killed_at_random(
+    redis_server,
+) -> None:
+    """Shard a COPYs and MOVEs every message to shard b while a's router is killed with
+    SIGKILL at random points, again and again (each time between any two of: its step's
+    commit, the carry to b's inbox, the trim in its next commit), and started again: b
+    delivers each message once at each destination, and a's MOVEs are all settled."""
+    url = redis_server.url
+    a, b = (f"t{uuid.uuid4().hex[:12]}" for _ in range(2))
+    total, seed = 1500, random.randrange(1 << 30)
+    chance = random.Random(seed)
+    with closing(RelayClient(url, a)) as publisher:
+        for start_at in range(0, total, 50):
+            publisher.publish_many(
+                "orders", [Message(body=b"%d" % n) for n in range(start_at, start_at + 50)]
+            )
+    processes = [start("crossing", url, "b", a, b)]
+    got: dict[str, list] = {"w": [], "log": []}
+    try:
+        wait_ready(processes[0])
+        for _ in range(6):
+            killed = start("crossing", url, "a", a, b)
+            wait_ready(killed)
+            time.sleep(chance.uniform(0.02, 0.3))
+            killed.kill()
+            killed.wait()
+        processes.append(start("crossing", url, "a", a, b))
+        wait_ready(processes[-1])
+        with closing(RelayClient(url, b)) as consumer:
+            deadline = time.monotonic() + 120
+            while (len(got["w"]) < total or len(got["log"]) < total) and (
+                time.monotonic() < deadline
+            ):
+                for destination, found in got.items():
+                    batch = consumer.deliveries(destination, count=500, wait=0.1)
+                    consumer.confirm(batch)
+                    found.extend(batch)
+            for destination, found in got.items():
+                found.extend(consumer.deliveries(destination, count=500, wait=0.5))
+        client, _ = connect(url)
+        deadline = time.monotonic() + 60  # b has carried every settle to a's inbox
+        while client.llen(f"xump:{{{b}}}:forward") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client.close()
+        for process in processes:
+            process.terminate()
+            process.wait()
+        last = router(url, a, ["orders"], {"audit": b, "work": b})
+        last.engine.selector_create("orders").when_always().do_copy("audit").enable()
+        moving = last.engine.selector_create("orders").when_always().do_move("work")
+        moving.enable()
+        while last.run_once():  # the settles b sent
+            pass
+        assert moving.outstanding == 0, f"seed {seed}"
+        last.store.release_lease()
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+        for name in (a, b):
+            client, _ = connect(url)
+            errors = client.llen(relay_keys(name)[2])
+            client.close()
+            drop_redis_keys(url, name)
+            assert errors == 0, f"shard {name}'s errors list (seed {seed})"
+    for destination, found in got.items():
+        first = sorted(int(d.message.body) for d in found if not d.redelivered)
+        assert first == list(range(total)), f"{destination}: seed {seed}"
