@@ -44,86 +44,110 @@ STEP = 500  # inbox commands per routing step, as the service's routers take the
 BATCH = 200  # publish commands per RPUSH while filling
 
 
-def wired_engine(url: str, shard: str) -> tuple[Engine, RelayRouter]:
-    """A router of `shard` holding its lease, with the bench's wiring."""
+def wired_engine(url: str, shard: str, after: str) -> tuple[Engine, RelayRouter]:
+    """A router of `shard` holding its lease, with the bench's wiring (`after`: the next
+    shard, where `cross.#` messages go)."""
     engine = Engine()
     engine.store_create("redis", shard, url=url)
     engine.set_default_store(shard)
     relay = RelayRouter(engine, shard, name=f"bench-{os.getpid()}", lease_ms=30_000)
     if not relay.acquire(timeout=30):
         raise RuntimeError(f"could not take the lease of shard {shard}")
+    inbound = f"inbound-{after}"
+    mine = f"inbound-{shard}"
+    if after != shard:
+        engine.set_remote_queues({inbound: after})
     if "orders" not in {info.name for info in engine.queues()}:
         engine.queue_create("orders")
         engine.queue_create("audit")
-        engine.selector_create("orders").when_match("topic", "orders.#").do_deliver(
-            "billing"
-        ).enable()
-        engine.selector_create("orders").when_default().do_copy("audit").enable()
+        engine.queue_create(mine)
+        if after == shard:
+            inbound = mine
+        orders = engine.selector_create
+        orders("orders").when_match("topic", "orders.#").do_deliver("billing").enable()
+        orders("orders").when_match("topic", "cross.#").do_move(inbound).enable()
+        orders("orders").when_default().do_copy("audit").enable()
         engine.selector_create("audit").when_always().do_deliver("archive").enable()
+        engine.selector_create(mine).when_always().do_deliver("billing").enable()
     return engine, relay
 
 
-def fill(url: str, shard: str, count: int) -> None:
+def fill(url: str, shard: str, count: int, cross: float) -> None:
     """`count` publishes of one message each, appended to the shard's inbox as the
     service's processes append them (a web process's group commit puts several in one
-    RPUSH)."""
+    RPUSH): a `cross` share of them for the next shard's queue, the rest half for
+    "billing", half for "archive"."""
+    every = round(1 / cross) if cross else 0
     with closing(RelayClient(url, shard)) as client:
         for start in range(0, count, BATCH):
-            payloads = [
-                client.publish_command(
-                    "orders",
-                    [Message(body=b"x" * 100, address="orders.eu" if n % 2 else "returns.eu")],
-                )[0]
-                for n in range(start, min(start + BATCH, count))
-            ]
+            payloads = []
+            for n in range(start, min(start + BATCH, count)):
+                if every and n % every == 0:
+                    address = "cross.eu"
+                else:
+                    address = "orders.eu" if n % 2 else "returns.eu"
+                message = Message(body=b"x" * 100, address=address)
+                payloads.append(client.publish_command("orders", [message])[0])
             client.client.rpush(client.inbox, *payloads)
 
 
-def route(url: str, shards: list[str], ready, go, done) -> None:
-    """One routing process: a router per shard, stepping each in turn until every inbox is
-    empty; reports how many commands it applied."""
-    routers = [wired_engine(url, shard)[1] for shard in shards]
+def route(url: str, shards: list[str], ring: list[str], ready, go, stop) -> None:
+    """One routing process: a router per shard, stepping each in turn (each carries what
+    it sends to another shard) until told to stop."""
+    routers = [wired_engine(url, shard, ring[(ring.index(shard) + 1) % len(ring)])[1]
+               for shard in shards]  # fmt: skip
     ready.put(os.getpid())
     go.wait()
-    applied = 0
-    busy = list(routers)
-    while busy:
-        still = []
-        for relay in busy:
-            done_now = relay.run_once(STEP)
-            applied += done_now
-            if done_now:
-                still.append(relay)
-        busy = still
+    while not stop.is_set():
+        if not sum(relay.run_once(STEP) for relay in routers):
+            stop.wait(0.001)
     for relay in routers:
         relay.store.release_lease()
-    done.put(applied)
 
 
-def run(url: str, shards: list[str], processes: int, messages: int) -> tuple[float, int]:
-    """Messages routed per second by `processes` routing processes over `shards`."""
+def delivered(url: str, shards: list[str]) -> int:
+    client, _ = connect(url)
+    try:
+        return sum(
+            client.llen(f"xump:{{{shard}}}:outbox:{destination}")
+            for shard in shards
+            for destination in ("billing", "archive")
+        )
+    finally:
+        client.close()
+
+
+def run(
+    url: str, shards: list[str], processes: int, messages: int, cross: float
+) -> tuple[float, int]:
+    """Messages routed per second by `processes` routing processes over `shards`: from the
+    signal until every message has made its delivery."""
     context = multiprocessing.get_context("spawn")
-    ready, done, go = context.Queue(), context.Queue(), context.Event()
+    ready, go, stop = context.Queue(), context.Event(), context.Event()
     # wire every shard first (so no process pays for it inside the timed part), then fill
-    for shard in shards:
-        _engine, relay = wired_engine(url, shard)
+    for at, shard in enumerate(shards):
+        _engine, relay = wired_engine(url, shard, shards[(at + 1) % len(shards)])
         relay.store.release_lease()
         relay.store.close()
     for shard in shards:
-        fill(url, shard, messages)
+        fill(url, shard, messages, cross)
     parts = [shards[n::processes] for n in range(processes)]
-    workers = [context.Process(target=route, args=(url, part, ready, go, done)) for part in parts]
+    workers = [context.Process(target=route, args=(url, part, shards, ready, go, stop))
+               for part in parts]  # fmt: skip
     for worker in workers:
         worker.start()
     for _ in workers:
         ready.get(timeout=120)
+    total = messages * len(shards)
     started = time.perf_counter()
     go.set()
-    applied = sum(done.get(timeout=600) for _ in workers)
+    while (done := delivered(url, shards)) < total:
+        time.sleep(0.002)
     took = time.perf_counter() - started
+    stop.set()
     for worker in workers:
         worker.join()
-    return applied / took, applied
+    return done / took, done
 
 
 def shard_names(url: str, count: int) -> list[str]:
@@ -149,6 +173,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000, help="publishes per shard")
     parser.add_argument("--workers", default="1,2", help="routing processes to compare")
     parser.add_argument(
+        "--cross", type=float, default=0.0,
+        help="share of the messages MOVEd to a queue of the next shard (0 to 1)",
+    )  # fmt: skip
+    parser.add_argument(
         "--single", action="store_true", help="one redis-server instead of a 3-node cluster"
     )
     args = parser.parse_args()
@@ -167,13 +195,15 @@ def main() -> None:
         try:
             load = os.getloadavg()[0]
             print(f"{args.shards} shards on {where} (AOF, appendfsync always); "
-                  f"{args.messages:,} publishes per shard; load {load:.2f}")  # fmt: skip
+                  f"{args.messages:,} publishes per shard, {args.cross:.0%} to the next "
+                  f"shard; load {load:.2f}")  # fmt: skip
             figures = {}
             for processes in counts:
-                rate, applied = run(url, shard_names(url, args.shards), processes, args.messages)
+                names = shard_names(url, args.shards)
+                rate, done = run(url, names, processes, args.messages, args.cross)
                 figures[processes] = rate
                 print(f"  {processes} routing process(es): {rate:>10,.0f} msg/s routed "
-                      f"({applied:,} commands)")  # fmt: skip
+                      f"({done:,} deliveries)")  # fmt: skip
             if len(counts) > 1:
                 base = figures[counts[0]]
                 for processes in counts[1:]:
