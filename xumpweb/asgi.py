@@ -92,7 +92,6 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from xumpweb import metrics, runtime  # noqa: E402
 from xumpweb.api.direct import DirectPublish  # noqa: E402
-from xumpweb.gc_tuning import tune_for_messages  # noqa: E402
 from xumpweb.live.security import origin_validator  # noqa: E402
 from xumpweb.live.websocket_urls import websocket_urlpatterns  # noqa: E402
 from xumpweb.stompgate.websocket_urls import stomp_urlpatterns  # noqa: E402
@@ -115,4 +114,3 @@ application = ProtocolTypeRouter(
         ),
     }
 )
-tune_for_messages()  # start-up is done: what it made is frozen (xumpweb/gc_tuning.py)

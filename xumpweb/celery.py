@@ -33,10 +33,8 @@ app.conf.beat_schedule = {
 def watch_the_lease(**_: object) -> None:
     """Every worker takes routing over when the lease is free and work waits, beat or no
     beat (router/watch.py)."""
-    from xumpweb.gc_tuning import tune_for_messages
     from xumpweb.router import watch
 
-    tune_for_messages()  # its routers make a message's objects by the thousand
     watch.start()
 
 
