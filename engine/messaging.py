@@ -44,16 +44,21 @@ def _parse_tag(tag: object) -> tuple[str, int]:
 
 
 def _publish_event(qrt: QueueRuntime, message: Message, unknown: str | None) -> tuple:
-    """The journal event of a publish, its detail the seq the message will get (None when it
-    will get none: delayed, or arriving at a full queue); when `unknown` names a queue that
-    does not exist, the dead-lettering (rule 14) into `qrt`, the engine's dead-letter queue."""
-    queue = qrt.name
+    """The journal record of a publish, its detail the seq the message will get, as an int
+    (event_journal.py turns it into text when the record is read; None when it will get
+    none: delayed, or arriving at a full queue); when `unknown` names a queue that does not
+    exist, the dead-lettering (rule 14) into `qrt`, the engine's dead-letter queue."""
     if unknown is None:
+        limit = qrt.limit
         state = qrt.state
-        seq = None
-        if not message.delay and (qrt.limit is None or state.depth() < qrt.limit):
-            seq = str(state.last_seq() + 1)
-        return (message.timestamp, "publish", message.mid, queue, None, None, seq, message.address)
+        seq = (
+            None
+            if message.delay or (limit is not None and state.depth() >= limit)
+            else state.last_seq() + 1
+        )
+        return (message.timestamp, "publish", message.mid, qrt.name, None, None, seq,
+                message.address)  # fmt: skip
+    queue = qrt.name
     return (
         message.timestamp,
         "dead_letter",
@@ -96,7 +101,12 @@ class Messaging(Rules):
     def _publish(self, qrt: QueueRuntime, message: Message, unknown: str | None = None) -> None:
         journal = qrt.journal
         if journal is not None:
-            journal(_publish_event(qrt, message, unknown))
+            if unknown is None and qrt.limit is None and not message.delay:
+                # the common case, inline: the seq it gets is the next one
+                journal((message.timestamp, "publish", message.mid, qrt.name, None, None,
+                         qrt.state.last_seq() + 1, message.address))  # fmt: skip
+            else:
+                journal(_publish_event(qrt, message, unknown))
         self._visited.add((message.mid, qrt.name))
         if message.delay:
             self._schedule_entry(qrt, Entry(0, message, None), message.timestamp + message.delay,
@@ -225,18 +235,9 @@ class Messaging(Rules):
         qrt.counters[counter] += 1
         journal = qrt.journal
         if journal is not None:
-            journal(
-                (
-                    self._clock,
-                    event,
-                    entry.message.mid,
-                    qrt.name,
-                    sel.id,
-                    sel.destination_of(entry.message),
-                    detail,
-                    None,
-                )
-            )
+            message = entry.message
+            destination = sel.target if sel.target_from is None else sel.destination_of(message)
+            journal((self._clock, event, message.mid, qrt.name, sel.id, destination, detail, None))
         return entry
 
     def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
