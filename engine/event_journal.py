@@ -6,10 +6,7 @@ one `is None` test per place that could record. Every queue whose spec says
 `journal=True` (the default) gets the journal's buffer `append` as its `journal` attribute;
 the routing rules (rules.py) append one plain tuple per event, fields in `EVENT_FIELDS`
 order, to a deque. Nothing else happens per event: no lock of its own (routing runs under
-the engine lock), no I/O, no formatting. Even a publish's seq is recorded as the int it is;
-readers get it as text (`events_of`), built when they read: `drain()` and `peek()` hand over
-the records as they are and a batch expands them the first time its `events` are read, so
-the exporter pays for that, not routing.
+the engine lock), no I/O, no formatting.
 
 Memory is bounded by `capacity`, checked once per public engine call rather than per event:
 when a call leaves more than `capacity` events waiting, the oldest are dropped and counted
@@ -31,7 +28,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import deque
-from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 EVENT_FIELDS = ("time", "kind", "mid", "queue", "selector", "target", "detail", "address")
@@ -67,76 +64,29 @@ class JournalEvent(NamedTuple):
     address: str | None  # the message address (publish events only)
 
 
-def events_of(records: Iterable[tuple]) -> list[tuple]:
-    """Events as readers see them (tuples in `EVENT_FIELDS` order, all text as text) from
-    records as the engine appended them: the same tuples, except that a publish's seq (its
-    detail) is recorded as an int and only turned into text here. The reader pays for
-    this, not routing."""
-    events = []
-    for record in records:
-        if record[6].__class__ is int:  # a publish's seq, recorded as a number
-            time, kind, mid, queue, selector, target, seq, address = record
-            record = (time, kind, mid, queue, selector, target, str(seq), address)
-        events.append(record)
-    return events
-
-
+@dataclass(frozen=True, slots=True)
 class JournalBatch:
     """Events drained at once, oldest first, plain tuples in `EVENT_FIELDS` order.
 
     `first` is the position of `events[0]` (positions count every event the journal ever
     recorded, from 1), `epoch` names the journal, `dropped` counts the events lost to the
-    capacity bound since the previous drain (they came before `first`). A batch drained
-    from the journal keeps the records as they were appended and builds `events` from them
-    when it is first read (`events_of`), so draining costs no work per event."""
+    capacity bound since the previous drain (they came before `first`)."""
 
-    __slots__ = ("_events", "_records", "dropped", "epoch", "first")
-
-    def __init__(
-        self,
-        epoch: str,
-        first: int,
-        events: list[tuple] | None = None,
-        dropped: int = 0,
-        *,
-        records: list[tuple] | None = None,
-    ) -> None:
-        self.epoch = epoch
-        self.first = first
-        self.dropped = dropped
-        self._records = records
-        self._events = events if events is not None or records is not None else []
-
-    @property
-    def events(self) -> list[tuple]:
-        events = self._events
-        if events is None:
-            events = self._events = events_of(self._records)  # type: ignore[arg-type]
-            self._records = None
-        return events
+    epoch: str
+    first: int
+    events: list[tuple] = field(default_factory=list)
+    dropped: int = 0
 
     def __len__(self) -> int:
-        return len(self._records if self._events is None else self._events)  # type: ignore[arg-type]
+        return len(self.events)
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.events)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, JournalBatch):
-            return NotImplemented
-        mine = (self.epoch, self.first, self.events, self.dropped)
-        return mine == (other.epoch, other.first, other.events, other.dropped)
-
-    def __repr__(self) -> str:
-        return (
-            f"JournalBatch(epoch={self.epoch!r}, first={self.first}, "
-            f"events={self.events!r}, dropped={self.dropped})"
-        )
-
     @property
     def last(self) -> int:
         """The position of the last event (first - 1 when empty)."""
-        return self.first + len(self) - 1
+        return self.first + len(self.events) - 1
 
 
 class EventJournal:
@@ -166,27 +116,18 @@ class EventJournal:
     def __len__(self) -> int:
         return len(self.buffer)
 
-    def events(self, mid: str | None = None) -> list[tuple]:
-        """The waiting events (of message `mid` only, when given), left in the journal."""
-        with self._lock:
-            if mid is None:
-                return events_of(self.buffer)
-            return events_of([record for record in self.buffer if record[2] == mid])
-
     def drain(self, limit: int | None = None) -> JournalBatch:
         """Take the waiting events, oldest first (at most `limit`), out of the journal."""
         with self._lock:
             buffer = self.buffer
             count = len(buffer) if limit is None else max(0, min(limit, len(buffer)))
             if count == len(buffer):
-                records = list(buffer)
+                events = list(buffer)
                 buffer.clear()
             else:
                 popleft = buffer.popleft
-                records = [popleft() for _ in range(count)]
-            batch = JournalBatch(
-                self.epoch, self._taken + 1, dropped=self._dropped_since_drain, records=records
-            )
+                events = [popleft() for _ in range(count)]
+            batch = JournalBatch(self.epoch, self._taken + 1, events, self._dropped_since_drain)
             self._taken += count
             self._dropped_since_drain = 0
             return batch
@@ -196,10 +137,7 @@ class EventJournal:
         writer that may fail drains them (`drain(len(batch))`) once they are written."""
         with self._lock:
             return JournalBatch(
-                self.epoch,
-                self._taken + 1,
-                dropped=self._dropped_since_drain,
-                records=list(self.buffer),
+                self.epoch, self._taken + 1, list(self.buffer), self._dropped_since_drain
             )
 
     # -- called by the engine, under its lock ---------------------------------------------

@@ -49,7 +49,8 @@ class Lineage:
                 "this engine keeps no event journal, so it has no lineage to show: "
                 "make it with Engine(journal=True)"
             )
-        events = journal.events(mid)
+        with self._lock:
+            events = [event for event in journal.buffer if event[2] == mid]
         if not events:
             raise NotFound(
                 f"no events of message {mid!r} in the journal (an unknown mid, a queue with "

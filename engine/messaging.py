@@ -44,21 +44,16 @@ def _parse_tag(tag: object) -> tuple[str, int]:
 
 
 def _publish_event(qrt: QueueRuntime, message: Message, unknown: str | None) -> tuple:
-    """The journal record of a publish, its detail the seq the message will get, as an int
-    (event_journal.py turns it into text when the record is read; None when it will get
-    none: delayed, or arriving at a full queue); when `unknown` names a queue that does not
-    exist, the dead-lettering (rule 14) into `qrt`, the engine's dead-letter queue."""
-    if unknown is None:
-        limit = qrt.limit
-        state = qrt.state
-        seq = (
-            None
-            if message.delay or (limit is not None and state.depth() >= limit)
-            else state.last_seq() + 1
-        )
-        return (message.timestamp, "publish", message.mid, qrt.name, None, None, seq,
-                message.address)  # fmt: skip
+    """The journal event of a publish, its detail the seq the message will get (None when it
+    will get none: delayed, or arriving at a full queue); when `unknown` names a queue that
+    does not exist, the dead-lettering (rule 14) into `qrt`, the engine's dead-letter queue."""
     queue = qrt.name
+    if unknown is None:
+        state = qrt.state
+        seq = None
+        if not message.delay and (qrt.limit is None or state.depth() < qrt.limit):
+            seq = str(state.last_seq() + 1)
+        return (message.timestamp, "publish", message.mid, queue, None, None, seq, message.address)
     return (
         message.timestamp,
         "dead_letter",
@@ -104,7 +99,7 @@ class Messaging(Rules):
             if unknown is None and qrt.limit is None and not message.delay:
                 # the common case, inline: the seq it gets is the next one
                 journal((message.timestamp, "publish", message.mid, qrt.name, None, None,
-                         qrt.state.last_seq() + 1, message.address))  # fmt: skip
+                         str(qrt.state.last_seq() + 1), message.address))  # fmt: skip
             else:
                 journal(_publish_event(qrt, message, unknown))
         self._visited.add((message.mid, qrt.name))
