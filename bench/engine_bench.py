@@ -16,12 +16,9 @@
 (g) targets from the envelope: publishes/s of a MOVE whose target a header names, against
     the same MOVE with a fixed target
 (h) the journal: (a) with the engine's event journal on (drained every 10,000 messages)
-    against off; the lineage (eng.trace) reads only what it records. A drain hands over
-    the records as they were appended and this bench never reads them, so the figure is
-    routing's cost alone: an exporter pays for turning records into events when it reads
-    `batch.events` (a publish's seq becomes text there), as the service's router does
-    after every step. Figures move by ±10 % and more on a busy machine: run it several
-    times (`--only h`) and compare medians.
+    against off; the lineage (eng.trace) reads only what it records. A wolfpack message
+    records four events (publish, route, deliver, confirm). Figures move by ±10 % and
+    more on a busy machine: run it several times (`--only h`) and compare medians.
 """
 
 from __future__ import annotations
