@@ -2,6 +2,7 @@
 
     python bench/engine_bench.py            # full run (about a minute)
     python bench/engine_bench.py --quick    # smaller counts, for a smoke run
+    python bench/engine_bench.py --only h   # only the figures named (letters a to h)
 
 (a) wolfpack, 2 workers, credit 10: publish -> deliver -> confirm, messages/s
 (b) parrot, one router, 10 subscribers: deliveries/s (publish, deliver, confirm together)
@@ -15,7 +16,9 @@
 (g) targets from the envelope: publishes/s of a MOVE whose target a header names, against
     the same MOVE with a fixed target
 (h) the journal: (a) with the engine's event journal on (drained every 10,000 messages)
-    against off; the lineage (eng.trace) reads only what it records
+    against off; the lineage (eng.trace) reads only what it records. A wolfpack message
+    records four events (publish, route, deliver, confirm). Figures move by ±10 % and
+    more on a busy machine: run it several times (`--only h`) and compare medians.
 """
 
 from __future__ import annotations
@@ -248,18 +251,45 @@ def bench_target_from(count: int, from_header: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts for a smoke run")
+    parser.add_argument(
+        "--only", default="abcdefgh", help="the figures to run, as letters (e.g. h, or ach)"
+    )
     args = parser.parse_args()
     scale = 10 if args.quick else 1
+    only = set(args.only.lower())
     print(
         f"Xump engine benchmark (RAM store), Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
     )
+    if "a" in only:
+        figure_a(scale)
+    if "b" in only:
+        figure_b(scale)
+    if "c" in only:
+        figure_c(scale, args.quick)
+    if "d" in only:
+        figure_d(scale)
+    if "e" in only:
+        figure_e(scale)
+    if "f" in only or "g" in only:
+        figure_fg(scale, only)
+    if "h" in only:
+        figure_h(scale)
+
+
+def figure_a(scale: int) -> None:
     rate = bench_wolfpack(300_000 // scale)
     print(f"(a) wolfpack 2 workers, publish->deliver->confirm: {rate:>12,.0f} msg/s")
     rate = bench_wolfpack_batched(300_000 // scale)
     print(f"    the same in batches of 100 (publish_many, confirm_many): {rate:>10,.0f} msg/s")
+
+
+def figure_b(scale: int) -> None:
     rate = bench_parrot(50_000 // scale)
     print(f"(b) parrot 10 subscribers, deliveries:            {rate:>12,.0f} deliveries/s")
-    sizes = (100, 1_000, 10_000) if args.quick else (100, 1_000, 10_000, 100_000)
+
+
+def figure_c(scale: int, quick: bool) -> None:
+    sizes = (100, 1_000, 10_000) if quick else (100, 1_000, 10_000, 100_000)
     per_message = {}
     for patterns in sizes:
         count = 1_000_000 // scale if patterns == 10_000 else 200_000 // scale
@@ -276,8 +306,14 @@ def main() -> None:
     print(
         f"(c) topic routing, 10,000 patterns, every key new (no cache help): {rate:>10,.0f} msg/s"
     )
+
+
+def figure_d(scale: int) -> None:
     rate = bench_network(200_000 // scale)
     print(f"(d) 1,000 queues x 10 selectors, publish->deliver->confirm: {rate:>10,.0f} msg/s")
+
+
+def figure_e(scale: int) -> None:
     worst, p99, hostile, longest = bench_regex_attack(2_000 // scale)
     print(
         f"(e) regex attack ({len(HOSTILE_PATTERNS)} catastrophic patterns, {hostile:,} hostile "
@@ -285,17 +321,25 @@ def main() -> None:
         f"{worst:.1f} ms, p99 {p99:.1f} ms; one hostile message cost routing at most "
         f"{longest:.2f} ms of CPU"
     )
+
+
+def figure_fg(scale: int, only: set[str]) -> None:
     count = 200_000 // scale
-    one, three = bench_conditions(count, 1), bench_conditions(count, 3)
-    print(
-        f"(f) 100 selectors, 1 condition: {one:>10,.0f} msg/s; 3 conditions: {three:>10,.0f} "
-        f"msg/s; 3 cost {one / three:.2f}x of 1"
-    )
-    fixed, named = bench_target_from(count, False), bench_target_from(count, True)
-    print(
-        f"(g) MOVE to a fixed target: {fixed:>10,.0f} msg/s; target from a header: "
-        f"{named:>10,.0f} msg/s ({fixed / named:.2f}x)"
-    )
+    if "f" in only:
+        one, three = bench_conditions(count, 1), bench_conditions(count, 3)
+        print(
+            f"(f) 100 selectors, 1 condition: {one:>10,.0f} msg/s; 3 conditions: "
+            f"{three:>10,.0f} msg/s; 3 cost {one / three:.2f}x of 1"
+        )
+    if "g" in only:
+        fixed, named = bench_target_from(count, False), bench_target_from(count, True)
+        print(
+            f"(g) MOVE to a fixed target: {fixed:>10,.0f} msg/s; target from a header: "
+            f"{named:>10,.0f} msg/s ({fixed / named:.2f}x)"
+        )
+
+
+def figure_h(scale: int) -> None:
     off, on = bench_wolfpack(300_000 // scale, False), bench_wolfpack(300_000 // scale, True)
     print(
         f"(h) wolfpack journal off: {off:>10,.0f} msg/s; on: {on:>10,.0f} msg/s "

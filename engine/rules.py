@@ -344,26 +344,17 @@ class Rules:
             state.credit -= 1
         tag = f"{sel.tag_prefix}{next(self._serials)}"
         if action == "deliver":
-            entry.delivery_count += 1
+            count = entry.delivery_count = entry.delivery_count + 1
             now = _now()
-            entry.taken_at = now if now >= self._tick_now else self._tick_now
-            count = entry.delivery_count
+            if now < self._tick_now:
+                now = self._tick_now
+            entry.taken_at = now
             state.outstanding[tag] = entry
             qrt.counters["delivered"] += 1
             journal = qrt.journal
             if journal is not None:
-                journal(
-                    (
-                        entry.taken_at,
-                        "deliver",
-                        message.mid,
-                        qrt.name,
-                        sel.id,
-                        destination,
-                        "redelivered" if count > 1 else None,
-                        None,
-                    )
-                )
+                journal((now, "deliver", message.mid, qrt.name, sel.id, destination,
+                         "redelivered" if count > 1 else None, None))  # fmt: skip
             self._out.append(
                 _new_delivery(
                     (
