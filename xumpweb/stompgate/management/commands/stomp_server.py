@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import logging
 import sys
 from typing import Any
@@ -24,6 +25,11 @@ class Command(BaseCommand):
         from xumpweb.stompgate import tcp
 
         runtime.client_only()
+        # What Django and the imports made lives as long as the process: out of the
+        # collector's sight, so its full collections (which every message's objects
+        # trigger) do not walk it again and again
+        gc.collect()
+        gc.freeze()
 
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
