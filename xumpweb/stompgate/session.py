@@ -384,6 +384,7 @@ class StompSession:
             return
         started = time.perf_counter()
         counts: dict[str, int] = {}
+        gathered: list[str] = []  # tags of a run of plain ACKs of one subscription
         for index, action in enumerate(actions):
             kind = type(action)
             if self.refused and kind is not Send and kind is not Close:
@@ -400,9 +401,19 @@ class StompSession:
             if kind is Send:
                 self._answer([action])
             elif kind is Publish:
-                if await self._send_target(action):  # type: ignore[arg-type]
+                # a /queue/ this connection already asked about needs nothing first (most
+                # SENDs): no coroutine to make and await
+                known = action.queue in self.mailboxes and action.exchange is None  # type: ignore[union-attr]
+                if known or await self._send_target(action):  # type: ignore[arg-type]
                     self._publish(action)  # type: ignore[arg-type]
             elif kind is Settle:
+                if _same_ack(action, actions, index + 1):  # type: ignore[arg-type]
+                    gathered.extend(action.tags)  # type: ignore[union-attr]
+                    continue
+                if gathered:  # the last of a run of plain ACKs: all of them in one
+                    gathered.extend(action.tags)  # type: ignore[union-attr]
+                    action = action._replace(tags=tuple(gathered))  # type: ignore[union-attr]
+                    gathered = []
                 await self._settle(action)  # type: ignore[arg-type]
             elif kind is Subscribe:
                 if await self._subscribe_target(action):  # type: ignore[arg-type]
@@ -832,6 +843,21 @@ class StompSession:
         await clients.release(self)
         if self.redis is not None:
             await self.redis.aclose()
+
+
+def _same_ack(action: Settle, actions: list[Action], after: int) -> bool:
+    """The action at `after` is, like `action`, a plain ACK (no receipt) of the same
+    subscription: a client ACKing each MESSAGE sends many in one read, and they are
+    settled as one (one pass through the outbox reader instead of one each)."""
+    if not action.accept or action.receipt is not None or after >= len(actions):
+        return False
+    following = actions[after]
+    return (
+        type(following) is Settle
+        and following.accept
+        and following.receipt is None
+        and following.subscription == action.subscription
+    )
 
 
 def _learned(delivery: Delivery, at: float) -> Delivery:
