@@ -494,17 +494,10 @@ class StompConnection:
         destination = _required(frame, "destination")
         if "message-id" in headers:  # the server's header: RabbitMQ refuses it first too
             raise ProtocolError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
-        exchange = None
         if destination.startswith(TEMP):
-            queue, address = self._temp_queue(destination, made), ""
-        elif _is_exchange(destination):
-            exchange, address = _exchange_of(destination)
-            if exchange == TOPIC_EXCHANGE:  # RabbitMQ's /topic/ is this exchange: so is ours
-                queue, exchange = None, None
-            else:
-                queue = exchange
+            queue, address, exchange = self._temp_queue(destination, made), "", None
         else:
-            queue, address = _send_target(destination)
+            queue, address, exchange = _send_destination(destination)
         message_headers: dict[str, HeaderValue] = {}
         for name, value in headers.items():
             if name in _SEND_OWN:
@@ -658,7 +651,7 @@ class StompConnection:
             del self._ack_owner[ack_id]
         accept = frame.command == "ACK"
         requeue = accept or _requeue(frame)
-        return [Settle(sub.id, tags, accept=accept, receipt=receipt, requeue=requeue)]
+        return [Settle(sub.id, tags, accept, receipt, requeue)]  # positional: made per ACK
 
     def _on_begin(self, frame: Frame, receipt: str | None) -> list[Action]:
         tx = _required(frame, "transaction")
@@ -881,6 +874,18 @@ def _queue_of(destination: str, what: str, *, header: str = "destination") -> st
             f"{what}: {header} must be /queue/<name>, not {destination!r}"[:300],
         )
     return _checked("queue", destination[len("/queue/") :])
+
+
+@lru_cache(maxsize=_CHECKED_MANY)
+def _send_destination(destination: str) -> tuple[str | None, str, str | None]:
+    """A SEND destination other than /temp-queue/ → (queue, address, exchange), checked
+    once per text (lru_cache: a client sends to the same few)."""
+    if not _is_exchange(destination):
+        return (*_send_target(destination), None)
+    exchange, address = _exchange_of(destination)
+    if exchange == TOPIC_EXCHANGE:  # RabbitMQ's /topic/ is this exchange: so is ours
+        return None, address, None
+    return exchange, address, exchange
 
 
 def _send_target(destination: str) -> tuple[str | None, str]:
