@@ -497,7 +497,11 @@ class StompConnection:
         if destination.startswith(TEMP):
             queue, address, exchange = self._temp_queue(destination, made), "", None
         else:
-            queue, address, exchange = _send_destination(destination)
+            queue, address, exchange = (
+                _send_destination(destination)
+                if len(destination) <= _CACHED_LENGTH
+                else _resolved_destination(destination)
+            )
         message_headers: dict[str, HeaderValue] = {}
         for name, value in headers.items():
             if name in _SEND_OWN:
@@ -802,6 +806,9 @@ _NUMBER_START = frozenset("-0123456789")
 # and headers in every frame, so each is checked once, not once per frame (an error is
 # raised again each time: lru_cache keeps only what passed)
 _CHECKED_MANY = 4096
+# the longest destination kept (a valid queue name is at most 200 characters, a topic
+# address may be longer): a client naming many long ones cannot make the cache large
+_CACHED_LENGTH = 256
 
 
 @lru_cache(maxsize=_CHECKED_MANY)
@@ -876,16 +883,18 @@ def _queue_of(destination: str, what: str, *, header: str = "destination") -> st
     return _checked("queue", destination[len("/queue/") :])
 
 
-@lru_cache(maxsize=_CHECKED_MANY)
-def _send_destination(destination: str) -> tuple[str | None, str, str | None]:
-    """A SEND destination other than /temp-queue/ → (queue, address, exchange), checked
-    once per text (lru_cache: a client sends to the same few)."""
+def _resolved_destination(destination: str) -> tuple[str | None, str, str | None]:
+    """A SEND destination other than /temp-queue/ → (queue, address, exchange)."""
     if not _is_exchange(destination):
         return (*_send_target(destination), None)
     exchange, address = _exchange_of(destination)
     if exchange == TOPIC_EXCHANGE:  # RabbitMQ's /topic/ is this exchange: so is ours
         return None, address, None
     return exchange, address, exchange
+
+
+# checked once per text: a client sends to the same few
+_send_destination = lru_cache(maxsize=_CHECKED_MANY)(_resolved_destination)
 
 
 def _send_target(destination: str) -> tuple[str | None, str]:
