@@ -543,6 +543,8 @@ class StompConnection:
             address=address,
             exchange=exchange,
         )
+        if not made and "transaction" not in headers:
+            return [publish]
         # the private queue is made now even in a transaction: a reply may come any time
         return [*made, *self._maybe_in_transaction(frame, receipt, [publish])]
 
