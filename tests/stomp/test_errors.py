@@ -170,3 +170,25 @@ def test_where_rabbitmq_has_words_for_a_mistake_the_message_is_its_and_the_body_
     error = error_of(conn.receive_data(data))
     assert error.headers["message"] == message
     assert detail in error.body.decode()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [send(destination="/queue/a b"), send(destination="/exchange/a/b/c"), send(**{"9x": "1"})],
+)
+def test_a_refused_destination_or_header_is_refused_every_time(data: bytes) -> None:
+    """Destinations and header names are checked once per text (a cache): what passed is
+    kept, a refusal never is: each connection that sends it again gets the ERROR again."""
+    good = frame("SEND", receipt="g", destination="/queue/a", x_good="1")
+    for _ in range(3):
+        conn = connected()
+        assert conn.receive_data(good)[0].queue == "a"
+        assert error_of(conn.receive_data(data)).headers["receipt-id"] == "r"
+
+
+def test_a_long_topic_address_is_checked_each_time_and_published() -> None:
+    address = "a." * 2000  # past the length whose resolution is kept
+    conn = connected()
+    for _ in range(2):
+        (publish,) = conn.receive_data(frame("SEND", destination=f"/topic/{address}"))
+        assert (publish.queue, publish.address) == (None, address)

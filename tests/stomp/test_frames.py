@@ -212,3 +212,57 @@ def test_a_stream_split_at_every_point_gives_the_same_frames() -> None:
             while (parsed := parser.next_frame()) is not None:
                 frames.append(parsed)
         assert frames == whole, cut
+
+
+def _serialized_one_by_one(command: str, headers: list[tuple[str, str]], body: bytes,
+                           escaped: bool) -> bytes:  # fmt: skip
+    """The serializer as first written: each name and value escaped on its own."""
+    raw = command in ("CONNECT", "STOMP", "CONNECTED")
+    lines = [command]
+    for name, value in headers:
+        if name == "content-length":
+            continue
+        if raw:
+            lines.append(f"{name}:{value}")
+        elif escaped:
+            lines.append(f"{escape(name)}:{escape(value)}")
+        else:
+            lines.append(f"{name.replace(chr(13), ' ').replace(chr(10), ' ')}:"
+                         f"{value.replace(chr(13), ' ').replace(chr(10), ' ')}")  # fmt: skip
+    if body or command in ("SEND", "MESSAGE", "ERROR"):
+        lines.append(f"content-length:{len(body)}")
+    return "\n".join([*lines, "", ""]).encode() + body + b"\x00"
+
+
+TRICKY = ["", "plain", "a:b", "a\nb", "a\rb", "a\\b", "\\", ":", "\r\n", "é:ü\n", "x\\c"]
+
+
+@pytest.mark.parametrize("command", ["MESSAGE", "RECEIPT", "ERROR", "CONNECTED"])
+@pytest.mark.parametrize("escaped", [True, False])
+def test_serialize_escapes_exactly_the_names_and_values_needing_it(
+    command: str, escaped: bool
+) -> None:
+    """The serializer looks at all the text at once for anything to escape: it must give
+    what escaping each name and value alone gives, whichever one holds the character."""
+    from xumpweb.stomp.frames import serialize_parts
+
+    for tricky in TRICKY:
+        for headers in (
+            [("subscription", "1"), ("destination", tricky)],
+            [(f"n{tricky}", "v"), ("mid", "m-1")],
+            [("content-length", "99"), ("k", tricky), (tricky or "e", tricky)],
+            [],
+        ):
+            for body in (b"", b"body"):
+                expected = _serialized_one_by_one(command, headers, body, escaped)
+                got = serialize_parts(command, headers, body, escaped=escaped)
+                assert got == expected, (headers, body)
+                assert serialize_parts(command, iter(headers), body, escaped=escaped) == got
+
+
+def test_a_header_block_ending_in_crlf_after_lf_only_lines_is_found() -> None:
+    """The end of the header block is an LF LF or an LF CR LF, whichever comes first."""
+    (parsed,) = parse_all(b"SEND\ndestination:/queue/a\r\n\r\nx\n\ny\x00")
+    assert parsed == Frame("SEND", {"destination": "/queue/a"}, b"x\n\ny")
+    (parsed,) = parse_all(b"SEND\ndestination:/queue/a\n\r\nx\n\ny\x00")
+    assert parsed == Frame("SEND", {"destination": "/queue/a"}, b"x\n\ny")

@@ -50,6 +50,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 from engine.errors import XumpError
@@ -134,6 +135,10 @@ class State(Enum):
     CONNECTED = "connected"
     DISCONNECTING = "disconnecting"  # DISCONNECT with a receipt, waiting for its Barrier
     CLOSED = "closed"
+
+    # Enum's own __hash__ is Python code (hash of the name); states are singletons, and
+    # ACCEPTS and PARSING are looked up with one several times per frame
+    __hash__ = object.__hash__
 
 
 # which client frames each state accepts; anything else is an ERROR
@@ -389,10 +394,11 @@ class StompConnection:
             headers.append(("seq", str(message.seq)))
         if message.return_address is not None:
             headers.append(("reply-to", "/queue/" + message.return_address))
-        ours = {name for name, _ in headers}
-        for name, value in message.headers.items():
-            if name not in ours and name != "content-length":
-                headers.append((name, _header_text(value)))
+        if message.headers:
+            ours = {name for name, _ in headers}
+            for name, value in message.headers.items():
+                if name not in ours and name != "content-length":
+                    headers.append((name, _header_text(value)))
         data = serialize_parts("MESSAGE", headers, message.body, escaped=self._escaped)
         if sub.ack == "auto":
             return [Send(data), Settle(sub.id, (delivery.tag,), accept=True)]
@@ -488,26 +494,24 @@ class StompConnection:
         destination = _required(frame, "destination")
         if "message-id" in headers:  # the server's header: RabbitMQ refuses it first too
             raise ProtocolError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
-        exchange = None
         if destination.startswith(TEMP):
-            queue, address = self._temp_queue(destination, made), ""
-        elif _is_exchange(destination):
-            exchange, address = _exchange_of(destination)
-            if exchange == TOPIC_EXCHANGE:  # RabbitMQ's /topic/ is this exchange: so is ours
-                queue, exchange = None, None
-            else:
-                queue = exchange
+            queue, address, exchange = self._temp_queue(destination, made), "", None
         else:
-            queue, address = _send_target(destination)
+            queue, address, exchange = (
+                _send_destination(destination)
+                if len(destination) <= _CACHED_LENGTH
+                else _resolved_destination(destination)
+            )
         message_headers: dict[str, HeaderValue] = {}
         for name, value in headers.items():
             if name in _SEND_OWN:
                 continue
-            try:
-                check_header_name(name)
-                check_text(f"header {name!r}", value)
-            except XumpError as error:
-                raise ProtocolError("Invalid header", str(error)) from None
+            _checked_header_name(name)
+            if not value.isascii():
+                try:
+                    check_text(f"header {name!r}", value)
+                except XumpError as error:
+                    raise ProtocolError("Invalid header", str(error)) from None
             if "\x00" in value:  # STOMP frames end at a NUL: no client meant this one
                 raise ProtocolError("Invalid header", f"header {name!r} holds a NUL octet")
             message_headers[name] = _typed(value)
@@ -539,6 +543,8 @@ class StompConnection:
             address=address,
             exchange=exchange,
         )
+        if not made and "transaction" not in headers:
+            return [publish]
         # the private queue is made now even in a transaction: a reply may come any time
         return [*made, *self._maybe_in_transaction(frame, receipt, [publish])]
 
@@ -643,14 +649,15 @@ class StompConnection:
                 ids.append(earlier)
                 if earlier == ack_id:
                     break
+            tags = tuple([sub.unsettled.pop(i) for i in ids])
+            for i in ids:
+                del self._ack_owner[i]
         else:
-            ids = [ack_id]
-        tags = tuple(sub.unsettled.pop(i) for i in ids)
-        for i in ids:
-            del self._ack_owner[i]
+            tags = (sub.unsettled.pop(ack_id),)
+            del self._ack_owner[ack_id]
         accept = frame.command == "ACK"
         requeue = accept or _requeue(frame)
-        return [Settle(sub.id, tags, accept=accept, receipt=receipt, requeue=requeue)]
+        return [Settle(sub.id, tags, accept, receipt, requeue)]  # positional: made per ACK
 
     def _on_begin(self, frame: Frame, receipt: str | None) -> list[Action]:
         tx = _required(frame, "transaction")
@@ -796,13 +803,29 @@ class StompConnection:
 
 
 _DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]+)?")
+_NUMBER_START = frozenset("-0123456789")
+# the checks below depend on the text alone: a client names the same few destinations
+# and headers in every frame, so each is checked once, not once per frame (an error is
+# raised again each time: lru_cache keeps only what passed)
+_CHECKED_MANY = 4096
+# the longest destination kept (a valid queue name is at most 200 characters, a topic
+# address may be longer): a client naming many long ones cannot make the cache large
+_CACHED_LENGTH = 256
+
+
+@lru_cache(maxsize=_CHECKED_MANY)
+def _checked_header_name(name: str) -> str:
+    try:
+        return check_header_name(name)
+    except XumpError as error:
+        raise ProtocolError("Invalid header", str(error)) from None
 
 
 def _typed(value: str) -> HeaderValue:
     """A header value written as a decimal number (as JSON writes one, so it comes out as
     the same text) becomes that number, for selectors to compare as a number
     (`amount > 500`); any other text stays text ("007", "1e3", "12.50", "+5")."""
-    if not _DECIMAL.fullmatch(value):
+    if not value or value[0] not in _NUMBER_START or not _DECIMAL.fullmatch(value):
         return value
     if "." not in value:
         return int(value)
@@ -860,6 +883,20 @@ def _queue_of(destination: str, what: str, *, header: str = "destination") -> st
             f"{what}: {header} must be /queue/<name>, not {destination!r}"[:300],
         )
     return _checked("queue", destination[len("/queue/") :])
+
+
+def _resolved_destination(destination: str) -> tuple[str | None, str, str | None]:
+    """A SEND destination other than /temp-queue/ → (queue, address, exchange)."""
+    if not _is_exchange(destination):
+        return (*_send_target(destination), None)
+    exchange, address = _exchange_of(destination)
+    if exchange == TOPIC_EXCHANGE:  # RabbitMQ's /topic/ is this exchange: so is ours
+        return None, address, None
+    return exchange, address, exchange
+
+
+# checked once per text: a client sends to the same few
+_send_destination = lru_cache(maxsize=_CHECKED_MANY)(_resolved_destination)
 
 
 def _send_target(destination: str) -> tuple[str | None, str]:
@@ -951,6 +988,7 @@ def _exchange_of(destination: str) -> tuple[str, str]:
     return name, key
 
 
+@lru_cache(maxsize=_CHECKED_MANY)
 def _checked(kind: str, name: str) -> str:
     try:
         return check_name(kind, name)

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 
 CLIENT_COMMANDS = frozenset(
     {
@@ -56,6 +57,7 @@ DEFAULT_MAX_HEADERS = 1000  # the engine's limit of headers on one message
 DEFAULT_MAX_HEADER_LENGTH = 10 * 1024  # one `name:value` line, in bytes
 
 _HEADER_END = re.compile(rb"\n\r?\n")
+_BETWEEN_FRAMES = frozenset(b"\r\n\x00")  # heart-beat EOLs and empty frames
 _ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
 _UNESCAPES = {"r": "\r", "n": "\n", "c": ":", "\\": "\\"}
 _NEEDS_ESCAPE = re.compile(r"[\\\r\n:]")
@@ -74,12 +76,12 @@ class ProtocolError(Exception):
         self.receipt = receipt
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One STOMP frame. `headers` keeps the first value of each name, in arrival order."""
+class Frame(NamedTuple):
+    """One STOMP frame. `headers` keeps the first value of each name, in arrival order.
+    A NamedTuple (as the actions are, actions.py): every frame a client sends makes one."""
 
     command: str
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = MappingProxyType({})
     body: bytes = b""
 
 
@@ -130,22 +132,29 @@ def serialize_parts(
     a `content-length` among the headers is replaced by the body's real length.
     `escaped=False` for STOMP 1.0, which has no escapes: a line break in a header (which
     1.0 cannot carry) becomes a space."""
-    raw = command in UNESCAPED_COMMANDS
-    lines = [command]
-    for name, value in headers:  # type: ignore[attr-defined]
-        if name == "content-length":
-            continue
-        if raw:
-            lines.append(f"{name}:{value}")
-        elif escaped:
-            lines.append(f"{escape(name)}:{escape(value)}")
-        else:
-            lines.append(f"{_unbroken(name)}:{_unbroken(value)}")
+    pairs = headers if isinstance(headers, list) else list(headers)  # type: ignore[call-overload]
+    lines = [f"{name}:{value}" for name, value in pairs if name != "content-length"]
+    text = "\n".join(lines)
+    # one look at all the text for anything to escape, instead of one per name and value:
+    # each line holds exactly one colon and no line break unless a name or value holds one
+    if (
+        lines
+        and command not in UNESCAPED_COMMANDS
+        and (
+            text.count(":") != len(lines)
+            or text.count("\n") != len(lines) - 1
+            or "\\" in text
+            or "\r" in text
+        )
+    ):
+        clean = escape if escaped else _unbroken
+        text = "\n".join(
+            [f"{clean(name)}:{clean(value)}" for name, value in pairs if name != "content-length"]
+        )
     if body or command in BODY_COMMANDS:
-        lines.append(f"content-length:{len(body)}")
-    lines.append("")
-    lines.append("")
-    return "\n".join(lines).encode("utf-8") + body + b"\x00"
+        text = f"{text}\ncontent-length:{len(body)}" if lines else f"content-length:{len(body)}"
+    head = f"{command}\n{text}\n\n" if text else f"{command}\n\n"
+    return b"".join((head.encode("utf-8"), body, b"\x00"))
 
 
 class FrameParser:
@@ -230,20 +239,30 @@ class FrameParser:
     def _next_frame(self) -> Frame | None:
         buffer = self._buffer
         if self._head is None:
-            pos = self._skip_heartbeats()
-            if pos != self._pos:
-                self._pos = pos
-                self._scan = max(self._scan, pos)
-                self._head_lines = 0
+            pos = self._pos
+            if pos < len(buffer) and buffer[pos] in _BETWEEN_FRAMES:
+                pos = self._skip_heartbeats()
+                if pos != self._pos:
+                    self._pos = pos
+                    self._scan = max(self._scan, pos)
+                    self._head_lines = 0
             if pos == len(buffer):
                 return None
-            match = _HEADER_END.search(buffer, max(self._scan - 2, pos))
-            if match is None:
-                self._check_partial_head()
-                self._scan = len(buffer)
-                return None
-            self._head = self._parse_head(bytes(buffer[pos : match.start()]), match.end() - pos)
-            self._scan = match.end()
+            # the header block's end: a blank line. An LF LF is found faster than the
+            # pattern; a CR before it means the block may end at an LF CR LF first
+            start = max(self._scan - 2, pos)
+            head_end = buffer.find(b"\n\n", start)
+            if head_end >= 0 and buffer.find(b"\r", start, head_end) < 0:
+                body_offset = head_end + 2
+            else:
+                match = _HEADER_END.search(buffer, start)
+                if match is None:
+                    self._check_partial_head()
+                    self._scan = len(buffer)
+                    return None
+                head_end, body_offset = match.start(), match.end()
+            self._head = self._parse_head(buffer[pos:head_end], body_offset - pos)
+            self._scan = body_offset
             self._head_lines = 0
         pos = self._pos
         command, headers, body_offset, length = self._head
@@ -336,13 +355,13 @@ class FrameParser:
             )
 
     def _parse_head(
-        self, head: bytes, body_offset: int
+        self, head: bytearray, body_offset: int
     ) -> tuple[str, dict[str, str], int, int | None]:
         found = self._plain_head(head)
         if found is not None:
             command, headers = found
         else:
-            command, headers = self._checked_head(head)
+            command, headers = self._checked_head(bytes(head))
         length: int | None = None
         text = headers.get("content-length")
         if text is not None:
@@ -363,7 +382,7 @@ class FrameParser:
                 )
         return command, headers, body_offset, length
 
-    def _plain_head(self, head: bytes) -> tuple[str, dict[str, str]] | None:
+    def _plain_head(self, head: bytearray) -> tuple[str, dict[str, str]] | None:
         """The common case, fast: a short head with no CR, no escapes, valid UTF-8, a known
         command and well-formed headers. None when any of that does not hold: the head is
         then read line by line (`_checked_head`), which says what is wrong."""
