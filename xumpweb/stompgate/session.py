@@ -99,7 +99,6 @@ SERVER_NAME = "Xump/1.0"
 # read then holds the server to this (and its socket's buffers), not to prefetch times body size
 TAKE_BYTES = 1024 * 1024
 FIRST_TAKE = 16  # items in a pump's first take, before it knows how large they are
-REFILL_FROM = 64  # windows of this many deliveries or more are refilled in steps
 
 
 class Transport(Protocol):
@@ -203,14 +202,7 @@ class _Subscription:
         self.router = (action.exchange or topics.router()) if private else destination
         self.reader = reader
         reader.settle_on_claim = action.ack == "auto"  # a claim settles it (outbox.py)
-        window = action.credit or session.default_prefetch
-        self.credit = window
-        # A large window is refilled a quarter at a time while the client still holds
-        # deliveries it has not settled (it has three quarters of its window to work on):
-        # one take of ~window/4 items instead of one round trip per few ACKs, as
-        # RabbitMQ's credit flow grants credit in steps. A lone delivery never waits: with
-        # nothing unsettled the window is open from one credit on.
-        self.refill = window // 4 if window >= REFILL_FROM else 1
+        self.credit = action.credit or session.default_prefetch
         self.window_open = asyncio.Event()
         self.window_open.set()
         self.stopping = False
@@ -226,13 +218,13 @@ class _Subscription:
 
     def opened(self, settled: int) -> None:
         self.credit += settled
-        if self.credit >= self.refill or (self.credit > 0 and not self.reader.unsettled):
+        if self.credit > 0:
             self.window_open.set()
 
     async def _pump(self) -> None:
         reader, session = self.reader, self.session
         while not self.stopping:
-            if self.credit <= 0 or (self.credit < self.refill and self.reader.unsettled):
+            if self.credit <= 0:
                 self.window_open.clear()
                 await self.window_open.wait()
                 continue
