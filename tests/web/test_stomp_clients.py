@@ -437,6 +437,25 @@ def test_prefetch_count_limits_what_is_in_flight(http, clients):
     assert bodies(consumer.take(5)) == [f"m{n}" for n in range(5)]
 
 
+def test_a_consumer_that_acks_a_whole_window_at_once_gets_the_whole_window(http, clients):
+    """A batch consumer (prefetch-count 100, ACKs once it holds 100) whose messages come
+    in two parts, 80 then 20: it must get the last 20 without acking first, as with
+    RabbitMQ's prefetch (a refill that waited for a quarter of the window to be free
+    would leave it waiting for ever)."""
+    queue, destination = delivering(http)
+    consumer, producer = subscribed(clients, destination, **{"prefetch-count": "100"})
+    for n in range(80):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    producer.receipt("r79")
+    consumer.take(80)
+    for n in range(80, 100):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    producer.receipt("r99")
+    assert bodies(consumer.take(100)) == [f"m{n}" for n in range(100)]
+    for frame in consumer.messages:
+        consumer.ack(frame)
+
+
 def test_activemq_prefetch_size_is_the_window_too(http, clients):
     queue, destination = delivering(http)
     consumer, producer = subscribed(clients, destination, **{"activemq.prefetchSize": "1"})
