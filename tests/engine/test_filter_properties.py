@@ -318,7 +318,7 @@ def test_like_matcher_agrees_with_a_regular_expression(pattern, escape, value) -
 )
 def test_like_stays_fast_on_patterns_that_make_regular_expressions_backtrack(pattern, value):
     selects = compile_filter(f"s LIKE {quote(pattern)}")
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time: a busy machine stretches the wall clock
     with time_limit():
         assert selects(Message(headers={"s": value})) is False
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 0.5

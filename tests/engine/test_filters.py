@@ -538,12 +538,15 @@ def test_nesting_deeper_than_100_levels_is_refused() -> None:
     ids=["parens", "nots", "minus", "ors", "like", "unclosed", "bad-tail", "in-list"],
 )
 def test_worst_inputs_of_10_kib_are_decided_within_a_second(text: str) -> None:
-    started = time.perf_counter()
+    """Decided in under a second of this thread's CPU time (a catastrophic input takes
+    many); CPU time, not the wall clock, which a busy machine stretches (CI's runs at load
+    12 took 1.9 s of wall clock for the parentheses)."""
+    started = time.thread_time()
     try:
         compile_filter(text)(Message(headers={"a": "a" * 100}))
     except InvalidSelector:
         pass
-    assert time.perf_counter() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 def test_long_flat_and_chain_is_fine() -> None:

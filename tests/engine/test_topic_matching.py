@@ -187,7 +187,7 @@ def test_many_hashes_against_a_long_key_stay_fast() -> None:
     trie.add(".".join(["#"] * 20) + ".z", "x")
     trie.add(".".join(["#", "a"] * 10), "y")
     key = ".".join(["a"] * 200)
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time: a busy machine stretches the wall clock
     assert trie.match(key) == {"y"}
     assert trie.match(key + ".z") == {"x"}
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 0.5
