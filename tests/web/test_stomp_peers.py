@@ -586,3 +586,60 @@ def test_a_selector_compares_a_stomp_header_written_as_a_number_as_a_number(http
     rest = clients()
     rest.subscribe(f"/queue/{destination}")
     assert sorted(f.headers["amount"] for f in rest.take(2)) == ["0700", "90"]
+
+
+# -- one connection subscribing and sending, receipts interleaved (RabbitMQ's destinations) ----
+@pytest.mark.parametrize("receipts", [("a", None, "b"), (None, "a", None)])
+def test_a_connection_reads_its_own_sends_with_and_without_receipts_interleaved(clients, receipts):
+    """RabbitMQ's test_interleaved_receipt_no_receipt and its inverse: one connection
+    subscribes to a new /queue/ with ack:auto and SENDs three there, some asking for a
+    receipt: all three come back, every receipt comes."""
+    client = clients()
+    queue = unique("ir")
+    client.subscribe(f"/queue/{queue}", ack="auto")
+    for body, receipt in zip(("first", "second", "third"), receipts, strict=True):
+        client.send(f"/queue/{queue}", body, receipt=receipt)
+    client.wait(lambda: len(client.messages) == 3, "the three messages")
+    for receipt in receipts:
+        if receipt is not None:
+            client.receipt(receipt)
+    assert bodies(client.messages) == ["first", "second", "third"]
+
+
+def test_a_connection_reads_its_own_transaction_with_receipts_interleaved(clients):
+    """RabbitMQ's test_interleaved_receipt_no_receipt_tx: the same inside a transaction."""
+    client = clients()
+    queue = unique("ir")
+    client.subscribe(f"/queue/{queue}", ack="auto")
+    client.connection.begin(transaction="tx.ir")
+    for body, receipt in (("first", "a"), ("second", None), ("third", "b")):
+        client.send(f"/queue/{queue}", body, receipt=receipt, transaction="tx.ir")
+    client.connection.commit(transaction="tx.ir")
+    client.wait(lambda: len(client.messages) == 3, "the three messages")
+    client.receipt("a")
+    client.receipt("b")
+    assert bodies(client.messages) == ["first", "second", "third"]
+
+
+@pytest.mark.parametrize("leaves", ["unsubscribe", "disconnect", "drop"])
+def test_what_is_sent_right_after_an_ack_auto_subscriber_leaves_reaches_the_next(clients, leaves):
+    """An ack:auto subscriber waiting for its destination's next message leaves
+    (UNSUBSCRIBE, then DISCONNECT); what is sent right after must reach the next
+    subscriber, not the one that left (RabbitMQ's destinations tests meet this: each test
+    subscribes to the same /queue/ir on a connection of its own)."""
+    queue = unique("ir")
+    leaving = clients()
+    leaving.subscribe(f"/queue/{queue}", ack="auto")  # waits in its claim: nothing there
+    if leaves == "unsubscribe":
+        leaving.unsubscribe()
+    if leaves == "drop":
+        leaving.drop()
+    else:
+        leaving.disconnect()
+    staying = clients()
+    staying.subscribe(f"/queue/{queue}", ack="auto")
+    for n in range(3):
+        staying.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    staying.wait(lambda: len(staying.messages) == 3, "the three messages", within=30)
+    assert bodies(staying.messages) == ["m0", "m1", "m2"]
+    assert leaving.messages == []

@@ -145,6 +145,11 @@ class OutboxReader:
         self.resend_task: asyncio.Task | None = None
         self.taking = False
         self.closed = False
+        # the connection a claim waits on, its own (see _claim), and its Redis client id
+        # while a BLMOVE waits there: `stop` ends the wait (CLIENT UNBLOCK)
+        self.blocking: Any = None
+        self.blocked_id: int | None = None
+        self.stopping = False
 
     # -- taking ------------------------------------------------------------------------------
     async def take(self, count: int) -> list[bytes]:
@@ -175,12 +180,36 @@ class OutboxReader:
             self.taking = False
 
     async def _claim(self) -> list[bytes]:
-        """Wait for the outbox's next item and claim it (see the module doc)."""
+        """Wait for the outbox's next item and claim it (see the module doc).
+
+        The wait is on a connection of the reader's own, which first says its client id
+        (Redis answers CLIENT ID at once, before the BLMOVE blocks): a consumer that ends
+        while its claim waits ends the wait (`stop`: CLIENT UNBLOCK), so the claim takes
+        nothing sent after it ended. An ack:auto claim taken after its consumer ended
+        could not be given back (only the router takes items off the autoacked list):
+        before, such a claim waited on for up to POP_WAIT and lost what it took."""
         into = self.autoacked_key if self.settle_on_claim else self.claimed_key
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.blmove(self.outbox, into, POP_WAIT, "LEFT", "RIGHT")
-        pipe.exists(self.revoked)
-        item, revoked = await pipe.execute()
+        if self.stopping:
+            return []
+        connection = self.blocking
+        if connection is None:
+            connection = self.blocking = await self.redis.connection_pool.get_connection()
+        try:
+            await connection.send_packed_command(connection.pack_commands([
+                ("CLIENT", "ID"),
+                ("BLMOVE", self.outbox, into, "LEFT", "RIGHT", POP_WAIT),
+                ("EXISTS", self.revoked),
+            ]))  # fmt: skip
+            self.blocked_id = await connection.read_response()
+            if self.stopping:  # `stop` came before the id was known: end the wait here
+                await self._unblock()
+            item = await connection.read_response()
+            self.blocked_id = None
+            revoked = await connection.read_response()
+        except BaseException:
+            self.blocked_id = None
+            await connection.disconnect()  # never reused half-read
+            raise
         if item is None:
             return []
         if revoked:  # stamped (taken, not settled) by the check, or dropped
@@ -382,18 +411,36 @@ class OutboxReader:
         """The consumer ends: its `pump` (the task calling `take`) stopped, never cancelled
         in the middle of a take (see the module doc), then `close`. The caller has told
         its pump to stop taking first."""
+        self.stopping = True
         if not self.taking:
             pump.cancel()
+        else:
+            await self._unblock()  # a claim waiting ends now (see _claim)
         await asyncio.wait({pump}, timeout=POP_WAIT + 5)
         if pump.done() and not pump.cancelled() and pump.exception():
             logger.error("the pump of %r failed", self.destination, exc_info=pump.exception())
         await self.close(connection_id)
+
+    async def _unblock(self) -> None:
+        """End the wait of the claim in flight, if one waits (it answers as timed out,
+        or with what it claimed before)."""
+        waiting = self.blocked_id
+        if waiting is None:
+            return
+        try:
+            await self.redis.client_unblock(waiting)
+        except redis.RedisError as problem:  # it ends by itself within POP_WAIT
+            logger.warning("cannot end the claim of %r: %s", self.destination, problem)
 
     async def close(self, connection_id: str | None = None) -> None:
         """Settle what this reader holds: acks out, unsettled tags back (requeue, in
         delivery order), its registry entry (`connection_id`) forgotten. Call it once the
         pump has stopped taking (see the module doc)."""
         self.closed = True
+        self.stopping = True
+        if self.blocking is not None:  # no claim waits any more (the pump has stopped)
+            await self.redis.connection_pool.release(self.blocking)
+            self.blocking = None
         if self.ack_task is not None:  # a round trip in flight is never cancelled
             await asyncio.wait({self.ack_task}, timeout=POP_WAIT + 5)
         await self.flush_acks()
