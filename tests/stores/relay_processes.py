@@ -32,13 +32,19 @@ from engine.patterns import wolfpack
 from engine.relay import RelayClient, RelayRouter
 
 
-def router(url: str, store: str, workers: str, limit: str, announce: str = "") -> None:
+def leased(url: str, store: str, lease_ms: int) -> tuple[Engine, RelayRouter]:
+    """An engine on `store` and its relay router holding the lease (exit 3 if it cannot)."""
     engine = Engine()
     engine.store_create("redis", store, url=url)
     engine.set_default_store(store)
-    relay = RelayRouter(engine, store, name=f"pid{os.getpid()}", lease_ms=1000)
+    relay = RelayRouter(engine, store, name=f"pid{os.getpid()}", lease_ms=lease_ms)
     if not relay.acquire(timeout=60):
         sys.exit(3)
+    return engine, relay
+
+
+def router(url: str, store: str, workers: str, limit: str, announce: str = "") -> None:
+    engine, relay = leased(url, store, 1000)
     for worker in workers.split(","):
         wolfpack(engine, "jobs", worker, credit=-1)
     stop = threading.Event()
@@ -52,13 +58,7 @@ def router(url: str, store: str, workers: str, limit: str, announce: str = "") -
 
 
 def crossing(url: str, side: str, a: str, b: str) -> None:
-    store = a if side == "a" else b
-    engine = Engine()
-    engine.store_create("redis", store, url=url)
-    engine.set_default_store(store)
-    relay = RelayRouter(engine, store, name=f"pid{os.getpid()}", lease_ms=500)
-    if not relay.acquire(timeout=60):
-        sys.exit(3)
+    engine, relay = leased(url, a if side == "a" else b, 500)
     if side == "a":
         engine.queue_create("orders")
         engine.set_remote_queues({"audit": b, "work": b})

@@ -67,12 +67,19 @@ def inbox_length(url: str, shard: str) -> int:
         client.close()
 
 
-def test_a_copy_to_another_shard_is_carried_and_delivered_there_once(shards) -> None:
-    url, (a, b) = shards
+def copying(url: str, a: str, b: str) -> tuple[RelayRouter, RelayRouter]:
+    """Routers of shard a, whose "orders" COPYs to b's "audit", and of shard b, where
+    "audit" DELIVERs to "archive"."""
     left = router(url, a, ["orders"], {"audit": b})
     right = router(url, b, ["audit"], {"orders": a})
     left.engine.selector_create("orders").when_always().do_copy("audit").enable()
     right.engine.selector_create("audit").when_always().do_deliver("archive").enable()
+    return left, right
+
+
+def test_a_copy_to_another_shard_is_carried_and_delivered_there_once(shards) -> None:
+    url, (a, b) = shards
+    left, right = copying(url, a, b)
     with closing(RelayClient(url, a)) as client:
         client.publish_many("orders", [Message(body=b"1"), Message(body=b"2")])
     left.run_once()  # routes, writes two forwards, and carries them
@@ -92,10 +99,7 @@ def test_a_router_that_dies_before_the_trim_carries_again_and_nothing_arrives_tw
     shards,
 ) -> None:
     url, (a, b) = shards
-    first = router(url, a, ["orders"], {"audit": b})
-    right = router(url, b, ["audit"], {"orders": a})
-    first.engine.selector_create("orders").when_always().do_copy("audit").enable()
-    right.engine.selector_create("audit").when_always().do_deliver("archive").enable()
+    first, right = copying(url, a, b)
     with closing(RelayClient(url, a)) as client:
         client.publish_many("orders", [Message(body=b"%d" % n) for n in range(5)])
     first.run_once()  # committed and carried; the trim waits for its next commit
