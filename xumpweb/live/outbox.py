@@ -438,7 +438,9 @@ class OutboxReader:
         pump has stopped taking (see the module doc)."""
         self.closed = True
         self.stopping = True
-        if self.blocking is not None:  # no claim waits any more (the pump has stopped)
+        if self.blocking is not None:
+            if self.taking:  # a claim still waits there (stop gave up on it): not reused
+                await self.blocking.disconnect()
             await self.redis.connection_pool.release(self.blocking)
             self.blocking = None
         if self.ack_task is not None:  # a round trip in flight is never cancelled
