@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from engine.errors import AlreadyExists, InvalidArgument
 from engine.message import Delivery, Message
 from engine.routing_table import SelectorRuntime
-from engine.rules import QueueRuntime, Rules
+from engine.rules import Rules
 from engine.validation import check_name
 
 # A remote origin, as an entry's origin names it: "$remote", the shard, the queue, joined
@@ -123,12 +123,6 @@ class Forwarding(Rules):
             self._forwards, self._settles = [], []
             return forwards, settles
 
-    def drop_forwards(self) -> None:
-        """Forget what `take_forwards` would answer (the calls that made them were rolled
-        back)."""
-        with self._lock:
-            self._forwards, self._settles = [], []
-
     def arrive_forwarded(
         self, shard: str, forwards: Iterable[tuple[str, Message, Iterable[str], Any, int]]
     ) -> list[Delivery]:
@@ -192,7 +186,3 @@ class Forwarding(Rules):
             return False
         self._settles.append(Settle(found[0], (found[1], selector_id, tag)))
         return True
-
-
-def is_remote(qrt: QueueRuntime | RemoteQueue | None) -> bool:
-    return qrt is not None and qrt.remote is not None
