@@ -387,6 +387,13 @@ def trace_later(client: aioredis.Redis, store: str, hop: str, at: float, mids: l
     task.add_done_callback(_tracing.discard)
 
 
+async def traces_sent(within: float = 1.0) -> None:
+    """Wait (at most `within` seconds) for the trace lines on their way: a connection that
+    ends closes the Redis client they go out on (bench-only; nothing waits without them)."""
+    if _tracing:
+        await asyncio.wait(set(_tracing), timeout=within)
+
+
 def _schedule_router(running: Service) -> None:
     """One routing task for this burst (as runtime.Service.kick does)."""
     from kombu.exceptions import OperationalError

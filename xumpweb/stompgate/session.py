@@ -70,6 +70,7 @@ from xumpweb.live.publish import (
     error_code,
     group_commit,
     trace_later,
+    traces_sent,
 )
 from xumpweb.live.security import find_token, unwatch, user_principal, watch
 from xumpweb.runtime import service
@@ -842,6 +843,7 @@ class StompSession:
                 logger.warning("cannot remove temp queue %r: %s", queue, problem)
         await clients.release(self)
         if self.redis is not None:
+            await traces_sent()  # a traced frame's "write" line goes out on this client
             await self.redis.aclose()
 
 
