@@ -452,7 +452,10 @@ class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
 
     def _store_of(self, queue: str) -> str | None:
         qrt = self._queues.get(queue)
-        return None if qrt is None else qrt.spec.store
+        if qrt is not None:
+            return qrt.spec.store
+        remote = self._remote.get(queue)
+        return None if remote is None else remote.remote
 
     def _recorder(self):  # type: ignore[no-untyped-def]
         return self._journal.append if self._journal is not None else None
@@ -692,6 +695,9 @@ class _SelectorHost:
 
     def queue_runtime(self, name: str) -> QueueRuntime | None:
         return self._engine._target_named(name)
+
+    def deliver_elsewhere(self, destination: str) -> str | None:
+        return self._engine._elsewhere(destination)
 
     def untarget(self, sel: SelectorRuntime) -> None:
         self._engine._untarget(sel)

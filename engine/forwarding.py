@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from engine.errors import AlreadyExists, InvalidArgument
 from engine.message import Delivery, Message
+from engine.placement import place
 from engine.routing_table import SelectorRuntime
 from engine.rules import Rules
 from engine.validation import check_name
@@ -91,6 +92,10 @@ class Forwarding(Rules):
     _remote: dict[str, RemoteQueue]
     _forwards: list[Forward]
     _settles: list[Settle]
+    _shards: tuple[str, ...]
+    _queues: dict
+    _local_shard: str | None = None
+    _store_of: Any  # core.py: the store of a local queue or a stand-in
 
     def set_remote_queues(self, queues: Mapping[str, str]) -> None:
         """The queues of other shards, name -> shard; each call replaces the last. A name
@@ -109,6 +114,43 @@ class Forwarding(Rules):
                 found = self._remote.get(name)
                 for sel in self._targeted_by.get(name, ()):
                     sel.resolve(found)
+
+    def set_local_shard(self, shard: str, shards: Iterable[str]) -> None:
+        """This engine routes the queues of `shard` only, one of `shards` (a service's shard
+        router, whose engine opens its own store only): a DELIVER must be made on its
+        destination's home shard (`destination_home`), where that destination's
+        subscribers read. A selector that would DELIVER elsewhere is refused; a message
+        whose envelope names such a destination is dead-lettered (`no-target`)."""
+        names = tuple(shards)
+        for name in (shard, *names):
+            check_name("shard", name)
+        if shard not in names or len(set(names)) != len(names):
+            raise InvalidArgument(f"shard {shard!r} must be one of distinct shards {names!r}")
+        with self._lock:
+            self._local_shard = shard
+            self._shards = names
+
+    def destination_home(self, destination: str) -> str | None:
+        """The shard whose subscribers of `destination` read it: the shard of the queue of
+        that name, else where placement would put one (None: this engine has no shards)."""
+        with self._lock:
+            if not self._shards:
+                return None
+            own = self._queues.get(destination)
+            if own is not None:
+                return own.spec.store
+            remote = self._remote.get(destination)
+            if remote is not None:
+                return remote.remote
+            return place(destination, self._shards, store_of=self._store_of)
+
+    def _elsewhere(self, destination: str) -> str | None:
+        """The shard a DELIVER to `destination` must be made on, when not this one."""
+        local = self._local_shard
+        if local is None:
+            return None
+        home = self.destination_home(destination)
+        return home if home is not None and home != local else None
 
     def remote_queues(self) -> dict[str, str]:
         """The remote stand-ins: name -> shard."""

@@ -169,6 +169,7 @@ class Rules:
     _settles: list[Any]  # forwarding.py: other shards' origins to settle
     _forward: Callable[..., None]  # forwarding.py: an arrival at a stand-in
     _settle_remote: Callable[[str, int, str], bool]  # forwarding.py: another shard's origin
+    _elsewhere: Callable[[str], str | None]  # forwarding.py: a destination read elsewhere
 
     def _target_named(self, name: str) -> QueueRuntime | None:
         """The queue (or another shard's queue's stand-in) a target name names."""
@@ -619,6 +620,10 @@ class Rules:
         if sel.action == "deliver":
             if not is_name(name) or name[0] == "$":
                 return None, ("no-target", f"its {field} is not a destination name", None)
+            home = self._elsewhere(name)
+            if home is not None:
+                detail = f"its {field} names a destination read on shard {home!r}"
+                return None, ("no-target", detail, {"x-target": name})
             return name, NO_FAILURE
         target = self._target_named(name)
         if target is None:

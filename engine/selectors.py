@@ -47,6 +47,11 @@ class SelectorHost(Protocol):
         """The runtime of queue `name`, None when there is no such queue."""
         ...
 
+    def deliver_elsewhere(self, destination: str) -> str | None:
+        """The shard a DELIVER to `destination` must be made on when it is not this
+        engine's (a shard router's engine, forwarding.py's set_local_shard); else None."""
+        ...
+
     def untarget(self, sel: SelectorRuntime) -> None:
         """Forget that `sel` sends into the queue it targets now (before it is re-pointed)."""
         ...
@@ -280,6 +285,13 @@ class Selector:
                 )
         elif action == "deliver":
             check_name("destination", target)
+            home = host.deliver_elsewhere(target)  # type: ignore[arg-type]
+            if home is not None:
+                raise InvalidSelector(
+                    f"destination {target!r} is read on shard {home!r}, not on this queue's: "
+                    f"deliver to it from a queue on shard {home!r} (e.g. {target}:from-"
+                    f"{self.queue[:40]}, which lives there)"
+                )
         with host.lock:
             qrt, sel = self._runtime()
             target_queue = None

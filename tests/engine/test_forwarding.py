@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine, Message
-from engine.errors import AlreadyExists, InvalidArgument, InvalidName
+from engine.errors import AlreadyExists, InvalidArgument, InvalidName, InvalidSelector
 
 
 class Shards:
@@ -172,3 +172,55 @@ def test_hostile_forwards_are_refused_and_change_nothing() -> None:
         with pytest.raises((InvalidArgument, ValueError)):
             shards["a"].arrive_forwarded("b", bad)
     assert shards["a"].stats("q")["published"] == 0
+
+
+def shard_router(local: str) -> Engine:
+    """An engine that routes shard `local` of shards a and b, as a service's shard router."""
+    engine = Engine()
+    engine.store_create("ram", local)
+    engine.set_default_store(local)
+    engine.set_local_shard(local, ["a", "b"])  # only `local` is opened here
+    return engine
+
+
+def named_for(shard: str, prefix: str) -> str:
+    """A name that placement puts on `shard` (of a and b)."""
+    from engine.placement import shard_by_hash
+
+    names = (f"{prefix}{n}" for n in range(100))
+    return next(name for name in names if shard_by_hash(name, ["a", "b"]) == shard)
+
+
+def test_a_deliver_to_a_destination_read_on_another_shard_is_refused_saying_where() -> None:
+    engine = shard_router("a")
+    queue = named_for("a", "q")
+    engine.queue_create(queue, store="a")
+    away = named_for("b", "d")
+    selector = engine.selector_create(queue)
+    with pytest.raises(InvalidSelector, match=f"destination '{away}' is read on shard 'b'"):
+        selector.do_deliver(away)
+    assert engine.selectors(queue)[0].spec.action is None  # nothing half-applied
+    # its own queue's name, a name homed here, and a pattern's private name all deliver
+    for here in (queue, named_for("a", "d"), f"{queue}:worker-1"):
+        selector.do_deliver(here)
+    # a destination that names a queue of the other shard is read there, whatever its hash
+    engine.set_remote_queues({named_for("a", "r"): "b"})
+    with pytest.raises(InvalidSelector, match="is read on shard 'b'"):
+        selector.do_deliver(named_for("a", "r"))
+
+
+def test_an_envelope_target_read_on_another_shard_is_dead_lettered_not_written_here() -> None:
+    engine = shard_router("a")
+    queue = named_for("a", "q")
+    engine.queue_create("dlq", store="a")
+    engine.queue_create(queue, store="a", dead_letter="dlq")
+    engine.selector_create(queue).when_always().do_deliver(target_from="reply_to").enable()
+    engine.selector_create("dlq").when_always().do_deliver("dlq:reader").enable()
+    away, here = named_for("b", "d"), named_for("a", "d")
+    out = engine.publish(queue, Message("x", headers={"reply_to": away}))
+    out += engine.publish(queue, Message("y", headers={"reply_to": here}))
+    by_destination = {d.destination: d.message for d in out}
+    assert set(by_destination) == {"dlq:reader", here}
+    letter = by_destination["dlq:reader"]
+    assert letter.headers["x-reason"] == "no-target"
+    assert letter.headers["x-target"] == away
