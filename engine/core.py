@@ -404,10 +404,10 @@ class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
                     f"({_describe_spec(existing.spec)})"
                 )
             qrt = self._queue_runtime(spec, self._stores[spec.store].open_queue(name))
+            self._catalog.save_queue(spec)  # first: a catalog that refuses leaves nothing
             self._queues[name] = qrt
             for sel in self._targeted_by.get(name, ()):
                 sel.resolve(qrt)
-            self._catalog.save_queue(spec)
             return self._info(qrt)
 
     def _queue_spec(
@@ -426,7 +426,9 @@ class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
         ttl: object = None,
         priorities: object = 1,
     ) -> QueueSpec:
-        if store is None and self._shards:
+        if store is None and self._shards and self._local_shard is None:
+            # (a shard router's engine makes its queues on its own shard, the default: the
+            # service placed the call there)
             store = place(name, self._shards, store_of=self._store_of)
         store = self._default_store if store is None else store
         check_name("store", store)

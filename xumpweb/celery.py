@@ -30,12 +30,12 @@ app.conf.beat_schedule = {
 
 
 @signals.worker_ready.connect
-def watch_the_lease(**_: object) -> None:
+def watch_the_lease(sender: object = None, **_: object) -> None:
     """Every worker takes routing over when the lease is free and work waits, beat or no
-    beat (router/watch.py)."""
+    beat (router/watch.py); its routers are named after the worker (its node name)."""
     from xumpweb.router import watch
 
-    watch.start()
+    watch.start(getattr(sender, "hostname", None))
 
 
 @signals.worker_shutdown.connect

@@ -64,7 +64,8 @@ from engine.relay import (
     store_failure,
 )
 from engine.stores.redis import RedisStore
-from xumpweb import redis_health, series
+from xumpweb import redis_health, series, shard_calls
+from xumpweb import shards as shard_map
 from xumpweb.analytics.journal import append_commands, journal_key
 from xumpweb.router import operations
 
@@ -125,6 +126,7 @@ class Service:
         routing: str,
         call_timeout: float,
         inbox_limit: int | None = None,
+        shards: list[str] | None = None,
     ) -> None:
         self.url = url
         self.store = store
@@ -135,6 +137,51 @@ class Service:
         self.redis: redis.Redis = self.relay.client
         self._queues: tuple[int, frozenset[str]] = (-1, frozenset())
         self._dropping: tuple[int, frozenset[str]] = (-1, frozenset())
+        # every shard's client, this one (shard 0) first; with one shard, only this one
+        self._here: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._dropping_here: tuple[int, frozenset[str]] = (-1, frozenset())
+        self.main = self  # shard 0's client: what the service keeps in one place
+        self.shards: dict[str, Service] = {store: self}
+        for name in (shards or [store])[1:]:
+            self.shards[name] = Service(url, name, routing, call_timeout, inbox_limit)
+            self.shards[name].main = self
+        self.sharded = len(self.shards) > 1
+        # one of several shards: its queues are those of its store alone
+        self.part_of_shards = self.sharded
+        for shard in self.shards.values():
+            shard.part_of_shards = self.sharded
+        self.placement = shard_map.Placement()
+        self.wiring_keys = [shard.keys["wiring"] for shard in self.shards.values()]
+
+    # where things live (SPEC §10, xumpweb/shards.py)
+    def shard_of(self, queue: str, version: int | None = None) -> Service:
+        """The client of the shard `queue` lives on (this one with one shard). NotFound
+        when there is no such queue."""
+        if not self.sharded:
+            return self
+        if version is None:
+            version = self.wiring_version()
+        store = self.placement.store_of(queue, version)
+        if store is None:
+            raise NotFound(f"queue {queue!r} does not exist")
+        return self._shard(store, f"queue {queue!r}")
+
+    def shard_for(self, name: str, explicit: str | None = None) -> Service:
+        """The client of the shard a queue `name` lives on, or a new one would (placement);
+        a destination's home: where its subscribers read."""
+        if not self.sharded:
+            return self
+        store = self.placement.place(name, self.wiring_version(), explicit)
+        return self._shard(store, f"queue {name!r}")
+
+    def _shard(self, store: str, what: str) -> Service:
+        found = self.shards.get(store)
+        if found is None:
+            raise StoreError(
+                f"{what} lives in store {store!r}, which is not one of the service's shards "
+                f"({', '.join(self.shards)}): set XUMP_SHARDS to include it"
+            )
+        return found
 
     # commands: durable in the inbox when these return
     def publish_many(
@@ -147,23 +194,47 @@ class Service:
         dead-letter queue) is published to through the router, which answers: QueueFull
         when the batch does not fit, and none of it published (SPEC §3, rule 7). Every
         other publish returns once durable in the inbox, before routing."""
-        if wiring is None:
+        if wiring is None or self.sharded:  # a caller's version is shard 0's alone
             wiring = self.wiring_version()
         if queue not in self.queue_names(wiring):
             raise NotFound(f"queue {queue!r} does not exist")
+        relay = self.shard_of(queue, wiring).relay
         if queue in self.drops_when_full(wiring):
-            return self.relay.publish_applied(queue, messages, self.call_timeout)
-        return self.relay.publish_many(queue, messages)  # the relay client kicks
+            return relay.publish_applied(queue, messages, self.call_timeout)
+        return relay.publish_many(queue, messages)  # the relay client kicks
 
     def confirm_later(self, tags: list[str]) -> None:
         """Confirm without waiting for the answer (WebSocket acks)."""
-        self.relay.confirm(tags)
+        if not self.sharded:
+            self.relay.confirm(tags)
+            return
+        for shard, some in self._tags_by_shard(tags).items():
+            shard.relay.confirm(some)
 
     def reject_later(self, tag: str, requeue: bool = True) -> None:
-        self.relay.reject(tag, requeue)
+        [shard] = self._tags_by_shard([tag]) if self.sharded else [self]
+        shard.relay.reject(tag, requeue)
 
-    # operations: run by the router, answered
+    def _tags_by_shard(self, tags: list[str]) -> dict[Service, list[str]]:
+        """Delivery tags by the shard of their queue (a tag is queue:selector:serial); a
+        tag of no queue goes to shard 0, whose router refuses it as any stale tag."""
+        version = self.wiring_version()
+        found: dict[Service, list[str]] = {}
+        for tag in tags:
+            queue = tag.rsplit(":", 2)[0] if isinstance(tag, str) else ""
+            store = self.placement.store_of(queue, version)
+            shard = self.shards.get(store, self) if store is not None else self
+            found.setdefault(shard, []).append(tag)
+        return found
+
+    # operations: run by the router of the shard they concern, answered
     def call(self, method: str, **arguments: Any) -> Any:
+        if not self.sharded:
+            return self.relay.call(method, timeout=self.call_timeout, **arguments)
+        return shard_calls.call(self, method, arguments)
+
+    def call_here(self, method: str, **arguments: Any) -> Any:
+        """`method` run by this shard's router (shard_calls.py picks the shard)."""
         return self.relay.call(method, timeout=self.call_timeout, **arguments)
 
     def kick(self, pipe: redis.client.Pipeline | None = None) -> list[Any]:
@@ -195,21 +266,43 @@ class Service:
 
     # what every process may read without the router
     def wiring_version(self) -> int:
-        return int(self.redis.get(self.keys["wiring"]) or 0)
+        """The wiring version: it moves whenever the wiring changes (with shards, the sum
+        of every shard's, each moved by its router's commit)."""
+        if not self.sharded:
+            return int(self.redis.get(self.keys["wiring"]) or 0)
+        pipe = self.redis.pipeline(transaction=False)
+        for key in self.wiring_keys:
+            pipe.get(key)
+        return sum(int(found or 0) for found in pipe.execute())
 
     def drops_when_full(self, version: int) -> frozenset[str]:
         """Queues with a limit and neither an overflow selector nor a dead-letter queue, as
         the wiring of `version` has them."""
-        if version != self._dropping[0]:
+        return self._drops_when_full(version, None)
+
+    def drops_when_full_here(self, version: int) -> frozenset[str]:
+        """drops_when_full among this shard's queues, `version` its own (with one shard:
+        every queue)."""
+        return self._drops_when_full(version, self.store if self.part_of_shards else None)
+
+    def _drops_when_full(self, version: int, store: str | None) -> frozenset[str]:
+        cached = self._dropping if store is None else self._dropping_here
+        if version != cached[0]:
             from xumpweb.wiring.models import Queue, Selector
 
             overflowing = set(Selector.objects.filter(when="overflow", enabled=True)
                               .values_list("queue__name", flat=True))  # fmt: skip
             limited = Queue.objects.filter(limit__isnull=False)
+            if store is not None:
+                limited = limited.filter(store__name=store)
             names = {name for name, dead_letter in limited.values_list("name", "dead_letter")
                      if not dead_letter}  # fmt: skip
-            self._dropping = (version, frozenset(names - overflowing))
-        return self._dropping[1]
+            cached = (version, frozenset(names - overflowing))
+            if store is None:
+                self._dropping = cached
+            else:
+                self._dropping_here = cached
+        return cached[1]
 
     def queue_names(self, version: int | None = None) -> frozenset[str]:
         """Names of the queues the wiring has, re-read when the wiring version (read now
@@ -222,9 +315,28 @@ class Service:
             self._queues = (version, frozenset(Queue.objects.values_list("name", flat=True)))
         return self._queues[1]
 
+    def queue_names_here(self, version: int) -> frozenset[str]:
+        """Names of this shard's queues, `version` its own wiring version (with one shard:
+        every queue, as queue_names)."""
+        if not self.part_of_shards:
+            return self.queue_names(version)
+        if version != self._here[0]:
+            from xumpweb.wiring.models import Queue
+
+            names = Queue.objects.filter(store__name=self.store).values_list("name", flat=True)
+            self._here = (version, frozenset(names))
+        return self._here[1]
+
     def snapshot(self) -> dict[str, Any]:
         """The router's latest stats of every queue (may be up to a second old), with the
-        number of commands waiting in the inbox."""
+        number of commands waiting in the inbox. With shards: every shard's, merged (the
+        queues in name order, `time` the oldest shard's, `next_due` the soonest)."""
+        if self.sharded:
+            return _merged([shard.snapshot_here() for shard in self.shards.values()])
+        return self.snapshot_here()
+
+    def snapshot_here(self) -> dict[str, Any]:
+        """This shard's router's snapshot (see `snapshot`)."""
         raw, waiting = self.redis.pipeline().get(self.keys["snapshot"]).llen(
             self.keys["inbox"]).execute()  # fmt: skip
         found = json.loads(raw) if raw else {"time": None, "queues": [], "recent": []}
@@ -232,8 +344,16 @@ class Service:
         return found
 
     def refused(self, count: int = 50) -> tuple[int, list[dict[str, Any]]]:
-        """Commands the router refused (its errors list): how many are kept, and the newest
-        `count`, newest first, each {command, error, at}."""
+        """Commands the routers refused (their errors lists): how many are kept, and the
+        newest `count`, newest first, each {command, error, at}."""
+        if self.sharded:
+            found = [shard.refused_here(count) for shard in self.shards.values()]
+            items = sorted((item for _, some in found for item in some),
+                           key=lambda item: item.get("at") or 0, reverse=True)  # fmt: skip
+            return sum(total for total, _ in found), items[: max(count, 0)]
+        return self.refused_here(count)
+
+    def refused_here(self, count: int = 50) -> tuple[int, list[dict[str, Any]]]:
         pipe = self.redis.pipeline().llen(self.keys["errors"])
         if count > 0:
             pipe.lrange(self.keys["errors"], -count, -1)
@@ -245,6 +365,11 @@ class Service:
 
     def clear_refused(self) -> int:
         """Forget the refused commands; how many there were."""
+        if self.sharded:
+            return sum(shard.clear_refused_here() for shard in self.shards.values())
+        return self.clear_refused_here()
+
+    def clear_refused_here(self) -> int:
         pipe = self.redis.pipeline(transaction=True)
         try:
             count, _ = pipe.llen(self.keys["errors"]).delete(self.keys["errors"]).execute()
@@ -267,14 +392,37 @@ class Service:
             key.decode().removeprefix(self.keys["workers"])
             for key in self.redis.scan_iter(self.keys["workers"] + "*", count=100)
         )
-        router = self.redis.get(self.keys["lease"])
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in self.shards.values():
+            pipe.get(shard.keys["lease"])
+        routers = [found.decode().split("#")[0] if found else None for found in pipe.execute()]
         report["workers"] = {
             "ok": bool(workers) or self.routing == "inline",
             "routing": self.routing,
             "workers": workers,
-            "router": router.decode().split("#")[0] if router else None,
+            "router": routers[0],
         }
+        if self.sharded:
+            report["workers"]["routers"] = dict(zip(self.shards, routers, strict=True))
         return report
+
+
+def _merged(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several shards' snapshots as one (Service.snapshot)."""
+    times = [found["time"] for found in snapshots if found.get("time") is not None]
+    dues = [found["next_due"] for found in snapshots if found.get("next_due") is not None]
+    recent = sorted((item for found in snapshots for item in found.get("recent", ())),
+                    key=lambda item: item.get("time") or 0)  # fmt: skip
+    return {
+        "time": min(times) if times else None,
+        "queues": sorted(
+            (queue for found in snapshots for queue in found.get("queues", ())),
+            key=lambda queue: queue["name"],
+        ),
+        "recent": recent[-RECENT:],
+        "next_due": min(dues) if dues else None,
+        "inbox": sum(found.get("inbox") or 0 for found in snapshots),
+    }
 
 
 _service: Service | None = None
@@ -301,6 +449,7 @@ def service() -> Service:
                     settings.XUMP_ROUTING,
                     settings.XUMP_CALL_TIMEOUT,
                     settings.XUMP_INBOX_LIMIT,
+                    shard_map.names(),
                 )
                 if settings.XUMP_ROUTING == "inline" and _routes_inline:
                     start_inline_router()
@@ -336,6 +485,12 @@ class _RelayRouter(RelayRouter):
     wiring_key: str
     wiring_changed = False  # a wiring call ran in the current step (see _to_outboxes)
     _journaled = 0  # journal events the current step writes (drained once committed)
+    steps = 0  # routing steps committed (the snapshot's steps per second)
+
+    def _carried_to(self, shard: str) -> None:
+        """Ring the router of the shard that was sent commands (a standing one sleeps on
+        its doorbell)."""
+        self.store.client.publish(keys(shard)["doorbell"], b"")
 
     def run_once(self, limit: int = 500) -> int:
         """RelayRouter.run_once without its lease renewal at every empty look: Router.drain
@@ -345,6 +500,7 @@ class _RelayRouter(RelayRouter):
             started = time.perf_counter()
             with self.engine._lock:  # keeps other threads' calls out of the step's commit
                 self._step(raw, settled)
+            self.steps += 1
             _count_step(len(raw) + len(settled), time.perf_counter() - started)  # per step
         if self._carried < self._backlog or self._forward_seq < 0:
             self.carry()  # to other shards' inboxes (docs/scaling.md)
@@ -395,13 +551,21 @@ class Router:
         lease_ms: int,
         delivery_timeout: float,
         journal_limit: int = 2_000_000,
+        shards: list[str] | None = None,
+        node: str | None = None,
     ) -> None:
         self.url = url
         self.journal_limit = journal_limit
         self.store = store
         self.lease_ms = lease_ms
         self.delivery_timeout = delivery_timeout
-        self.name = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        # every shard of the service (None or one: the store alone, no stand-ins)
+        self.shards = list(shards) if shards and len(shards) > 1 else None
+        # its name in the lease: the Celery node (or host), process and thread
+        self.name = f"{node or socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        self.since: float | None = None  # when it took the lease it holds
+        self._remote_version: int | None = None  # the wiring its stand-ins were read from
+        self._steps_seen = (0, time.monotonic())  # steps and when, at the last snapshot
         self.relay: _RelayRouter | None = None
         self._fence = -1  # the fencing number of the lease this router last held
         self._wiring_changed = False
@@ -411,10 +575,19 @@ class Router:
 
     def _watch(self, name: str, function: Any) -> Any:
         if name not in operations.WIRING_CALLS:
-            return function
+            if name in ("expire", "tick"):
+                return function
+
+            @functools.wraps(function)
+            def current(engine: Engine, **arguments: Any) -> Any:
+                self._refresh_remote(engine)  # a target may be another shard's new queue
+                return function(engine, **arguments)
+
+            return current
 
         @functools.wraps(function)  # its signature: the relay checks arguments against it
         def changing_wiring(engine: Engine, **arguments: Any) -> Any:
+            self._refresh_remote(engine)  # a target may be another shard's new queue
             answer = function(engine, **arguments)
             result = answer[0]
             if isinstance(result, dict) and result.get("created") is False:
@@ -438,6 +611,7 @@ class Router:
                 time.sleep(0.05)
             if _fence(backend.lease_token) == self._fence + 1:
                 self._fence += 1  # nobody held it in between: the engine is current
+                self.since = time.time()
                 _count_lease(False)  # no handover
                 return True
             backend.release_lease()
@@ -455,6 +629,7 @@ class Router:
             store.close()
             raise
         self._fence = _fence(store.lease_token)
+        self.since = time.time()
         _count_lease(True)  # a handover
         return True
 
@@ -465,12 +640,16 @@ class Router:
 
     def _build(self, store: RedisStore) -> _RelayRouter:
         from engine.catalog import StoreSpec
-        from xumpweb.wiring.catalog import DjangoCatalog
+        from xumpweb.wiring.catalog import DjangoCatalog, ShardCatalog
 
-        catalog = DjangoCatalog()
+        catalog = DjangoCatalog() if self.shards is None else ShardCatalog(self.store)
         catalog.save_store(StoreSpec("redis", self.store, self.url))
         engine = Engine(catalog=catalog, stores=(store,), journal=True)
         engine.set_default_store(self.store)
+        if self.shards is not None:
+            engine.set_local_shard(self.store, self.shards)
+            self._remote_version = None
+            self._refresh_remote(engine, store.client)
         relay = _RelayRouter(
             engine, self.store, name=self.name, lease_ms=self.lease_ms,
             delivery_timeout=self.delivery_timeout, calls=self.calls,
@@ -530,6 +709,8 @@ class Router:
                 if now >= next_snapshot:
                     self._snapshot(relay)
                     next_snapshot = now + SNAPSHOT_EVERY
+                    with relay.engine._lock:
+                        self._refresh_remote(relay.engine)  # envelope targets elsewhere
                 if done:
                     idle_since = renewed = now  # the step's commit renewed the lease
                     continue
@@ -554,6 +735,28 @@ class Router:
     def _bump_wiring(self, client: redis.Redis) -> None:
         client.incr(self.keys["wiring"])
 
+    def _refresh_remote(self, engine: Engine, client: redis.Redis | None = None) -> None:
+        """With shards: read the other shards' queues into the engine's stand-ins when the
+        wiring moved since they were read (one round trip to see it)."""
+        if self.shards is None:
+            return
+        if client is None:
+            client = self.relay.store.client if self.relay is not None else None
+        if client is None:
+            return
+        pipe = client.pipeline(transaction=False)
+        for shard in self.shards:
+            pipe.get(keys(shard)["wiring"])
+        version = sum(int(found or 0) for found in pipe.execute())
+        if version == self._remote_version:
+            return
+        from xumpweb.wiring.catalog import ShardCatalog
+
+        catalog = engine.catalog
+        assert isinstance(catalog, ShardCatalog)
+        engine.set_remote_queues(catalog.remote_queues())
+        self._remote_version = version
+
     def _snapshot(self, relay: _RelayRouter) -> None:
         engine = relay.engine
         with engine._lock:
@@ -571,8 +774,12 @@ class Router:
                 for info in engine.queues()
             ]
             next_due = engine.next_due()
+        now, seen = time.monotonic(), self._steps_seen
+        self._steps_seen = (relay.steps, now)
+        rate = (relay.steps - seen[0]) / (now - seen[1]) if now > seen[1] else 0.0
         found = {"time": time.time(), "queues": queues, "recent": list(self._recent),
-                 "next_due": next_due}  # fmt: skip
+                 "next_due": next_due, "router": self.name, "since": self.since,
+                 "steps_per_second": round(max(rate, 0.0), 1)}  # fmt: skip
         # and the queue page's charts: one sample per series.EVERY s, whichever router (or
         # Celery task's router) first sees a new period
         bucket = str(int(found["time"] // series.EVERY))
@@ -609,23 +816,29 @@ def _fence(token: str) -> int:
     return int(token.rsplit("#", 1)[1])
 
 
-def router() -> Router:
-    """A new router for this process's store, from the settings."""
+def router(store: str | None = None, node: str | None = None) -> Router:
+    """A new router for a shard (default: shard 0, the one store), from the settings;
+    `node`: the Celery worker's name, for the lease."""
     return Router(
         settings.XUMP_REDIS_URL,
-        settings.XUMP_STORE,
+        store or settings.XUMP_STORE,
         settings.XUMP_LEASE_MS,
         settings.XUMP_DELIVERY_TIMEOUT,
         settings.XUMP_JOURNAL_LIMIT,
+        shard_map.names(),
+        node,
     )
 
 
-def start_inline_router() -> threading.Thread:
-    """XUMP_ROUTING=inline: route in a daemon thread of this process, for as long as it
-    lives (taking the lease over whenever another holder lets it go)."""
+def start_inline_router() -> list[threading.Thread]:
+    """XUMP_ROUTING=inline: route every shard in a daemon thread of this process each, for
+    as long as it lives (taking a lease over whenever another holder lets it go)."""
+    return [_inline_router(store) for store in shard_map.names()]
 
+
+def _inline_router(store: str) -> threading.Thread:
     def run() -> None:
-        routing = router()
+        routing = router(store)
         while True:
             try:
                 if routing.acquire(wait=settings.XUMP_LEASE_MS / 1000 * 2):
@@ -635,6 +848,6 @@ def start_inline_router() -> threading.Thread:
                 routing._discard()
                 time.sleep(1)
 
-    thread = threading.Thread(target=run, name="xump-router", daemon=True)
+    thread = threading.Thread(target=run, name=f"xump-router-{store}", daemon=True)
     thread.start()
     return thread

@@ -193,13 +193,6 @@ if "XUMP_REDIS_URL" in os.environ or XUMP_REDIS_CLUSTER:
     _redis_problem = redis_topology.problem(XUMP_REDIS_URL, XUMP_REDIS_CLUSTER)
     if _redis_problem:
         raise SystemExit(_redis_problem)
-# the foundation of SPEC §10 is in the engine (its Redis store on a cluster, placement);
-# the service's routers, relay and live path still use one store on one server
-if XUMP_SHARDS > 1:
-    raise SystemExit(
-        f"XUMP_SHARDS={XUMP_SHARDS}: the service routes one store only for now (issue 23 "
-        "builds its shard routers); leave XUMP_SHARDS at 1"
-    )
 if XUMP_REDIS_CLUSTER:
     raise SystemExit(
         "XUMP_REDIS_CLUSTER=true: the cluster passed every check, but the service's processes "

@@ -52,7 +52,10 @@ def queue_create(request: HttpRequest, payload: QueueCreate):
     when the name is taken by a queue with other settings."""
     need(request, payload.name, "manage")
     settings_ = payload.dict()
-    settings_["store"] = settings_["store"] or settings.XUMP_STORE
+    # with shards, a queue named no store is placed (SPEC §10); else the one store
+    settings_["store"] = settings_["store"] or (
+        None if settings.XUMP_SHARDS > 1 else settings.XUMP_STORE
+    )
     answer = call("queue_create", **settings_)
     if not answer["created"]:
         return 200, answer["queue"]

@@ -40,7 +40,7 @@ from engine.validation import check_name
 from xumpweb import access, metrics
 from xumpweb.live import monitor, registry
 from xumpweb.live.frames import Undeliverable, delivery_frame, encode
-from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader
+from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader, home
 from xumpweb.live.security import (
     find_token,
     query_number,
@@ -335,7 +335,8 @@ class SubscribeConsumer(LiveSocket):
 
     async def start(self) -> None:
         self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
-        self.reader = OutboxReader(service(), self.redis, self.destination, self._store_problem)
+        found = await home(service(), self.destination)
+        self.reader = OutboxReader(found, self.redis, self.destination, self._store_problem)
         self.credit = 0
         self.batch = 0  # 0: a frame per delivery; n: "deliveries" frames of up to n
         self.window_open = asyncio.Event()

@@ -87,6 +87,14 @@ RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis
 Problem = Callable[[str], Awaitable[None]]  # told when Redis refuses (the detail)
 
 
+async def home(found: Service, destination: str) -> Service:
+    """The client of the shard whose outbox `destination`'s subscribers read (its home,
+    xumpweb/shards.py); with one shard, `found` itself."""
+    if not found.sharded:
+        return found
+    return await sync_to_async(found.shard_for, thread_sensitive=False)(destination)
+
+
 def _tag(item: bytes) -> str | None:
     """An outbox item's tag (None if it is not an item the router wrote)."""
     if item.startswith(b'{"tag":"'):  # as the router writes them (relay/wire.py): read up
@@ -122,6 +130,7 @@ class OutboxReader:
         self.revoked = keys["revoked"] + destination
         self.present = keys["present"] + destination
         self.store = found.store
+        self.registry_store = found.main.store  # who consumes: one list, on shard 0
         self.worker_routing = found.routing == "worker"
         self.redis = client
         self.take_script = client.register_script(TAKE)
@@ -380,7 +389,7 @@ class OutboxReader:
             entry = info(rate)
             try:
                 await self.redis.set(self.present, b"1", px=PRESENCE_TTL_MS)
-                if await registry.refresh(self.redis, self.store, entry):
+                if await registry.refresh(self.redis, self.registry_store, entry):
                     logger.info("consumer %s of %r closed by an operator", entry["id"],
                                 self.destination)  # fmt: skip
                     return True
@@ -475,6 +484,6 @@ class OutboxReader:
             )  # fmt: skip
         if connection_id is not None:
             try:
-                await registry.forget(self.redis, self.store, connection_id)
+                await registry.forget(self.redis, self.registry_store, connection_id)
             except redis.RedisError:
                 pass  # its registration expires by itself

@@ -216,6 +216,11 @@ class GroupCommit:
         if self.task is None:
             self.task = asyncio.create_task(self._run())
 
+    def submit_all(self, items: list[Pending]) -> None:
+        self.pending.extend(items)
+        if self.task is None:
+            self.task = asyncio.create_task(self._run())
+
     async def _run(self) -> None:
         try:
             while self.pending:
@@ -367,8 +372,65 @@ class GroupCommit:
 
 @database_sync_to_async
 def _wiring_sets(running: Service, version: int) -> tuple[frozenset[str], frozenset[str]]:
-    """The queues, and those that drop what does not fit, as wiring `version` has them."""
-    return running.queue_names(version), running.drops_when_full(version)
+    """The queues of the shard, and those that drop what does not fit, as wiring `version`
+    (the shard's) has them."""
+    return running.queue_names_here(version), running.drops_when_full_here(version)
+
+
+class ShardedCommit:
+    """With shards (SPEC §10): this process's publishes, each handed to the group commit
+    of its queue's shard. A group is sorted by shard with the wiring as every shard's
+    version has it (one round trip, and the wiring's rows re-read only when it moved); each
+    shard's group commit then checks its own shard's version in its guarded append, as
+    with one store. A queue no shard holds is answered not_found here."""
+
+    def __init__(self, running: Service) -> None:
+        self.service = running
+        self.shards = {store: GroupCommit(shard) for store, shard in running.shards.items()}
+        first = self.shards[running.store]
+        self.redis, self.answers = first.redis, first.answers
+        self.pending: list[Pending] = []
+        self.task: asyncio.Task | None = None
+
+    def submit(self, item: Pending) -> None:
+        self.pending.append(item)
+        if self.task is None:
+            self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending, []
+                try:
+                    await self._split(batch)
+                except Exception as problem:  # every publish in it must hear of it
+                    logger.exception("publishing %d frame(s) failed", len(batch))
+                    failure = XumpError(f"internal error: {type(problem).__name__}")
+                    for item in batch:
+                        if not item.finished:
+                            item.fail(failure)
+        finally:
+            self.task = None
+
+    async def _split(self, batch: list[Pending]) -> None:
+        try:
+            versions = await self.redis.mget(self.service.wiring_keys)
+        except redis.RedisError as error:
+            failure = store_failure(error, "reading the wiring version")
+            for item in batch:
+                item.fail(failure)
+            return
+        version = sum(int(found or 0) for found in versions)
+        stores = await database_sync_to_async(self.service.placement.stores)(version)
+        by_shard: dict[str, list[Pending]] = {}
+        for item in batch:
+            store = stores.get(item.queue)
+            if store is None or store not in self.shards:
+                item.fail(NotFound(f"queue {item.queue!r} does not exist"))
+                continue
+            by_shard.setdefault(store, []).append(item)
+        for store, items in by_shard.items():
+            self.shards[store].submit_all(items)
 
 
 _tracing: set[asyncio.Task] = set()  # trace lines on their way (held until sent)
@@ -406,13 +468,14 @@ def _schedule_router(running: Service) -> None:
         logger.warning("cannot schedule a router: %s", error)
 
 
-_group: GroupCommit | None = None
+_group: GroupCommit | ShardedCommit | None = None
 
 
-def group_commit() -> GroupCommit:
+def group_commit() -> GroupCommit | ShardedCommit:
     global _group
     if _group is None:
-        _group = GroupCommit(service())
+        running = service()
+        _group = ShardedCommit(running) if running.sharded else GroupCommit(running)
     return _group
 
 

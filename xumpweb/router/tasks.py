@@ -38,15 +38,19 @@ logger = logging.getLogger("xump.router")
 )
 def route(store: str) -> int:
     """Drain `store`'s inbox while traffic lasts; how many commands were applied."""
-    service = runtime.service()
+    main = runtime.service()
+    service = main.shards.get(store)
+    if service is None:
+        logger.warning("no shard %r to route (XUMP_SHARDS changed?)", store)
+        return 0
     if service.redis.pttl(service.keys["lease"]) > 0:
         return 0  # a router holds it (standing, or lingering: its let_go looks again)
     applied = None
     try:
-        applied = watch.route_here(wait=settings.XUMP_LEASE_MS / 1000 * 1.5)
+        applied = watch.route_here(wait=settings.XUMP_LEASE_MS / 1000 * 1.5, store=store)
     finally:
         if applied is not None:
-            watch.let_go()
+            watch.let_go(store)
     return applied or 0
 
 
@@ -55,14 +59,14 @@ def tick() -> None:
     """Schedule a router when work waits (router/watch.py's `work_waiting`) and none is
     routing: the lease watch of every worker does the same by itself; beat's tick is a
     second look."""
-    service = runtime.service()
-    keys = service.keys
-    leased, kicked = (service.redis.pipeline().exists(keys["lease"]).exists(keys["kicked"])
-                      .execute())  # fmt: skip
-    if not leased and watch.work_waiting(service):
-        if kicked:
-            service.redis.delete(keys["kicked"])  # left by a router that died
-        service.kick()
+    for service in runtime.service().shards.values():
+        keys = service.keys
+        leased, kicked = (service.redis.pipeline().exists(keys["lease"])
+                          .exists(keys["kicked"]).execute())  # fmt: skip
+        if not leased and watch.work_waiting(service):
+            if kicked:
+                service.redis.delete(keys["kicked"])  # left by a router that died
+            service.kick()
 
 
 @shared_task(ignore_result=True)

@@ -52,6 +52,16 @@ current (the fencing number tells); any other rebuilds its engine from the store
 watch that finds the lease free lets one look pass unless its process held it last, and
 the last holder's watch looks again within half a look after it let go.
 
+Shards (SPEC §10, docs/scaling.md). With XUMP_SHARDS=N every shard has its own lease,
+and a process its own router per shard (each behind its own lock: never two routers of
+one shard in one process). Every look reads every shard's lease in one round trip and
+marks this worker alive (a sorted set of worker names, scored by when each mark lapses);
+with W live workers a worker stands for at most ceil(N/W) shards: it takes free leases up
+to that share, and above it (a worker joined) it lets one go after the step in progress,
+so the joining worker's watch takes it at its next looks. Losing or handing over a shard
+never routes a message twice: every step is atomic and fenced, and the next holder
+rebuilds its engine from the store. With one shard nothing is marked and the share is 1.
+
 Cost: per worker, one pipelined PTTL + GET (reads: no AOF write, no fsync) every look; the
 standing router's idle cost is its lease renewal (a write every quarter of the lease
 time) and its stats snapshot (with the `kicked` flag, every SNAPSHOT_EVERY).
@@ -60,52 +70,71 @@ time) and its stats snapshot (with the `kicked` flag, every SNAPSHOT_EVERY).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
 import redis
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from engine.errors import StoreError
 from xumpweb import runtime
 
 logger = logging.getLogger("xump.router")
 
-_routing = threading.Lock()  # one router at a time in this process: the task's or the watch's
-_router: runtime.Router | None = None  # this process's router (its engine kept between bursts)
+ALIVE = "xump:{%s}:routing-workers"  # sorted set: worker name -> when its mark lapses
+
+_guard = threading.Lock()  # guards the dicts below
+_routing: dict[str, threading.Lock] = {}  # per shard: one router at a time in this process
+_routers: dict[str, runtime.Router] = {}  # per shard: this process's router (engine kept)
+_standing: dict[str, threading.Event] = {}  # shards routed standing here -> their stop
 _stopping = threading.Event()  # the worker shuts down: routers let go, the watch ends
+_node: str | None = None  # the Celery worker's name, in its routers' lease
 _watch: LeaseWatch | None = None
 
 
-def route_here(wait: float, linger: float = runtime.LINGER) -> int | None:
-    """Route with this process's router if it gets the lease within `wait` seconds (and no
-    other thread of this process routes): drain the inbox until it has been empty for
-    `linger` seconds (for ever: until the worker stops), then let the lease go. How many
-    commands were applied; None when it did not route. StoreError when the store failed
-    or the lease was lost while routing."""
-    global _router
+def _lock(store: str) -> threading.Lock:
+    with _guard:
+        return _routing.setdefault(store, threading.Lock())
+
+
+def route_here(
+    wait: float,
+    linger: float = runtime.LINGER,
+    store: str | None = None,
+    stop: threading.Event | None = None,
+) -> int | None:
+    """Route shard `store` (default: shard 0) with this process's router of it if it gets
+    the lease within `wait` seconds (and no other thread of this process routes it): drain
+    the inbox until it has been empty for `linger` seconds (for ever: until the worker
+    stops, or `stop` is set), then let the lease go. How many commands were applied; None
+    when it did not route. StoreError when the store failed or the lease was lost while
+    routing."""
+    store = store or settings.XUMP_STORE
     deadline = time.monotonic() + wait
-    if not _routing.acquire(timeout=max(wait, 0.0)):
+    routing = _lock(store)
+    if not routing.acquire(timeout=max(wait, 0.0)):
         return None
     try:
-        if _router is None:
-            _router = runtime.router()
-        router = _router
+        router = _routers.get(store)
+        if router is None:
+            router = _routers[store] = runtime.router(store, _node)
         if not router.acquire(wait=max(deadline - time.monotonic(), 0.0)):
             return None
         try:
-            return router.drain(linger=linger, stop=_stopping)
+            return router.drain(linger=linger, stop=stop or _stopping)
         finally:
             router.release()
     finally:
-        _routing.release()
+        routing.release()
 
 
-def let_go() -> None:
+def let_go(store: str | None = None) -> None:
     """After routing (or trying to): let the next command schedule a router, and look once
     more, so a command sent while this one was letting go is not left waiting."""
-    service = runtime.service()
+    main = runtime.service()
+    service = main.shards.get(store or main.store, main)
     keys = service.keys
     try:
         service.redis.delete(keys["kicked"])
@@ -123,7 +152,7 @@ def work_waiting(service: runtime.Service, inbox: int | None = None) -> bool:
     or a scheduled message is due (or expires) soon (SPEC §8)."""
     if inbox:
         return True
-    snapshot = service.snapshot()
+    snapshot = service.snapshot_here()
     if snapshot["inbox"] or any(q["outstanding"] for q in snapshot["queues"]):
         return True
     due = snapshot.get("next_due")
@@ -131,12 +160,14 @@ def work_waiting(service: runtime.Service, inbox: int | None = None) -> bool:
 
 
 class LeaseWatch(threading.Thread):
-    """Takes the lease over when it is free and work waits (see the module doc)."""
+    """Takes leases over when they are free, up to this worker's share (see the module
+    doc)."""
 
     def __init__(self, every: float) -> None:
         super().__init__(name="xump-lease-watch", daemon=True)
         self.every = every  # seconds between looks at most
-        self.deferred = False  # it let the last look pass for the last holder (see look)
+        self.deferred: set[str] = set()  # shards whose last look it let pass (see look)
+        self.name_alive = f"{_node or 'worker'}:{id(self)}"
 
     def run(self) -> None:
         pause = 0.0
@@ -156,52 +187,118 @@ class LeaseWatch(threading.Thread):
                 failing = False
 
     def look(self) -> float:
-        """One look (routing here if the lease is free and work waits); seconds until the
-        next."""
+        """One look (taking free leases up to this worker's share, letting one go above
+        it); seconds until the next."""
         service = runtime.service()
-        keys = service.keys
-        left, fence = (service.redis.pipeline(transaction=False)
-                       .pttl(keys["lease"]).get(keys["fence"]).execute())  # fmt: skip
-        if left != -2:  # held: look again when it would expire (-1, no expiry: never set)
-            self.deferred = False
-            return min(self.every, left / 1000 + 0.005) if left > 0 else self.every
-        # the last holder goes first: its engine is current, another process would rebuild
-        # its own from the store. So a worker that did not hold the lease last lets one look
-        # pass (the last holder's watch looks again within half of one), then takes it
-        # (the holder died, or is busy): a takeover comes one look after the lease expired
-        if not self.deferred and not _held_last(fence):
-            self.deferred = True
-            return self.every
-        self.deferred = False
-        close_old_connections()  # the router may read the wiring: not on a dead connection
-        routed = route_here(wait=0.0, linger=float("inf"))  # standing, until the worker stops
-        if routed is None:  # another thread of this process is taking it, or another worker
-            return self.every
-        let_go()
-        logger.debug("the standing router routed %d command(s)", routed)
-        return self.every / 2
+        shards = list(service.shards.values())
+        pipe = service.redis.pipeline(transaction=False)
+        for shard in shards:
+            pipe.pttl(shard.keys["lease"]).get(shard.keys["fence"])
+        if service.sharded:
+            now = time.time()
+            alive = ALIVE % service.store
+            lapse = now + settings.XUMP_LEASE_MS / 1000 * 2
+            pipe.zadd(alive, {self.name_alive: lapse}).zremrangebyscore(alive, "-inf", now)
+            pipe.zcard(alive)
+        found = pipe.execute()
+        workers = found[-1] if service.sharded else 1
+        share = math.ceil(len(shards) / max(workers, 1))
+        with _guard:
+            standing = [store for store, stop in _standing.items() if not stop.is_set()]
+        if len(standing) > share:  # a worker joined: its share comes from here
+            _standing[standing[-1]].set()
+            standing.pop()
+        pause = self.every
+        for number, shard in enumerate(shards):
+            left, fence = found[2 * number], found[2 * number + 1]
+            store = shard.store
+            if store in _standing:
+                continue
+            if left != -2:  # held: look again when it would expire (-1: no expiry, never set)
+                self.deferred.discard(store)
+                if left > 0:
+                    pause = min(pause, left / 1000 + 0.005)
+                continue
+            if len(standing) >= share:
+                continue
+            # the last holder goes first: its engine is current, another process would
+            # rebuild its own from the store. So a worker that did not hold the lease last
+            # lets one look pass (the last holder's watch looks again within half of one),
+            # then takes it (the holder died, or is busy): a takeover comes one look after
+            # the lease expired
+            if store not in self.deferred and not _held_last(store, fence):
+                self.deferred.add(store)
+                continue
+            self.deferred.discard(store)
+            standing.append(store)
+            _stand(store)
+        return pause
 
 
-def _held_last(fence: bytes | None) -> bool:
-    """Whether this process's router held the lease last (its fencing number is the
-    store's latest), so its engine is current."""
-    return _router is not None and fence is not None and _router.fence == int(fence)
+def _stand(store: str) -> None:
+    """Route `store` standing, in a thread of its own, until the worker stops or the watch
+    lets it go."""
+    stop = threading.Event()
+    with _guard:
+        _standing[store] = stop
+
+    def run() -> None:
+        routed = None
+        try:
+            close_old_connections()  # the router reads the wiring: not on a dead connection
+            routed = route_here(wait=0.0, linger=float("inf"), store=store, stop=_Either(stop))
+        except Exception as problem:  # Redis away, the lease lost: the watch looks again
+            logger.warning("the standing router of %r stopped: %s", store, problem)
+        finally:
+            with _guard:
+                if _standing.get(store) is stop:
+                    del _standing[store]
+            if routed is not None:
+                let_go(store)
+                logger.debug("the standing router of %r routed %d command(s)", store, routed)
+            connection.close()
+
+    threading.Thread(target=run, name=f"xump-router-{store}", daemon=True).start()
 
 
-def start() -> None:
-    """Start this worker's lease watch (Celery's worker_ready), with worker routing."""
-    global _watch
+class _Either:
+    """Set when the worker stops or this router is let go (Router.drain's `stop`)."""
+
+    def __init__(self, own: threading.Event) -> None:
+        self.own = own
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or _stopping.is_set()
+
+
+def _held_last(store: str, fence: bytes | None) -> bool:
+    """Whether this process's router of `store` held its lease last (its fencing number is
+    the store's latest), so its engine is current."""
+    router = _routers.get(store)
+    return router is not None and fence is not None and router.fence == int(fence)
+
+
+def start(node: str | None = None) -> None:
+    """Start this worker's lease watch (Celery's worker_ready), with worker routing;
+    `node`: the worker's name, in its routers' leases."""
+    global _watch, _node
     if settings.XUMP_ROUTING != "worker" or _watch is not None:
         return
+    _node = node
     _stopping.clear()
     _watch = LeaseWatch(every=settings.XUMP_LEASE_MS / 1000 / 4)
     _watch.start()
 
 
 def stop() -> None:
-    """The worker shuts down: the watch (and a router of this process) lets go."""
+    """The worker shuts down: the watch (and every router of this process) lets go."""
     global _watch
     _stopping.set()
     if _watch is not None:
         _watch.join(timeout=settings.XUMP_LEASE_MS / 1000 + 5)
         _watch = None
+    deadline = time.monotonic() + settings.XUMP_LEASE_MS / 1000 + 5
+    for store in list(_routing):
+        lock = _lock(store)
+        if lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            lock.release()  # its router let the lease go

@@ -62,7 +62,7 @@ from engine.relay.trace import TRACE, stamped
 from engine.validation import check_optional_seconds
 from xumpweb import access, metrics
 from xumpweb.live import registry
-from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader
+from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader, home
 from xumpweb.live.publish import (
     Forbidden,
     Pending,
@@ -727,7 +727,8 @@ class StompSession:
                 return self._answer(self._refusal(refused))
         if self.redis is None:
             self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
-        reader = OutboxReader(self.service, self.redis, destination, self._store_problem, wanted)
+        found = await home(self.service, destination)
+        reader = OutboxReader(found, self.redis, destination, self._store_problem, wanted)
         sub = _Subscription(self, action, destination, reader)
         self.subscriptions[action.subscription] = sub
         metrics.subscriber_joined(sub)

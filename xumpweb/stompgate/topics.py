@@ -107,13 +107,14 @@ def sweep(found: Service) -> list[str]:
     """Remove the private topic queues nobody has consumed at two sweeps in a row (their
     STOMP process died); the names removed."""
     candidates_key = found.keys["inbox"][: -len("inbox")] + "stomp-orphans"
-    names = sorted(n for n in found.queue_names() if n.startswith(PREFIX))
+    version = found.wiring_version()
+    names = sorted(n for n in found.queue_names(version) if n.startswith(PREFIX))
     if not names:
         found.redis.delete(candidates_key)
         return []
     pipe = found.redis.pipeline(transaction=False)
-    for name in names:
-        pipe.exists(found.keys["present"] + name)
+    for name in names:  # its subscriber's presence is kept on the queue's shard
+        pipe.exists(found.shard_of(name, version).keys["present"] + name)
     present = pipe.execute()
     absent = {name for name, here in zip(names, present, strict=True) if not here}
     before = {member.decode() for member in found.redis.smembers(candidates_key)}

@@ -14,6 +14,7 @@ from django.db.models import F
 
 from engine.catalog import QueueSpec, SelectorSpec, StoreSpec
 from engine.core import LIFETIME_OPTIONS  # kept as Queue columns of the same names
+from engine.errors import AlreadyExists
 from xumpweb.wiring import models
 
 
@@ -84,6 +85,34 @@ class DjangoCatalog:
 
     def delete_selector(self, queue: str, selector_id: int) -> None:
         models.Selector.objects.filter(queue__name=queue, number=selector_id).delete()
+
+
+class ShardCatalog(DjangoCatalog):
+    """The wiring of one shard's queues, for that shard's router's engine (SPEC §10): its
+    store and the queues that live in it; every other queue is a remote stand-in
+    (`remote_queues`). Never moves a queue: making one whose name another shard's queue
+    has is refused."""
+
+    def __init__(self, store: str) -> None:
+        self.store = store
+
+    def store_specs(self) -> Iterable[StoreSpec]:
+        return [spec for spec in super().store_specs() if spec.name == self.store]
+
+    def queue_specs(self) -> Iterable[QueueSpec]:
+        rows = models.Queue.objects.select_related("store").filter(store__name=self.store)
+        return [queue_spec(q) for q in rows]
+
+    def save_queue(self, spec: QueueSpec) -> None:
+        rows = models.Queue.objects.filter(name=spec.name).exclude(store__name=spec.store)
+        for store in rows.values_list("store__name", flat=True):
+            raise AlreadyExists(f"queue {spec.name!r} lives on shard {store!r}")
+        super().save_queue(spec)
+
+    def remote_queues(self) -> dict[str, str]:
+        """Every other shard's queue: name -> its store."""
+        rows = models.Queue.objects.exclude(store__name=self.store)
+        return dict(rows.values_list("name", "store__name"))
 
 
 def queue_spec(row: models.Queue) -> QueueSpec:

@@ -381,7 +381,9 @@ def _plan_queues(
             problems.append(f"{where}: named twice")
             continue
         seen.add(queue["name"])
-        queue["store"] = queue["store"] or settings.XUMP_STORE
+        queue["store"] = queue["store"] or (
+            None if settings.XUMP_SHARDS > 1 else settings.XUMP_STORE  # placed (SPEC §10)
+        )
         if queue["store"] not in stores:
             problems.append(f"{where}: store {queue['store']!r} exists neither here nor in the "
                             "document")  # fmt: skip

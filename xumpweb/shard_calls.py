@@ -1,0 +1,176 @@
+"""Which shard's router runs an operation (SPEC §10, docs/scaling.md "Operations").
+
+Theory of operation. With shards, every operation (router/operations.py) is run by the
+router of ONE shard, in one atomic step, as with one store: all or nothing holds because
+nothing an operation touches lives on two shards. The shard is chosen here, from the
+operation's arguments:
+
+* an operation on a queue (its stats, its selectors, its messages, deleting it) goes to
+  the shard the queue lives on (NotFound when there is none);
+* creating a queue goes where placement puts it (xumpweb/shards.py), the store passed on
+  explicitly; a mailbox and a topic router likewise;
+* a pattern and a STOMP topic subscription go to their router queue's shard: their private
+  queues are made there too (a pattern's are named `<router>:<name>` and placement keeps
+  them there anyway; a subscription's queue is made on its router's shard explicitly), so
+  every queue, selector and delivery they make is on one shard;
+* listing queues asks every shard for its own and puts the pages together in the order
+  asked; expiring and trimming run on every shard.
+
+A definitions document whose queues span shards is applied shard by shard
+(`definitions_apply`): each shard's part all or nothing, queues first; a later part that
+fails leaves the earlier ones applied, which the answer says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import InvalidArgument, NotFound
+
+# operations on one queue, by the argument that names it
+ON_QUEUE = {
+    "queue_get": "name", "queue_update": "name", "queue_delete": "name",
+    "selectors": "queue", "selector_get": "queue", "selector_create": "queue",
+    "selector_update": "queue", "selector_delete": "queue", "selector_credit": "queue",
+    "browse": "queue", "since": "queue", "peek": "queue", "stats": "queue", "purge": "queue",
+    "dead_letter_send": "queue", "messages_operate": "queue", "scheduled": "queue",
+    "cancel": "queue", "explain": "queue", "pattern_remove": "queue",
+    "stomp_topic_close": "router",
+}  # fmt: skip
+# operations that may make the queue they name: placement decides
+PLACED = {"queue_create": "name", "stomp_mailbox": "name", "stomp_topic_router": "router",
+          "pattern_build": "router", "stomp_topic_open": "router"}  # fmt: skip
+EVERY_SHARD = {"expire", "tick", "trim"}
+
+
+def call(service: Any, method: str, arguments: dict[str, Any]) -> Any:
+    """Run `method` on the router of the shard it concerns (see the module doc); its
+    answer."""
+    if method in ON_QUEUE:
+        name = _name(arguments, ON_QUEUE[method])
+        return service.shard_of(name).call_here(method, **arguments)
+    if method in PLACED:
+        name = _name(arguments, PLACED[method])
+        explicit = arguments.get("store") if method == "queue_create" else None
+        if explicit is not None and not isinstance(explicit, str):
+            raise InvalidArgument(f"store must be a store's name, not {explicit!r}"[:200])
+        shard = service.shard_for(name, explicit)
+        if method == "queue_create":
+            arguments = {**arguments, "store": shard.store}
+        return shard.call_here(method, **arguments)
+    if method == "queues":
+        return _queues(service, arguments.get("names"))
+    if method in EVERY_SHARD:
+        return _every_shard(service, method, arguments)
+    if method == "confirm":
+        tags = arguments.get("tags")
+        if not isinstance(tags, list):
+            raise InvalidArgument("tags must be a list of delivery tags")
+        confirmed = 0
+        for shard, some in service._tags_by_shard(tags).items():
+            confirmed += shard.call_here("confirm", tags=some)["confirmed"]
+        return {"confirmed": confirmed}
+    if method == "reject":
+        [shard] = service._tags_by_shard([arguments.get("tag")])
+        return shard.call_here("reject", **arguments)
+    if method == "pattern_unbuild":
+        queues = arguments.get("queues") or []
+        first = queues[0] if queues and isinstance(queues[0], str) else None
+        shard = service.shard_of(first) if first is not None else service
+        return shard.call_here(method, **arguments)
+    if method == "definitions_apply":
+        return _definitions(service, arguments)
+    return service.call_here(method, **arguments)  # unknown: its router refuses it
+
+
+def _name(arguments: dict[str, Any], key: str) -> str:
+    name = arguments.get(key)
+    if not isinstance(name, str):
+        raise InvalidArgument(f"{key} must be a queue's name, not {name!r}"[:200])
+    return name
+
+
+def _queues(service: Any, names: Any) -> list[dict[str, Any]]:
+    if names is None:
+        found = [queue for shard in service.shards.values() for queue in shard.call_here("queues")]
+        return sorted(found, key=lambda queue: queue["name"])
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise InvalidArgument("names must be a list of queue names")
+    version = service.wiring_version()
+    asked: dict[Any, list[str]] = {}
+    for name in names:
+        store = service.placement.store_of(name, version)
+        if store in service.shards:
+            asked.setdefault(service.shards[store], []).append(name)
+    by_name = {queue["name"]: queue for shard, some in asked.items()
+               for queue in shard.call_here("queues", names=some)}  # fmt: skip
+    return [by_name[name] for name in names if name in by_name]
+
+
+def _every_shard(service: Any, method: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The answers of every shard, their counts added up."""
+    total: dict[str, Any] = {}
+    for shard in service.shards.values():
+        for key, value in shard.call_here(method, **arguments).items():
+            total[key] = total.get(key, 0) + value if isinstance(value, int) else value
+    return total
+
+
+def _definitions(service: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A definitions document applied shard by shard (see the module doc)."""
+    version = service.wiring_version()
+    parts: dict[Any, dict[str, list[Any]]] = {}
+
+    def part(shard: Any) -> dict[str, list[Any]]:
+        return parts.setdefault(shard, {
+            "stores": [], "queues_create": [], "queues_update": [], "selectors_create": [],
+            "selectors_update": [], "patterns": [],
+        })  # fmt: skip
+
+    placed: dict[str, Any] = {}
+    for queue in arguments.get("queues_create") or []:
+        shard = service.shard_for(queue["name"], queue.get("store"))
+        placed[queue["name"]] = shard
+        part(shard)["queues_create"].append({**queue, "store": shard.store})
+
+    def owner(name: str) -> Any:
+        if name in placed:
+            return placed[name]
+        store = service.placement.store_of(name, version)
+        if store is None:
+            raise NotFound(f"queue {name!r} does not exist")
+        return service._shard(store, f"queue {name!r}")
+
+    for queue in arguments.get("queues_update") or []:
+        part(owner(queue["name"]))["queues_update"].append(queue)
+    for key in ("selectors_create", "selectors_update"):
+        for selector in arguments.get(key) or []:
+            part(owner(selector["queue"]))[key].append(selector)
+    for pattern in arguments.get("patterns") or []:
+        router = pattern.get("router") or pattern.get("queue") or ""
+        part(placed.get(router) or service.shard_for(router))["patterns"].append(pattern)
+    if arguments.get("stores"):
+        part(service)["stores"] = list(arguments["stores"])
+    # queues first everywhere (a selector may target another shard's new queue), then the
+    # rest: each shard's part is one all-or-nothing step of its router
+    built: list[Any] = []
+    order = sorted(parts.items(), key=lambda item: list(service.shards.values()).index(item[0]))
+    for shard, found in order:
+        made = [{k: v for k, v in queue.items() if k != "dead_letter"}
+                for queue in found["queues_create"]]  # fmt: skip
+        queues_only = {**{key: [] for key in found}, "queues_create": made,
+                       "stores": found["stores"]}  # fmt: skip
+        if made or found["stores"]:
+            shard.call_here("definitions_apply", **queues_only)
+    for shard, found in order:
+        # a dead-letter queue may be another shard's new queue: set once every one exists
+        letters = [
+            {"name": queue["name"], "dead_letter": queue["dead_letter"]}
+            for queue in found["queues_create"]
+            if queue.get("dead_letter") is not None
+        ]
+        rest = {**found, "queues_create": [], "stores": [],
+                "queues_update": [*found["queues_update"], *letters]}  # fmt: skip
+        if any(rest.values()):
+            built.extend(shard.call_here("definitions_apply", **rest)["patterns"])
+    return {"patterns": built}
