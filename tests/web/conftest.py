@@ -33,6 +33,7 @@ import stomp
 
 from engine.relay import RelayClient
 from tests.conftest import RedisServer, free_port
+from tests.web.in_django import InDjango
 from tests.web.stomp_clients import TRANSPORTS, Client, disconnect_all, stomp_connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -378,3 +379,15 @@ def console(service):
     """An httpx client logged in to the console as the admin."""
     with console_login(service.url) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def in_django(redis_server, tmp_path_factory) -> Iterator[InDjango]:
+    """Django's test client in a process of its own (tests/web/in_django.py), on the
+    session's redis-server: for requests with settings overridden (XUMP_SHARDS=4)."""
+    directory = tmp_path_factory.mktemp("in-django")
+    env = _environment(redis_server.url, directory, "inline")
+    env["XUMP_ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
+    driven = InDjango(env)
+    yield driven
+    driven.close()
