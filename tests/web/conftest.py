@@ -5,6 +5,9 @@ session's private redis-server, with its own SQLite database and its own Redis s
 worker process. The test process also sets Django up on the same database (not the same
 Redis keys), so tests can make users and tokens through the models.
 
+`in_django` is Django's test client in a process of its own (tests/web/in_django.py), for
+requests with settings overridden per request (the shards' views with XUMP_SHARDS=4).
+
 The STOMP tests' fixtures are here too, for every file that speaks STOMP: `transport` (a
 test asking for it runs over TCP and over WebSocket), `connect`, `clients` and
 `durable_client` (stomp.py clients, tests/web/stomp_clients.py), and `http`.
