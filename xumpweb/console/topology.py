@@ -13,6 +13,7 @@ from the router's snapshot and, in the browser, from /ws/monitor/."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -97,7 +98,7 @@ def graph(reader: access.Principal) -> dict[str, Any]:
     return {"nodes": nodes, "edges": edges, "sharded": shards.sharded()}
 
 
-def _crossing() -> Any:
+def _crossing() -> Callable[[str, str | None], dict[str, Any]]:
     """`crossing(source, target)`: an edge's `crosses` (and, when it does, the two shards
     as `shards`), from the queues' stores in the wiring; never with one shard."""
     if not shards.sharded():
