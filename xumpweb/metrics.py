@@ -323,6 +323,7 @@ class XumpCollector(Collector):
             logger.warning("metrics: cannot read Redis: %s", problem)
             up.add_metric([], 0)
             yield up
+            yield from _shards()
             yield from _database()
             return
         up.add_metric([], 1)
@@ -358,6 +359,7 @@ class XumpCollector(Collector):
         workers = health.get("workers", {})
         yield _gauge("xump_workers", "Celery workers whose heartbeat is current",
                      len(workers.get("workers", [])))  # fmt: skip
+        yield from _shards()
         yield from _database()
 
 
@@ -399,6 +401,46 @@ def _queues(snapshot: dict[str, Any], now: float) -> Iterator[Metric]:
             family.add_metric([name], stats.get(key, 0))
     yield from gauges.values()
     yield from counters.values()
+
+
+def _shards() -> Iterator[Metric]:
+    """Each shard's figures (shard_status.py), labelled `shard`; with one shard, the one
+    store's (the same figures as the unlabelled xump_inbox_length and
+    xump_router_lease_holder, kept for the dashboards built on them)."""
+    from xumpweb.shard_status import shard_statuses
+
+    try:
+        statuses = shard_statuses()
+    except Exception as problem:  # the database away: xump_database_up says so
+        logger.warning("metrics: cannot read the shards: %s", problem)
+        return
+    up = GaugeMetricFamily("xump_shard_up", "1 when the shard's Redis keys can be read",
+                           labels=["shard"])  # fmt: skip
+    queues = GaugeMetricFamily("xump_shard_queues", "queues the wiring places on the shard",
+                               labels=["shard"])  # fmt: skip
+    inbox = GaugeMetricFamily("xump_shard_inbox_length", "commands waiting in the shard's "
+                              "inbox for its router", labels=["shard"])  # fmt: skip
+    forward = GaugeMetricFamily("xump_shard_forward_backlog", "messages in the shard's "
+                                "forward list, waiting to be carried to another shard",
+                                labels=["shard"])  # fmt: skip
+    holder = GaugeMetricFamily("xump_shard_router_lease_holder", "1 for the router holding "
+                               "the shard's lease", labels=["shard", "holder"])  # fmt: skip
+    steps = GaugeMetricFamily("xump_shard_router_steps_per_second", "routing steps per "
+                              "second of the shard's router (its latest snapshot)",
+                              labels=["shard"])  # fmt: skip
+    for shard in statuses:
+        name = shard["name"]
+        up.add_metric([name], 1 if shard["ok"] else 0)
+        queues.add_metric([name], shard["queues"])
+        if not shard["ok"]:
+            continue
+        inbox.add_metric([name], shard["inbox"])
+        forward.add_metric([name], shard["forward_backlog"])
+        if shard["routed_by"] is not None:
+            holder.add_metric([name, shard["routed_by"]], 1)
+        if shard["steps_per_second"] is not None:
+            steps.add_metric([name], shard["steps_per_second"])
+    yield from (up, queues, inbox, forward, holder, steps)
 
 
 def _database() -> Iterator[Metric]:

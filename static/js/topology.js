@@ -23,6 +23,7 @@
   data.edges.forEach(function (e) {
     elements.push({ group: "edges", data: { id: e.id, source: e.source, target: e.target,
       action: e.action, enabled: e.enabled ? "yes" : "no", traced: e.traced ? "yes" : "no",
+      crosses: e.crosses ? "yes" : "no",
       label: e.number ? "#" + e.number + " " + e.action : e.label } });
   });
 
@@ -56,6 +57,10 @@
       { selector: 'edge[action = "delete"]', style: { "line-color": COLORS.delete, "target-arrow-color": COLORS.delete, "target-arrow-shape": "tee" } },
       { selector: 'edge[action = "dead-letter"]', style: { "line-style": "dotted", "width": 1, "line-color": COLORS.delete, "target-arrow-color": COLORS.delete, "target-arrow-shape": "vee", "label": "", "opacity": 0.7 } },
       { selector: 'edge[enabled = "no"]', style: { "opacity": 0.35 } },
+      // between queues on different shards (SPEC §10): an orange halo under the line, which
+      // keeps its own dash and colour, and a square at its middle
+      { selector: 'edge[crosses = "yes"]', style: { "underlay-color": "#fb8f44", "underlay-opacity": 0.45,
+        "underlay-padding": 4, "mid-target-arrow-shape": "square", "mid-target-arrow-color": "#bc4c00" } },
       // live traffic: an edge leaving a busy queue is drawn thicker (w set from its rate)
       { selector: 'edge[w][action != "dead-letter"]', style: { "width": "data(w)" } },
       { selector: "edge:selected", style: { "label": "data(label)" } },

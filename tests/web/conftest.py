@@ -5,6 +5,9 @@ session's private redis-server, with its own SQLite database and its own Redis s
 worker process. The test process also sets Django up on the same database (not the same
 Redis keys), so tests can make users and tokens through the models.
 
+`in_django` is Django's test client in a process of its own (tests/web/in_django.py), for
+requests with settings overridden per request (the shards' views with XUMP_SHARDS=4).
+
 The STOMP tests' fixtures are here too, for every file that speaks STOMP: `transport` (a
 test asking for it runs over TCP and over WebSocket), `connect`, `clients` and
 `durable_client` (stomp.py clients, tests/web/stomp_clients.py), and `http`.
@@ -33,6 +36,7 @@ import stomp
 
 from engine.relay import RelayClient
 from tests.conftest import RedisServer, free_port
+from tests.web.in_django import InDjango
 from tests.web.stomp_clients import TRANSPORTS, Client, disconnect_all, stomp_connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -378,3 +382,15 @@ def console(service):
     """An httpx client logged in to the console as the admin."""
     with console_login(service.url) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def in_django(redis_server, tmp_path_factory) -> Iterator[InDjango]:
+    """Django's test client in a process of its own (tests/web/in_django.py), on the
+    session's redis-server: for requests with settings overridden (XUMP_SHARDS=4)."""
+    directory = tmp_path_factory.mktemp("in-django")
+    env = _environment(redis_server.url, directory, "inline")
+    env["XUMP_ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
+    driven = InDjango(env)
+    yield driven
+    driven.close()

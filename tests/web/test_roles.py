@@ -392,6 +392,7 @@ def api_cases(w: World) -> list[Case]:
         Case("POST /api/filters/validate", "POST", same("/api/filters/validate"), ALL,
              lambda r: {"expression": "a = 1"}),
         Case("GET /api/refused", "GET", same("/api/refused"), ALL),
+        Case("GET /api/shards", "GET", same("/api/shards"), ALL),
         Case("DELETE /api/refused", "DELETE", same("/api/refused"), A),
         # last: these change what the cases above use
         Case("DELETE /api/tokens/{id}", "DELETE", lambda r: f"/api/tokens/{token(r)}", ALL),

@@ -1,5 +1,5 @@
-"""Health (no authentication), filter validation (for the console's selector builder) and
-the commands the router refused (its errors list)."""
+"""Health (no authentication), filter validation (for the console's selector builder), the
+commands the router refused (its errors list) and the shards (SPEC §10)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ninja import Query, Router
 
 from engine.errors import InvalidSelector
 from engine.filters import compile_filter
+from xumpweb import shard_status
 from xumpweb.api.auth import need_token_admin
 from xumpweb.api.common import record
 from xumpweb.api.errors import error_response
@@ -84,3 +85,18 @@ def refused_clear(request: HttpRequest):
     count = service().clear_refused()
     record(request, "refused.clear", "router", {"refused": count}, {"refused": 0})
     return {"cleared": count}
+
+
+@router.get(
+    "/shards", response={200: dict, 401: ErrorOut, 403: ErrorOut}, summary="Shards"
+)  # fmt: skip
+def shards(request: HttpRequest):
+    """Every shard (SPEC §10), shard 0 first: `{"shards": [{"name", "queues", "inbox",
+    "forward_backlog", "routed_by", "since", "steps_per_second", "ok", "problem"}]}`.
+    `routed_by` is the worker whose router holds the shard's lease (null: nobody routes it
+    now); `since` (epoch seconds) and `steps_per_second` come from that router's latest
+    snapshot (null until it has written one). A shard whose Redis cannot be read has `ok`
+    false, `problem` saying why, and its Redis figures null; the others are still read.
+    With one shard, the list holds the one store. Needs read on '*' (any console role)."""
+    need_token_admin(request, "reading the shards", "read-all")
+    return {"shards": shard_status.shard_statuses()}

@@ -5,6 +5,11 @@ list (1,000 queues render in well under 300 ms, bench/console_bench.py), and tel
 feed which queues it shows (a "watch" frame, xumpweb/live/monitor.py), so frames carry the
 visible page only.
 
+With more than one shard (SPEC §10) the page shows a Shards table above the queues, read
+by shard_status.py as GET /api/shards reads it (one pipelined Redis read per shard, at
+every render and every poll of the rows fragment, which swaps it in out of band); with one
+shard there is no table and nothing more is read.
+
 The page renders from the router's snapshot (service().snapshot()). In the browser,
 static/js/console.js opens /ws/monitor/ (htmx's WebSocket extension) and updates the
 numbers and sparklines from its frames; while that socket is not open, htmx polls the rows
@@ -19,10 +24,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from xumpweb import access
+from xumpweb import access, shards
 from xumpweb.access import requires
-from xumpweb.console.common import CallFailed, age, audit, call, health, snapshot_by_name
+from xumpweb.console.common import CallFailed, age, audit, call, health, snapshot_by_name, when
 from xumpweb.console.forms import QueueCreateForm
+from xumpweb.shard_status import shard_statuses
 from xumpweb.wiring.models import Queue
 
 SORTS = {
@@ -121,6 +127,18 @@ def queue_rows(
     }
 
 
+def shard_rows() -> list[dict[str, Any]]:
+    """The Shards table's rows (shard_status.py's figures, `since` written out and its
+    age), or none with one shard: the table is not shown."""
+    if not shards.sharded():
+        return []
+    rows = shard_statuses()
+    for row in rows:
+        since = row["since"]
+        row["since_text"] = f"{when(since)[:19]} ({age(since)})" if since is not None else ""
+    return rows
+
+
 def _whole(text: str | None, default: int) -> int:
     """A page number from the query string; anything not a small whole number is `default`."""
     if text is None or not text.isdigit() or len(text) > 6:
@@ -141,6 +159,7 @@ def _listing(request: HttpRequest) -> dict[str, Any]:
     context = queue_rows(query, sort, descending, access.for_request(request), page, per_page)
     context.update(q=query, sort=sort, dir="desc" if descending else "asc")
     context["per_choices"] = PER_PAGE_CHOICES
+    context["shards"] = shard_rows()
     context["sorts"] = [(key, key.replace("_", " ")) for key in SORTS]
     return context
 

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from engine.errors import InvalidSelector, XumpError
 from engine.filters import compile_filter
 from engine.message import Message
+from xumpweb import shards
 from xumpweb.access import requires
 from xumpweb.console.common import (
     CallFailed,
@@ -65,6 +66,7 @@ def queue_page(request: HttpRequest, name: str) -> HttpResponse:
         "publish_form": PublishForm(),
         "waiting": [shown(m) for m in call("peek", queue=name, count=WAITING_SHOWN)],
         "can_purge": has_operation("purge"),
+        "sharded": shards.sharded(),  # the store is then the queue's shard (SPEC §10)
         **history_context(name, request.GET),
     }
     return render(request, "console/queue.html", context)
