@@ -207,11 +207,24 @@ def test_a_second_worker_takes_its_share_and_routes_on_when_the_first_is_killed(
                if frame is not got[bodies.index(frame.body)])  # fmt: skip
 
 
-def test_the_shards_are_visible_in_health(sharded):
+def test_the_shards_and_their_routers_are_visible(sharded):
+    assert wait_for(lambda: None not in holders(sharded.redis, sharded.shards).values(),
+                    within=WITHIN)  # fmt: skip
     with sharded.client() as http:
         health = http.get("/api/health").json()
-    routers = health["workers"]["routers"]
-    assert sorted(routers) == sorted(sharded.shards)
+        assert sorted(health["workers"]["routers"]) == sorted(sharded.shards)
+
+        def reported() -> list:
+            found = http.get("/api/shards").json()["shards"]
+            return found if all(shard["since"] for shard in found) else []
+
+        found = wait_for(reported, within=WITHIN)
+    assert [shard["name"] for shard in found] == sharded.shards
+    nodes = holders(sharded.redis, sharded.shards)
+    for shard in found:
+        assert shard["ok"] and shard["routed_by"].split(":")[0] == nodes[shard["name"]]
+        assert shard["inbox"] == 0 and shard["forward_backlog"] == 0
+    assert sum(shard["queues"] for shard in found) >= len(sharded.shards)
 
 
 def test_a_queue_lives_in_its_shards_keys_only(sharded):
@@ -226,3 +239,29 @@ def test_a_queue_lives_in_its_shards_keys_only(sharded):
     with closing(redis.Redis.from_url(sharded.env["XUMP_REDIS_URL"])) as client:
         found = {key.decode() for key in client.scan_iter(f"*{name}*")}
     assert found and all(f"{{{store}}}" in key for key in found), found
+
+
+def test_inline_routing_routes_every_shard_in_the_web_process(redis_server, tmp_path):
+    service = start_service(redis_server.url, tmp_path, "inline", XUMP_SHARDS="3")
+    try:
+        shards = shard_names(service.env["XUMP_STORE"])[:3]
+        names = one_per_shard(shards, "inline")
+        with service.client() as http:
+            for name in names.values():
+                assert http.post("/api/queues", json={"name": name}).status_code == 201
+            chain = list(names.values())
+            for source, target in itertools.pairwise(chain):
+                assert http.post(f"/api/queues/{source}/selectors", json={
+                    "when": "always", "action": "copy", "target": target,
+                    "enabled": True}).status_code == 201  # fmt: skip
+            assert http.post(f"/api/queues/{chain[0]}/publish",
+                             json={"body": "x"}).status_code == 202  # fmt: skip
+
+            def arrived() -> bool:  # copied on at each shard, kept at the last
+                return http.get(f"/api/queues/{chain[-1]}").json()["depth"] == 1
+
+            assert wait_for(arrived, within=WITHIN)
+            found = http.get("/api/shards").json()["shards"]
+        assert all(shard["routed_by"] for shard in found), found
+    finally:
+        service.close()
