@@ -30,6 +30,13 @@ than polling the inbox, and renews its lease a few times per lease period rather
 every look (a renewal is a Redis write, which costs an fsync with appendfsync always).
 Commands appended by other means are still seen within IDLE_LOOK seconds.
 
+Shards (SPEC §10, docs/scaling.md): with XUMP_SHARDS=N the queues live in N stores, each
+with its own lease, inbox and outboxes. `service()` is shard 0's client and holds every
+shard's (`Service.shards`); publishes, acks and calls go to their queue's shard
+(`shard_of`, xumpweb/shard_calls.py), a subscriber to its destination's home (`shard_for`).
+A Router routes one shard: its engine holds that shard's queues and stand-ins for the
+others'. With one shard, all of this is the one store, as before.
+
 Layers: router/tasks.py (its task runs a Router) and metrics.py (its scrape reads
 `service()`) sit above this module, which imports neither: it schedules the routing task by
 its Celery name, and a router counts for /metrics with the counters router/apps.py hands
