@@ -431,16 +431,20 @@ def percentiles(latencies: list[float]) -> tuple[float, float]:
 
 
 @contextmanager
-def worker_service(directory: Path, *redis_options: str) -> Iterator[tuple[Any, RedisServer]]:
+def worker_service(
+    directory: Path, *redis_options: str, shards: int = 1
+) -> Iterator[tuple[Any, RedisServer]]:
     """The service with routing in a Celery worker, on a redis-server of its own (started
-    with `redis_options`), both under `directory`; stopped on leaving the block."""
+    with `redis_options`), both under `directory`, its queues over `shards` shards
+    (XUMP_SHARDS); stopped on leaving the block."""
     (directory / "redis").mkdir()
     (directory / "service").mkdir()
     redis_server = RedisServer(directory / "redis", *redis_options)
     redis_server.start()
     service = None
     try:
-        service = start_service(redis_server.url, directory / "service", "worker")
+        service = start_service(redis_server.url, directory / "service", "worker",
+                                XUMP_SHARDS=str(shards))  # fmt: skip
         service.start_worker()
         yield service, redis_server
     finally:

@@ -357,7 +357,8 @@ def start_stomp_server(service, port: int, directory: Path) -> None:
 
 
 def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
-    with worker_service(directory, "--appendfsync", args.appendfsync) as (service, redis_server):
+    with worker_service(directory, "--appendfsync", args.appendfsync,
+                        shards=args.shards) as (service, redis_server):  # fmt: skip
         start_stomp_server(service, args.xump_port, directory / "service")
         broker = Broker("Xump", args.xump_port, "bench", service.admin_token)
         pids = {name: process.pid for name, process in service.processes.items()}
@@ -564,7 +565,8 @@ def hop_table(run: dict, stamps: dict[str, dict[str, float]]) -> tuple[list, int
 
 
 def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
-    with worker_service(directory, "--appendfsync", args.appendfsync) as (service, redis_server):
+    with worker_service(directory, "--appendfsync", args.appendfsync,
+                        shards=args.shards) as (service, redis_server):  # fmt: skip
         start_stomp_server(service, args.xump_port, directory / "service")
         broker = Broker("Xump", args.xump_port, "bench", service.admin_token)
         router = f"bench-paced-{uuid.uuid4().hex[:6]}"
@@ -677,6 +679,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="length of each publish run and of the latency run")  # fmt: skip
     parser.add_argument("--only", choices=("xump", "rabbitmq"), help="run one side only")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="Xump's XUMP_SHARDS (the cost of sharding a one-queue load)",
+    )
     parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always",
                         help="Xump's Redis: always (a RECEIPT means on disk, the default) or "
                         "everysec (what the path costs without waiting for the disk)")  # fmt: skip
@@ -697,8 +705,8 @@ def main() -> None:
           f"both)")  # fmt: skip
     if xump:
         print(f"  Xump ({xump['server']}): Redis with appendfsync {args.appendfsync}, "
-              f"1 uvicorn, 1 Celery worker routing, 1 stomp_server on "
-              f"{args.xump_port}")  # fmt: skip
+              f"1 uvicorn, 1 Celery worker routing {args.shards} shard(s), 1 stomp_server "
+              f"on {args.xump_port}")  # fmt: skip
     if rabbit:
         print(f"  RabbitMQ ({rabbit['server']}) on {HOST}:{RABBIT_STOMP}: durable queues, "
               f"persistent messages")  # fmt: skip
