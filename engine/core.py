@@ -699,7 +699,7 @@ class _SelectorHost:
         return self._engine._target_named(name)
 
     def deliver_elsewhere(self, destination: str) -> str | None:
-        return self._engine._elsewhere(destination)
+        return self._engine._no_delivery_queue(destination)
 
     def untarget(self, sel: SelectorRuntime) -> None:
         self._engine._untarget(sel)

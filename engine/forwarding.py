@@ -117,10 +117,12 @@ class Forwarding(Rules):
 
     def set_local_shard(self, shard: str, shards: Iterable[str]) -> None:
         """This engine routes the queues of `shard` only, one of `shards` (a service's shard
-        router, whose engine opens its own store only): a DELIVER must be made on its
-        destination's home shard (`destination_home`), where that destination's
-        subscribers read. A selector that would DELIVER elsewhere is refused; a message
-        whose envelope names such a destination is dead-lettered (`no-target`)."""
+        router, whose engine opens its own store only). A destination is read on its home
+        shard (`destination_home`); a DELIVER to one read on another shard is a MOVE into
+        its **delivery queue** there, the queue of the destination's name (a mailbox the
+        service makes first), carried and settled back as any MOVE across shards. A
+        selector delivering to a destination whose home has no such queue is refused; a
+        message whose envelope names one is dead-lettered (`no-target`)."""
         names = tuple(shards)
         for name in (shard, *names):
             check_name("shard", name)
@@ -145,12 +147,21 @@ class Forwarding(Rules):
             return place(destination, self._shards, store_of=self._store_of)
 
     def _elsewhere(self, destination: str) -> str | None:
-        """The shard a DELIVER to `destination` must be made on, when not this one."""
+        """The shard `destination` is read on, when not this one (a DELIVER to it is a MOVE
+        into its delivery queue there)."""
         local = self._local_shard
         if local is None:
             return None
         home = self.destination_home(destination)
         return home if home is not None and home != local else None
+
+    def _no_delivery_queue(self, destination: str) -> str | None:
+        """The shard `destination` is read on when a DELIVER to it cannot be made here: it
+        is read on another shard, which has no queue of its name (its delivery queue)."""
+        home = self._elsewhere(destination)
+        if home is None or destination in self._remote:
+            return None
+        return home
 
     def remote_queues(self) -> dict[str, str]:
         """The remote stand-ins: name -> shard."""

@@ -170,6 +170,7 @@ class Rules:
     _forward: Callable[..., None]  # forwarding.py: an arrival at a stand-in
     _settle_remote: Callable[[str, int, str], bool]  # forwarding.py: another shard's origin
     _elsewhere: Callable[[str], str | None]  # forwarding.py: a destination read elsewhere
+    _local_shard: str | None = None  # forwarding.py: the one shard this engine routes
 
     def _target_named(self, name: str) -> QueueRuntime | None:
         """The queue (or another shard's queue's stand-in) a target name names."""
@@ -332,6 +333,18 @@ class Rules:
                 target = found
         elif action != "deliver":
             target = sel.target_queue
+        if action == "deliver" and self._local_shard is not None:
+            home = self._elsewhere(destination)  # type: ignore[arg-type]
+            if home is not None:
+                # read on another shard: a MOVE into its delivery queue there, the queue of
+                # the destination's name (forwarding.py), settled back when it is acked
+                target = self._remote.get(destination)  # type: ignore[assignment]
+                if target is None:
+                    detail = (f"destination {destination!r} is read on shard {home!r}, "
+                              f"which has no queue {destination!r} to deliver it")  # fmt: skip
+                    self._dead_letter(qrt, entry, "no-target", detail, {"x-target": destination})
+                    return
+                action = "move"
         if action != "deliver" and (message.mid, target.name) in self._visited:  # type: ignore
             # a cycle of MOVEs brought it back within one step: stop it here
             self._dead_letter(qrt, entry, "unroutable")
@@ -620,10 +633,6 @@ class Rules:
         if sel.action == "deliver":
             if not is_name(name) or name[0] == "$":
                 return None, ("no-target", f"its {field} is not a destination name", None)
-            home = self._elsewhere(name)
-            if home is not None:
-                detail = f"its {field} names a destination read on shard {home!r}"
-                return None, ("no-target", detail, {"x-target": name})
             return name, NO_FAILURE
         target = self._target_named(name)
         if target is None:

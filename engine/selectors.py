@@ -48,8 +48,9 @@ class SelectorHost(Protocol):
         ...
 
     def deliver_elsewhere(self, destination: str) -> str | None:
-        """The shard a DELIVER to `destination` must be made on when it is not this
-        engine's (a shard router's engine, forwarding.py's set_local_shard); else None."""
+        """The shard `destination` is read on when a DELIVER to it cannot be made here (a
+        shard router's engine whose destination's home has no delivery queue for it,
+        forwarding.py's set_local_shard); else None."""
         ...
 
     def untarget(self, sel: SelectorRuntime) -> None:
@@ -288,9 +289,8 @@ class Selector:
             home = host.deliver_elsewhere(target)  # type: ignore[arg-type]
             if home is not None:
                 raise InvalidSelector(
-                    f"destination {target!r} is read on shard {home!r}, not on this queue's: "
-                    f"deliver to it from a queue on shard {home!r} (e.g. {target}:from-"
-                    f"{self.queue[:40]}, which lives there)"
+                    f"destination {target!r} is read on shard {home!r}, which has no queue "
+                    f"{target!r} to deliver it (its delivery queue): make one there first"
                 )
         with host.lock:
             qrt, sel = self._runtime()

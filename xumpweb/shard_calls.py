@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import InvalidArgument, NotFound
+from engine.errors import InvalidArgument, NotFound, XumpError
 
 # operations on one queue, by the argument that names it
 ON_QUEUE = {
@@ -48,7 +48,10 @@ def call(service: Any, method: str, arguments: dict[str, Any]) -> Any:
     answer."""
     if method in ON_QUEUE:
         name = _name(arguments, ON_QUEUE[method])
-        return service.shard_of(name).call_here(method, **arguments)
+        shard = service.shard_of(name)
+        if method in ("selector_create", "selector_update"):
+            _selector_delivers(service, shard, name, arguments)
+        return shard.call_here(method, **arguments)
     if method in PLACED:
         name = _name(arguments, PLACED[method])
         explicit = arguments.get("store") if method == "queue_create" else None
@@ -57,6 +60,8 @@ def call(service: Any, method: str, arguments: dict[str, Any]) -> Any:
         shard = service.shard_for(name, explicit)
         if method == "queue_create":
             arguments = {**arguments, "store": shard.store}
+        if method == "pattern_build" and isinstance(arguments.get("name"), str):
+            delivery_queue(service, shard, arguments["name"])  # what it delivers to
         return shard.call_here(method, **arguments)
     if method == "queues":
         return _queues(service, arguments.get("names"))
@@ -81,6 +86,41 @@ def call(service: Any, method: str, arguments: dict[str, Any]) -> Any:
     if method == "definitions_apply":
         return _definitions(service, arguments)
     return service.call_here(method, **arguments)  # unknown: its router refuses it
+
+
+def delivery_queue(service: Any, shard: Any, destination: str) -> None:
+    """Before a DELIVER to `destination` is made on `shard`: when the destination is read
+    on another shard (its home), make sure that shard has the queue of its name (its
+    delivery queue, a mailbox: docs/scaling.md, Consumers), which the DELIVER moves into.
+    A bad name is left for the operation itself to refuse."""
+    if not isinstance(destination, str) or not destination or destination.startswith("$"):
+        return
+    try:
+        home = service.shard_for(destination)
+    except XumpError:
+        return
+    if home is shard:
+        return
+    made = home.call_here("stomp_mailbox", name=destination)
+    if made.get("created"):
+        from xumpweb.wiring.models import Queue
+
+        Queue.objects.filter(name=destination).update(mailbox=True)
+
+
+def _selector_delivers(service: Any, shard: Any, queue: str, arguments: dict[str, Any]) -> None:
+    """A selector made or changed to DELIVER to a fixed destination: its delivery queue."""
+    target = arguments.get("target")
+    if not isinstance(target, str) or arguments.get("target_from") is not None:
+        return
+    action = arguments.get("action")
+    if action is None and "id" in arguments:  # the target alone changes: as it is now
+        try:
+            action = shard.call_here("selector_get", queue=queue, id=arguments["id"])["action"]
+        except XumpError:
+            return
+    if action == "deliver":
+        delivery_queue(service, shard, target)
 
 
 def _name(arguments: dict[str, Any], key: str) -> str:
@@ -162,6 +202,12 @@ def _definitions(service: Any, arguments: dict[str, Any]) -> dict[str, Any]:
                        "stores": found["stores"]}  # fmt: skip
         if made or found["stores"]:
             shard.call_here("definitions_apply", **queues_only)
+    for shard, found in order:  # what they deliver to, read on another shard
+        for selector in [*found["selectors_create"], *found["selectors_update"]]:
+            if selector.get("action") == "deliver" and selector.get("target_from") is None:
+                delivery_queue(service, shard, selector.get("target"))
+        for pattern in found["patterns"]:
+            delivery_queue(service, shard, pattern.get("name"))
     for shard, found in order:
         # a dead-letter queue may be another shard's new queue: set once every one exists
         letters = [

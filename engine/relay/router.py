@@ -532,7 +532,10 @@ class RelayRouter:
         destinations = sorted(self.engine.worker_destinations())
         pipe = self.store.client.pipeline(transaction=False)
         for destination in destinations:
-            pipe.exists(keys["present"] + destination)
+            # its subscribers' presence is kept on its home shard (forwarding.py)
+            home = self.engine.destination_home(destination)
+            present = keys["present"] if home is None else delivery_keys(home)["present"]
+            pipe.exists(present + destination)
         pipe.hgetall(keys["absent"])
         *present, known = pipe.execute()
         since = {name.decode(): float(at) for name, at in known.items()}

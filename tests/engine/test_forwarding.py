@@ -191,36 +191,50 @@ def named_for(shard: str, prefix: str) -> str:
     return next(name for name in names if shard_by_hash(name, ["a", "b"]) == shard)
 
 
-def test_a_deliver_to_a_destination_read_on_another_shard_is_refused_saying_where() -> None:
+def test_a_deliver_to_a_destination_read_on_another_shard_is_a_move_into_its_queue() -> None:
     engine = shard_router("a")
     queue = named_for("a", "q")
     engine.queue_create(queue, store="a")
     away = named_for("b", "d")
-    selector = engine.selector_create(queue)
+    selector = engine.selector_create(queue).when_always()
+    # no delivery queue on the destination's shard: refused, nothing half-applied
     with pytest.raises(InvalidSelector, match=f"destination '{away}' is read on shard 'b'"):
         selector.do_deliver(away)
-    assert engine.selectors(queue)[0].spec.action is None  # nothing half-applied
-    # its own queue's name, a name homed here, and a pattern's private name all deliver
+    assert engine.selectors(queue)[0].spec.action is None
+    # its own queue's name, a name homed here, and a pattern's private name deliver here
     for here in (queue, named_for("a", "d"), f"{queue}:worker-1"):
         selector.do_deliver(here)
-    # a destination that names a queue of the other shard is read there, whatever its hash
-    engine.set_remote_queues({named_for("a", "r"): "b"})
-    with pytest.raises(InvalidSelector, match="is read on shard 'b'"):
-        selector.do_deliver(named_for("a", "r"))
+    # with the queue of its name on its shard (a mailbox there), it is a MOVE into it,
+    # outstanding here until that shard settles it back
+    engine.set_remote_queues({away: "b"})
+    selector.do_deliver(away).set_credit(1).enable()
+    assert engine.publish(queue, Message(body=b"x")) == []
+    assert engine.publish(queue, Message(body=b"y")) == []
+    forwards, _ = engine.take_forwards()
+    assert [(f.shard, f.queue, f.message.body) for f in forwards] == [("b", away, b"x")]
+    assert engine.stats(queue)["outstanding"] == 1 and engine.queue_fetch(queue).depth == 1
+    origin = forwards[0].origin
+    engine.settle_forwarded([origin])  # acked there: credit back, the next one goes
+    forwards, _ = engine.take_forwards()
+    assert [f.message.body for f in forwards] == [b"y"]
 
 
-def test_an_envelope_target_read_on_another_shard_is_dead_lettered_not_written_here() -> None:
+def test_an_envelope_target_read_elsewhere_goes_to_its_queue_or_is_dead_lettered() -> None:
     engine = shard_router("a")
     queue = named_for("a", "q")
     engine.queue_create("dlq", store="a")
     engine.queue_create(queue, store="a", dead_letter="dlq")
     engine.selector_create(queue).when_always().do_deliver(target_from="reply_to").enable()
     engine.selector_create("dlq").when_always().do_deliver("dlq:reader").enable()
-    away, here = named_for("b", "d"), named_for("a", "d")
-    out = engine.publish(queue, Message("x", headers={"reply_to": away}))
-    out += engine.publish(queue, Message("y", headers={"reply_to": here}))
+    away, served, here = named_for("b", "d"), named_for("b", "s"), named_for("a", "d")
+    engine.set_remote_queues({served: "b"})
+    out = engine.publish(queue, Message(body=b"x", headers={"reply_to": away}))
+    out += engine.publish(queue, Message(body=b"y", headers={"reply_to": here}))
+    out += engine.publish(queue, Message(body=b"z", headers={"reply_to": served}))
     by_destination = {d.destination: d.message for d in out}
     assert set(by_destination) == {"dlq:reader", here}
     letter = by_destination["dlq:reader"]
     assert letter.headers["x-reason"] == "no-target"
     assert letter.headers["x-target"] == away
+    forwards, _ = engine.take_forwards()
+    assert [(f.shard, f.queue, f.message.body) for f in forwards] == [("b", served, b"z")]

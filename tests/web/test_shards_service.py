@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from collections import Counter
 from contextlib import closing
 
 import pytest
@@ -137,35 +138,54 @@ def test_a_move_chain_across_shards_delivers_once_and_settles_back(sharded, stom
                                                   for n in names]  # fmt: skip
 
 
-def test_a_deliver_to_a_destination_read_on_another_shard_is_refused(sharded):
-    names = one_per_shard(sharded.shards, "away")
-    here, elsewhere = names[sharded.shards[0]], names[sharded.shards[1]]
+def test_a_wolfpack_whose_workers_are_read_on_other_shards_delivers_through_them(sharded, stomp):
+    """A DELIVER to a destination read on another shard is a MOVE into its delivery queue
+    there (a mailbox the service makes), settled back when the worker acks: the pack's
+    credit and the router queue's counts stay true."""
+    shards = sharded.shards
+    router = one_per_shard(shards, "pack")[shards[0]]
+    workers = [one_per_shard(shards, "w")[shard] for shard in shards[1:3]]
     with sharded.client() as http:
-        assert http.post("/api/queues", json={"name": here}).status_code == 201
-        refused = http.post(f"/api/queues/{here}/selectors", json={
-            "when": "always", "action": "deliver", "target": elsewhere,
-            "enabled": True})  # fmt: skip
-        assert refused.status_code == 400, refused.text
-        assert f"is read on shard '{sharded.shards[1]}'" in refused.text
-        assert http.get(f"/api/queues/{here}/selectors").json()["selectors"] == []
+        for worker in workers:
+            made = http.post("/api/patterns", json={
+                "kind": "wolfpack", "router": router, "name": worker, "credit": 2})  # fmt: skip
+            assert made.status_code in (200, 201), made.text
+        for worker, shard in zip(workers, shards[1:3], strict=True):
+            queue = http.get(f"/api/queues/{worker}").json()  # its delivery queue, at home
+            assert queue["store"] == shard and queue["mailbox"] is True
+        consumers = {worker: stomp() for worker in workers}
+        for worker, consumer in consumers.items():
+            consumer.subscribe(f"/queue/{worker}", ack="client-individual")
+            consumer.auto_ack = True
+        for n in range(30):
+            assert http.post(f"/api/queues/{router}/publish",
+                             json={"body": f"job{n}"}).status_code == 202  # fmt: skip
+
+        def received() -> list[str]:
+            return [f.body for c in consumers.values() for f in c.messages]
+
+        assert wait_for(lambda: len(received()) >= 30, within=WITHIN), received()
+        assert sorted(received()) == sorted(f"job{n}" for n in range(30))
+        assert all(consumer.messages for consumer in consumers.values())
+
+        def settled() -> bool:
+            queue = http.get(f"/api/queues/{router}").json()
+            return queue["outstanding"] == 0 and queue["depth"] == 0
+
+        assert wait_for(settled, within=WITHIN), http.get(f"/api/queues/{router}").json()
 
 
 def test_a_second_worker_takes_its_share_and_routes_on_when_the_first_is_killed(sharded, stomp):
     shards = sharded.shards
     assert wait_for(lambda: all(holders(sharded.redis, shards).values()), within=WITHIN)
     sharded.start_worker("second")
+
     # balanced: two workers, two shards each (a joining worker takes its share)
-    assert wait_for(
-        lambda: (
-            len(set(holders(sharded.redis, shards).values())) == 2
-            and None not in holders(sharded.redis, shards).values()
-        ),
-        within=WITHIN,
-    )
-    counts = {}
-    for node in holders(sharded.redis, shards).values():
-        counts[node] = counts.get(node, 0) + 1
-    assert sorted(counts.values()) == [2, 2], counts
+    def balanced() -> bool:
+        found = list(holders(sharded.redis, shards).values())
+        return None not in found and sorted(Counter(found).values()) == [2, 2]
+
+    assert wait_for(balanced, within=WITHIN), holders(sharded.redis, shards)
 
     names = one_per_shard(shards, "kill")
     with sharded.client() as http:
