@@ -76,6 +76,9 @@ class System:
         self.subscribers: dict[str, Subscriber] = {}
         self.store = self.service.env["XUMP_STORE"]
         self.stomp_port: int | None = None
+        # the first call waits (10 s at most) for a router: on a busy machine a worker takes
+        # longer than that to boot, so wait for its lease watch to route first
+        assert wait_for(self.lease_pid, within=120), "no worker took the lease"
 
     # processes
     def start_beat(self) -> None:
