@@ -345,6 +345,7 @@ class Rules:
                     self._dead_letter(qrt, entry, "no-target", detail, {"x-target": destination})
                     return
                 action = "move"
+                qrt.counters["delivered"] += 1  # through its delivery queue: acks settle back
         if action != "deliver" and (message.mid, target.name) in self._visited:  # type: ignore
             # a cycle of MOVEs brought it back within one step: stop it here
             self._dead_letter(qrt, entry, "unroutable")
@@ -663,6 +664,8 @@ class Rules:
             if entry is None:
                 return  # let go when its selector was deleted
             entry.downstream = None
+            if sel.action == "deliver":  # (moved to its delivery queue on another shard)
+                qrt.counters["confirmed"] += 1  # type: ignore[union-attr]
             self._credit_back(qrt, sel)  # type: ignore[arg-type]
             if qrt.history and not entry.replay:
                 qrt.state.add_history(entry, qrt.history)

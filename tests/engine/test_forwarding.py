@@ -217,6 +217,8 @@ def test_a_deliver_to_a_destination_read_on_another_shard_is_a_move_into_its_que
     engine.settle_forwarded([origin])  # acked there: credit back, the next one goes
     forwards, _ = engine.take_forwards()
     assert [f.message.body for f in forwards] == [b"y"]
+    stats = engine.stats(queue)  # counted as the deliveries and acks they are
+    assert (stats["delivered"], stats["confirmed"]) == (2, 1)
 
 
 def test_an_envelope_target_read_elsewhere_goes_to_its_queue_or_is_dead_lettered() -> None:

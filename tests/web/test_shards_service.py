@@ -121,9 +121,11 @@ def test_a_move_chain_across_shards_delivers_once_and_settles_back(sharded, stom
             "enabled": True}).status_code == 201  # fmt: skip
         consumer = stomp()
         consumer.subscribe(f"/queue/{last}", ack="client-individual")
+        mids = []
         for n in range(20):
-            assert http.post(f"/api/queues/{first}/publish",
-                             json={"body": f"m{n}"}).status_code == 202  # fmt: skip
+            published = http.post(f"/api/queues/{first}/publish", json={"body": f"m{n}"})
+            assert published.status_code == 202
+            mids.append(published.json()["mid"])
         # credit 3 at each hop: the chain holds back until acks settle back up it
         for count in range(1, 21):
             frame = consumer.take(count, within=WITHIN)[-1]
@@ -136,6 +138,9 @@ def test_a_move_chain_across_shards_delivers_once_and_settles_back(sharded, stom
 
         assert wait_for(settled, within=WITHIN), [http.get(f"/api/queues/{n}").json()
                                                   for n in names]  # fmt: skip
+        # its lineage crosses the shards: every shard's journal is read
+        steps = http.get(f"/api/messages/{mids[0]}/trace").json()["steps"]
+        assert {step["queue"] for step in steps} >= set(names), steps
 
 
 def test_a_wolfpack_whose_workers_are_read_on_other_shards_delivers_through_them(sharded, stomp):

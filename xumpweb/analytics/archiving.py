@@ -60,6 +60,15 @@ def export(service: Service, path: Path, progress: Progress | None = None) -> Ar
 def export_journal(
     service: Service, archive: Archive, result: ArchiveResult, show: Progress
 ) -> None:
+    """Every shard's journal list into the archive (each router's engine is an epoch of
+    its own, so the shards' events never share positions)."""
+    for shard in service.shards.values():
+        _export_journal(shard, archive, result, show)
+
+
+def _export_journal(
+    service: Service, archive: Archive, result: ArchiveResult, show: Progress
+) -> None:
     client = service.redis
     key = journal_key(service.store)
     total = client.llen(key)

@@ -43,20 +43,21 @@ def trace(
         for epoch, position, event in Archive(archive).events_of(mid):
             found[(epoch, position)] = (event, "archive")
     needle = orjson.dumps(mid)  # the mid as the chunk's JSON spells it
-    client = service.redis
-    key = journal_key(service.store)
-    start = -most
-    while start < 0:
-        items = client.lrange(key, start, min(start + READ, 0) - 1)
-        for item in items:
-            if needle not in item:
-                continue  # most chunks: no JSON parse at all
-            chunk = orjson.loads(item)
-            epoch, first = chunk["epoch"], chunk["first"]
-            for offset, event in enumerate(chunk["events"]):
-                if event[2] == mid:
-                    found[(epoch, first + offset)] = (tuple(event), "journal")
-        start += READ
+    for shard in service.shards.values():  # a message's steps on every shard it crossed
+        client = shard.redis
+        key = journal_key(shard.store)
+        start = -most
+        while start < 0:
+            items = client.lrange(key, start, min(start + READ, 0) - 1)
+            for item in items:
+                if needle not in item:
+                    continue  # most chunks: no JSON parse at all
+                chunk = orjson.loads(item)
+                epoch, first = chunk["epoch"], chunk["first"]
+                for offset, event in enumerate(chunk["events"]):
+                    if event[2] == mid:
+                        found[(epoch, first + offset)] = (tuple(event), "journal")
+            start += READ
     first_time: dict[str, float] = {}
     for (epoch, _), (event, _) in found.items():
         first_time[epoch] = min(first_time.get(epoch, event[0]), event[0])
