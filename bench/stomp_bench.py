@@ -370,13 +370,16 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
             return name
 
         def route() -> tuple[str, str, str]:
-            """A queue whose DELIVER selector feeds a destination the consumers share."""
+            """A queue whose DELIVER selector feeds a destination the consumers share: named
+            `<queue>:out`, read on the queue's own shard, or with --cross-shard
+            `<queue>-out`, placed by its own name (on another shard 3 times in 4 with four
+            shards: delivered through its delivery queue there)."""
             name = queue()
+            out = f"{name}-out" if args.cross_shard else f"{name}:out"
             api(service, "POST", f"/api/queues/{quote(name, safe='')}/selectors", json={
-                "when": "always", "action": "deliver", "target": f"{name}-out",
-                "enabled": True,
+                "when": "always", "action": "deliver", "target": out, "enabled": True,
             })  # fmt: skip
-            return f"/queue/{name}", f"/queue/{name}-out", name
+            return f"/queue/{name}", f"/queue/{out}", name
 
         def settled(name: str, total: int) -> None:
             wait_for_counter(service, [name], "confirmed", total)
@@ -684,6 +687,12 @@ def main() -> None:
         type=int,
         default=1,
         help="Xump's XUMP_SHARDS (the cost of sharding a one-queue load)",
+    )
+    parser.add_argument(
+        "--cross-shard",
+        action="store_true",
+        help="deliver to a destination placed by its own name (with shards, mostly on "
+        "another shard than its queue) rather than <queue>:out on the queue's own",
     )
     parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always",
                         help="Xump's Redis: always (a RECEIPT means on disk, the default) or "

@@ -379,10 +379,11 @@ def _wiring_sets(running: Service, version: int) -> tuple[frozenset[str], frozen
 
 class ShardedCommit:
     """With shards (SPEC §10): this process's publishes, each handed to the group commit
-    of its queue's shard. A group is sorted by shard with the wiring as every shard's
-    version has it (one round trip, and the wiring's rows re-read only when it moved); each
-    shard's group commit then checks its own shard's version in its guarded append, as
-    with one store. A queue no shard holds is answered not_found here."""
+    of its queue's shard, by the placement last read (read again, with every shard's
+    wiring version, when a publish names a queue it lacks); each shard's group commit then
+    checks its own shard's version in its guarded append, as with one store, so a publish
+    to a queue deleted since is refused there. A queue no shard holds is answered
+    not_found here."""
 
     def __init__(self, running: Service) -> None:
         self.service = running
@@ -391,6 +392,10 @@ class ShardedCommit:
         self.redis, self.answers = first.redis, first.answers
         self.pending: list[Pending] = []
         self.task: asyncio.Task | None = None
+        # queue -> shard, as last read: kept while every publish's queue is in it (a queue
+        # deleted since is refused by its shard's own guarded append, which checks that
+        # shard's wiring version)
+        self.stores: dict[str, str] | None = None
 
     def submit(self, item: Pending) -> None:
         self.pending.append(item)
@@ -413,15 +418,19 @@ class ShardedCommit:
             self.task = None
 
     async def _split(self, batch: list[Pending]) -> None:
-        try:
-            versions = await self.redis.mget(self.service.wiring_keys)
-        except redis.RedisError as error:
-            failure = store_failure(error, "reading the wiring version")
-            for item in batch:
-                item.fail(failure)
-            return
-        version = sum(int(found or 0) for found in versions)
-        stores = await database_sync_to_async(self.service.placement.stores)(version)
+        stores = self.stores
+        if stores is None or any(item.queue not in stores for item in batch):
+            # a queue the placement read lacks: read the wiring again before saying so
+            try:
+                versions = await self.redis.mget(self.service.wiring_keys)
+            except redis.RedisError as error:
+                failure = store_failure(error, "reading the wiring version")
+                for item in batch:
+                    item.fail(failure)
+                return
+            version = sum(int(found or 0) for found in versions)
+            stores = await database_sync_to_async(self.service.placement.stores)(version)
+            self.stores = stores
         by_shard: dict[str, list[Pending]] = {}
         for item in batch:
             store = stores.get(item.queue)
