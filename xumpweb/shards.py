@@ -39,6 +39,23 @@ def sharded() -> bool:
     return settings.XUMP_SHARDS > 1
 
 
+def beyond() -> dict[str, int]:
+    """Stores past the shards XUMP_SHARDS names that still hold queues (shards removed
+    while not empty): store -> how many queues."""
+    from django.db.models import Count
+
+    from xumpweb.wiring.models import Queue
+
+    main = settings.XUMP_STORE
+    ours = set(names())
+    found = Queue.objects.values_list("store__name").annotate(count=Count("id")).order_by()
+    return {
+        store: count
+        for store, count in found
+        if store not in ours and store.startswith(f"{main}-") and store[len(main) + 1 :].isdigit()
+    }
+
+
 class Placement:
     """Where the wiring of one version keeps each queue (name -> store)."""
 

@@ -9,11 +9,12 @@ import itertools
 import zlib
 from collections import Counter
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 import redis
 
-from tests.web.conftest import start_service, unique, wait_for
+from tests.web.conftest import _answers, _serve, start_service, unique, wait_for
 from tests.web.stomp_clients import Client, disconnect_all, stomp_connection
 
 SHARDS = 4
@@ -290,3 +291,41 @@ def test_inline_routing_routes_every_shard_in_the_web_process(redis_server, tmp_
         assert all(shard["routed_by"] for shard in found), found
     finally:
         service.close()
+
+
+def test_fewer_shards_while_a_removed_one_holds_queues_is_refused_at_start(redis_server, tmp_path):
+    """Adding shards later moves nothing (new queues use them); removing one needs it empty:
+    `manage.py migrate` (which `make run` starts with) says which and what to do."""
+    service = start_service(redis_server.url, tmp_path, "inline", XUMP_SHARDS="2")
+    try:
+        shards = shard_names(service.env["XUMP_STORE"])
+        before = one_per_shard(shards[:2], "old")
+        with service.client() as http:
+            for name in before.values():
+                assert http.post("/api/queues", json={"name": name}).status_code == 201
+        restart(service, XUMP_SHARDS="3")
+        with service.client() as http:  # the old queues stay where they are
+            for shard, name in before.items():
+                assert http.get(f"/api/queues/{name}").json()["store"] == shard
+            new = one_per_shard(shards[:3], "new")[shards[2]]
+            made = http.post("/api/queues", json={"name": new})
+            assert made.status_code == 201 and made.json()["store"] == shards[2]
+    finally:
+        service.close()
+    service.env["XUMP_SHARDS"] = "2"
+    refused = service.manage("migrate", "--noinput")
+    assert refused.returncode != 0
+    assert f"XUMP_SHARDS=2 leaves out shards that hold queues: {shards[2]} (1 queue(s))" in (
+        refused.stderr + refused.stdout
+    )
+    assert "Traceback" not in refused.stderr
+
+
+def restart(service, **settings: str) -> None:
+    """Stop the web process and start it again on its port with these settings changed."""
+    service.stop("server")
+    service.env.update(settings)
+    port = int(service.url.rsplit(":", 1)[1])
+    log = Path(service.env["XUMP_TEST_DIR"]) / "server.log"
+    service.processes["server"] = _serve(service.env, port, log)
+    assert _answers(service.url, service.processes["server"], within=120)
