@@ -6,6 +6,7 @@ STOMP (stomp.py), and the leases as Redis holds them."""
 from __future__ import annotations
 
 import itertools
+import json
 import zlib
 from collections import Counter
 from contextlib import closing
@@ -265,6 +266,23 @@ def test_a_queue_lives_in_its_shards_keys_only(sharded):
     with closing(redis.Redis.from_url(sharded.env["XUMP_REDIS_URL"])) as client:
         found = {key.decode() for key in client.scan_iter(f"*{name}*")}
     assert found and all(f"{{{store}}}" in key for key in found), found
+
+
+def test_the_command_line_publishes_and_subscribes_on_every_shard(sharded):
+    names = one_per_shard(sharded.shards, "cli")
+    with sharded.client() as http:
+        for name in names.values():
+            assert http.post("/api/queues", json={"name": name}).status_code == 201
+            assert http.post(f"/api/queues/{name}/selectors", json={
+                "when": "always", "action": "deliver", "target": name,
+                "enabled": True}).status_code == 201  # fmt: skip
+    for name in names.values():
+        published = sharded.manage("xump", "publish", name, f"to {name}")
+        assert published.returncode == 0, published.stderr
+        taken = sharded.manage("xump", "subscribe", name, "--count", "1")
+        assert taken.returncode == 0, taken.stderr
+        [line] = taken.stdout.splitlines()
+        assert json.loads(line)["message"]["body"] == f"to {name}"
 
 
 def test_inline_routing_routes_every_shard_in_the_web_process(redis_server, tmp_path):

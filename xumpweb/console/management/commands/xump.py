@@ -43,6 +43,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from engine import Message
 from engine.errors import InvalidArgument, XumpError
 from engine.validation import check_headers
+from xumpweb import shards
 from xumpweb.router.codec import delivery_out
 from xumpweb.runtime import Service
 
@@ -127,7 +128,7 @@ class Command(BaseCommand):
         # one would start a router in this short-lived command
         self.service = Service(
             settings.XUMP_REDIS_URL, settings.XUMP_STORE, settings.XUMP_ROUTING,
-            settings.XUMP_CALL_TIMEOUT,
+            settings.XUMP_CALL_TIMEOUT, shards=shards.names(),
         )  # fmt: skip
         try:
             getattr(self, "do_" + options["action"])(options)
@@ -141,7 +142,8 @@ class Command(BaseCommand):
             self.stderr.write("")
             raise SystemExit(130) from None
         finally:
-            self.service.relay.close()
+            for shard in self.service.shards.values():
+                shard.relay.close()
 
     def _fail(self, message: str) -> None:
         self.stderr.write(f"xump: error: {message}")
@@ -207,7 +209,7 @@ class Command(BaseCommand):
         destination, count, idle = options["destination"], options["count"], options["idle"]
         if count is not None and count < 1:
             raise Failed("--count must be at least 1")
-        relay = self.service.relay
+        relay = self.service.shard_for(destination).relay  # read on its home shard
         taken = 0
         last = time.monotonic()
         while count is None or taken < count:
