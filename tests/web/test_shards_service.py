@@ -255,8 +255,13 @@ def test_the_shards_and_their_routers_are_visible(sharded):
 
 
 def test_a_queue_lives_in_its_shards_keys_only(sharded):
-    name = unique("alone")
+    name = one_per_shard(sharded.shards, "alone")[sharded.shards[1]]
+
+    def listed() -> set[str]:
+        return {queue["name"] for queue in http.get("/api/queues?limit=1000").json()["queues"]}
+
     with sharded.client() as http:
+        assert name not in listed()
         made = http.post("/api/queues", json={"name": name, "history": 10})
         assert made.status_code == 201
         store = made.json()["store"]
@@ -266,6 +271,8 @@ def test_a_queue_lives_in_its_shards_keys_only(sharded):
     with closing(redis.Redis.from_url(sharded.env["XUMP_REDIS_URL"])) as client:
         found = {key.decode() for key in client.scan_iter(f"*{name}*")}
     assert found and all(f"{{{store}}}" in key for key in found), found
+    with sharded.client() as http:  # and the listing has it at once, whatever its shard
+        assert name in listed()
 
 
 def test_the_command_line_publishes_and_subscribes_on_every_shard(sharded):

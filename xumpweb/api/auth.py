@@ -76,10 +76,11 @@ def token_and_wiring(presented: str) -> tuple[ApiToken | None, int | None]:
     """The presented token (as find_token) and the wiring version, in one round trip; the
     version is None when Redis cannot be read."""
     try:
-        version, wiring = _redis().mget(TOKENS_VERSION, service().keys["wiring"])
+        # with shards, the wiring version is the sum of every shard's (runtime.py)
+        version, *wiring = _redis().mget(TOKENS_VERSION, *service().wiring_keys)
     except redis.RedisError:
         return ApiToken.find(presented), None
-    return _remembered_token(presented, version), int(wiring or 0)
+    return _remembered_token(presented, version), sum(int(found or 0) for found in wiring)
 
 
 def _remembered_token(presented: str, version: bytes | None) -> ApiToken | None:
