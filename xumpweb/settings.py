@@ -93,7 +93,19 @@ def database_from_url(url: str) -> dict:
         if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
             path = path.lstrip("/")
         name = Path(path) if Path(path).is_absolute() else BASE_DIR / path
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
+        # Several processes write the wiring (web, each shard's router, the STOMP server):
+        # a transaction takes the write lock when it begins, so two never deadlock on
+        # upgrading a read lock (SQLite answers that at once with "database is locked"
+        # instead of waiting); WAL lets readers go on beside the one writer.
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": name,
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL",
+            },
+        }
     if parsed.scheme in ("postgres", "postgresql"):
         return {
             "ENGINE": "django.db.backends.postgresql",
