@@ -28,7 +28,10 @@ doorbell (a pub/sub PUBLISH, pipelined with the `kicked` flag's SET NX: neither 
 the AOF, so the round trip waits for no fsync). An idle router waits on the doorbell rather
 than polling the inbox, and renews its lease a few times per lease period rather than at
 every look (a renewal is a Redis write, which costs an fsync with appendfsync always).
-Commands appended by other means are still seen within IDLE_LOOK seconds.
+Commands appended by other means are still seen within IDLE_LOOK seconds. A consumer whose
+destination had none rings every shard's doorbell with ARRIVAL (`announce_arrival`): the
+router looks at who is away at once (its expire pass), so a wolfpack worker that arrives
+gets the work held for it without waiting for the next pass.
 
 Shards (SPEC §10, docs/scaling.md): with XUMP_SHARDS=N the queues live in N stores, each
 with its own lease, inbox and outboxes. `service()` is shard 0's client and holds every
@@ -81,6 +84,7 @@ logger = logging.getLogger("xump.runtime")
 LINGER = 2.0  # seconds a router waits for more work before it lets the lease go
 SNAPSHOT_EVERY = 0.5  # seconds between stats snapshots for the console
 RECENT = 50  # deliveries remembered for the console's live feed
+ARRIVAL = b"arrival"  # a doorbell ring that says a destination has a consumer again
 IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks anyway
 # a router does not let the lease go while a message is due (or expires) this soon; beat's
 # tick schedules one again before a later one is due (SPEC §8: due within 100 ms)
@@ -239,6 +243,12 @@ class Service:
         if not self.sharded:
             return self.relay.call(method, timeout=self.call_timeout, **arguments)
         return shard_calls.call(self, method, arguments)
+
+    def announce_arrival(self, pipe: Any) -> None:
+        """Add to `pipe` (a sync or asyncio pipeline) the rings that tell every shard's
+        router a destination has a consumer again (see the module doc)."""
+        for shard in self.main.shards.values():
+            pipe.publish(shard.keys["doorbell"], ARRIVAL)
 
     def call_here(self, method: str, **arguments: Any) -> Any:
         """`method` run by this shard's router (shard_calls.py picks the shard)."""
@@ -728,7 +738,8 @@ class Router:
                     renewed = now
                 wake = min(next_expiry, next_snapshot, renewed + renew_every, next_tick,
                            idle_since + linger, now + IDLE_LOOK)  # fmt: skip
-                _wait_for_ring(doorbell, wake - now)
+                if _wait_for_ring(doorbell, wake - now):
+                    next_expiry = 0.0  # a consumer arrived: who is away, now
         except (StoreError, redis.RedisError) as problem:
             self._discard()
             if isinstance(problem, StoreError):
@@ -811,12 +822,15 @@ def _oldest(engine: Engine, queue: str) -> float | None:
     return waiting[0].timestamp if waiting else None
 
 
-def _wait_for_ring(doorbell: redis.client.PubSub, seconds: float) -> None:
-    """Until a client rings the doorbell (or `seconds` pass); takes every ring waiting."""
-    if doorbell.get_message(timeout=max(seconds, 0.0)) is None:
-        return
-    while doorbell.get_message(timeout=0.0) is not None:
-        pass
+def _wait_for_ring(doorbell: redis.client.PubSub, seconds: float) -> bool:
+    """Until a client rings the doorbell (or `seconds` pass); takes every ring waiting.
+    Whether one of them was an ARRIVAL."""
+    ring = doorbell.get_message(timeout=max(seconds, 0.0))
+    arrived = False
+    while ring is not None:
+        arrived = arrived or ring.get("data") == ARRIVAL
+        ring = doorbell.get_message(timeout=0.0)
+    return arrived
 
 
 def _fence(token: str) -> int:

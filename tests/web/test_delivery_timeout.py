@@ -192,3 +192,43 @@ def test_work_held_by_a_worker_that_left_goes_to_the_other_workers(routing, requ
             assert news == [f"new {n}" for n in range(10)]
             for delivery in to_w2:
                 send(second, {"type": "ack", "tag": delivery["tag"]})
+
+
+def test_a_worker_that_arrives_rings_the_router_and_gets_the_work_held_for_it(xump):
+    """A wolfpack worker that subscribes to a destination nobody held rings the router's
+    doorbell with an arrival (so the router looks at who is away at once, rather than at
+    its next expire pass, and the work held while it was away goes out to it); a second
+    consumer of a destination already held does not."""
+    tag = unique("t")
+    service, worker = f"jobs-{tag}", f"w-{tag}"
+    xump.pattern("wolfpack", worker, service, credit=5)
+    xump.publish(service, ["held 1", "held 2"])
+    [mover] = xump.call("selectors", queue=service)
+    assert wait_for(lambda: xump.call("selector_get", queue=service, id=mover["id"])["held"])
+    rings = xump.relay.client.pubsub(ignore_subscribe_messages=True)
+    rings.subscribe(f"xump:{{{xump.store}}}:doorbell")
+    try:
+        with subscribe(xump.service, worker) as first:
+            send(first, {"type": "credit", "n": 10})
+            heard = []
+            deadline = time.monotonic() + 20
+            while b"arrival" not in heard and time.monotonic() < deadline:
+                ring = rings.get_message(timeout=1.0)
+                if ring is not None:
+                    heard.append(ring["data"])
+            assert b"arrival" in heard
+            got = take(first, 2)
+            assert sorted(d["message"]["body"] for d in got) == ["held 1", "held 2"]
+            for delivery in got:
+                send(first, {"type": "ack", "tag": delivery["tag"]})
+            while rings.get_message(timeout=0.2) is not None:
+                pass  # what the acks rang
+            with subscribe(xump.service, worker):
+                xump.publish(service, ["one more"])
+                assert take(first, 1)[0]["message"]["body"] == "one more"
+                late = []
+                while (ring := rings.get_message(timeout=0.5)) is not None:
+                    late.append(ring["data"])
+                assert b"arrival" not in late  # the destination was held all along
+    finally:
+        rings.close()

@@ -41,7 +41,9 @@ was delivered: each goes back to the head of its queue and out again (redelivere
 whoever consumes the destination.
 
 `presence()` tells the router the destination has a consumer (PRESENCE_TTL_MS) and the
-consumers registry who it is (registry.py), for as long as the reader is open.
+consumers registry who it is (registry.py), for as long as the reader is open. When the
+destination had no consumer (its presence key was gone), it rings the routers with an
+arrival (runtime.py), so work held while the destination was away goes out at once.
 
 Rules this file keeps:
 * a take in flight is never cancelled (its items would leave the list unseen, and come
@@ -119,6 +121,7 @@ class OutboxReader:
         wanted: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.destination = destination
+        self.found = found
         keys = found.keys
         self.outbox = keys["outbox"] + destination
         self.inbox = keys["inbox"]
@@ -388,7 +391,8 @@ class OutboxReader:
             counted, at = self.acked, now
             entry = info(rate)
             try:
-                await self.redis.set(self.present, b"1", px=PRESENCE_TTL_MS)
+                if await self.redis.set(self.present, b"1", px=PRESENCE_TTL_MS, get=True) is None:
+                    await self._announce_arrival()
                 if await registry.refresh(self.redis, self.registry_store, entry):
                     logger.info("consumer %s of %r closed by an operator", entry["id"],
                                 self.destination)  # fmt: skip
@@ -397,6 +401,11 @@ class OutboxReader:
                 logger.warning("cannot note the presence of %r: %s", self.destination, problem)
             await asyncio.sleep(min(PRESENCE_EVERY, registry.REFRESH_EVERY))
         return False
+
+    async def _announce_arrival(self) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        self.found.announce_arrival(pipe)
+        await pipe.execute()
 
     def info(self, connection_id: str, transport: str, who: str, remote: str, since: float,
              credit: int, acks_per_second: float) -> registry.Info:  # fmt: skip
