@@ -59,13 +59,13 @@ class System:
     of slots, beat, and two subscriber processes per wolfpack worker; the STOMP server
     when a test starts it (`start_stomp`)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, **settings: str) -> None:
         self.directory = directory
         (directory / "redis").mkdir()
         self.redis = RedisServer(directory / "redis")
         self.redis.start()
         self.service: Service = start_service(
-            self.redis.url, directory, "worker", XUMP_DELIVERY_TIMEOUT=str(TIMEOUT)
+            self.redis.url, directory, "worker", XUMP_DELIVERY_TIMEOUT=str(TIMEOUT), **settings
         )
         self.service.start_worker("worker")
         self.start_beat()
@@ -139,6 +139,11 @@ class System:
         subscriber.process.kill()
         subscriber.process.wait()
 
+    def process_of(self, pid: int) -> str:
+        """The name of the service's process with `pid`."""
+        return next(name for name, process in self.service.processes.items()
+                    if process.pid == pid)  # fmt: skip
+
     def close(self) -> None:
         for name in self.subscribers:
             self.stop_subscriber(name)
@@ -154,12 +159,12 @@ class System:
             })  # fmt: skip
             assert answer.status_code in (200, 201), answer.text
 
-    def lease_pid(self) -> int | None:
-        """The pid of the process holding the store's lease (its owner name is
-        host:pid:thread), if any."""
+    def lease_pid(self, store: str | None = None) -> int | None:
+        """The pid of the process holding the lease of shard `store` (default: the
+        service's own store; its owner name is host:pid:thread), if any."""
         client = redis.Redis.from_url(self.redis.url)
         try:
-            value = client.get(f"xump:{{{self.store}}}:lease")
+            value = client.get(f"xump:{{{store or self.store}}}:lease")
         finally:
             client.close()
         if not value:
@@ -394,10 +399,7 @@ def test_sigstop_of_the_routing_worker_past_its_lease(system):
 
     def fault() -> None:
         holder = wait_for(system.lease_pid, within=30)
-        stopped = next(
-            name for name, process in system.service.processes.items() if process.pid == holder
-        )
-        process = system.service.processes[stopped]
+        process = system.service.processes[system.process_of(holder)]
         process.send_signal(signal.SIGSTOP)
         try:  # the other worker takes the lease over while this one sleeps
             assert wait_for(lambda: system.lease_pid() not in (None, holder), within=60)
@@ -452,3 +454,41 @@ def test_kill_9_of_the_stomp_server_while_subscribers_hold_unacked_deliveries(sy
 
     run_with_fault(system, "kill -9 of the STOMP server, subscribers holding unacked",
                    fault, stomp=("w1-a", "w1-b", "w2-a"))  # fmt: skip
+
+
+@pytest.fixture
+def sharded(tmp_path):
+    """The service on four shards (SPEC §10) with two Celery workers routing them."""
+    running = System(tmp_path, XUMP_SHARDS="4")
+    running.service.start_worker("second")
+    yield running
+    running.close()
+
+
+def test_kill_9_of_one_of_two_workers_routing_four_shards(sharded):
+    """`jobs` is placed on shard 1 (engine/placement.py: by its name's CRC-32), with its
+    worker queues jobs:w1 and jobs:w2; w1's subscribers read shard 0 and w2's shard 2, so
+    every job crosses shards twice (a MOVE into the destination's delivery queue there, and
+    back when it is settled). Two workers share the four leases; the one routing `jobs`'s
+    shard is killed, and the other takes every shard over."""
+    shards = [sharded.store] + [f"{sharded.store}-{n}" for n in range(1, 4)]
+    jobs_shard = shards[1]
+
+    def holders() -> set[int | None]:
+        return {sharded.lease_pid(shard) for shard in shards}
+
+    # both workers route (two shards each) before the run
+    assert wait_for(lambda: None not in holders() and len(holders()) == 2, within=120)
+
+    def fault() -> None:
+        placed = {name: sharded.http.get(f"/api/queues/{name}").json()["store"]
+                  for name in ("jobs", "jobs:w1", "w1", "w2")}  # fmt: skip
+        assert placed == {"jobs": jobs_shard, "jobs:w1": jobs_shard, "w1": shards[0],
+                          "w2": shards[2]}  # fmt: skip
+        holder = sharded.lease_pid(jobs_shard)
+        assert holder is not None
+        sharded.service.stop(sharded.process_of(holder), kill=True)
+        survivor = (holders() - {holder, None}).pop()
+        assert wait_for(lambda: holders() == {survivor}, within=120), holders()
+
+    run_with_fault(sharded, "kill -9 of one of two workers routing 4 shards", fault)
