@@ -49,6 +49,17 @@ def holders(client: redis.Redis, shards: list[str]) -> dict[str, str | None]:
     return found
 
 
+def delivering(http, name: str) -> dict:
+    """Make queue `name` whose one selector delivers everything to destination `name`;
+    the queue as made."""
+    made = http.post("/api/queues", json={"name": name})
+    assert made.status_code == 201, made.text
+    selector = http.post(f"/api/queues/{name}/selectors", json={
+        "when": "always", "action": "deliver", "target": name, "enabled": True})  # fmt: skip
+    assert selector.status_code == 201, selector.text
+    return made.json()
+
+
 @pytest.fixture(scope="module")
 def sharded(redis_server, tmp_path_factory):
     service = start_service(redis_server.url, tmp_path_factory.mktemp("shards"), "worker",
@@ -79,13 +90,7 @@ def test_queues_are_placed_over_the_shards_and_each_delivers_from_its_own(sharde
     names = one_per_shard(sharded.shards, "placed")
     with sharded.client() as http:
         for shard, name in names.items():
-            made = http.post("/api/queues", json={"name": name})
-            assert made.status_code == 201, made.text
-            assert made.json()["store"] == shard
-            made = http.post(f"/api/queues/{name}/selectors", json={
-                "when": "always", "action": "deliver", "target": name,
-                "enabled": True})  # fmt: skip
-            assert made.status_code == 201, made.text
+            assert delivering(http, name)["store"] == shard
         for name in names.values():  # HTTP publishes, each to its queue's shard
             for n in range(5):
                 assert http.post(f"/api/queues/{name}/publish", json={
@@ -197,10 +202,7 @@ def test_a_second_worker_takes_its_share_and_routes_on_when_the_first_is_killed(
     names = one_per_shard(shards, "kill")
     with sharded.client() as http:
         for name in names.values():
-            assert http.post("/api/queues", json={"name": name}).status_code == 201
-            assert http.post(f"/api/queues/{name}/selectors", json={
-                "when": "always", "action": "deliver", "target": name,
-                "enabled": True}).status_code == 201  # fmt: skip
+            delivering(http, name)
         consumer = stomp()
         for sid, name in enumerate(names.values()):
             consumer.subscribe(f"/queue/{name}", sid=str(sid), ack="client-individual")
@@ -279,10 +281,7 @@ def test_the_command_line_publishes_and_subscribes_on_every_shard(sharded):
     names = one_per_shard(sharded.shards, "cli")
     with sharded.client() as http:
         for name in names.values():
-            assert http.post("/api/queues", json={"name": name}).status_code == 201
-            assert http.post(f"/api/queues/{name}/selectors", json={
-                "when": "always", "action": "deliver", "target": name,
-                "enabled": True}).status_code == 201  # fmt: skip
+            delivering(http, name)
     for name in names.values():
         published = sharded.manage("xump", "publish", name, f"to {name}")
         assert published.returncode == 0, published.stderr

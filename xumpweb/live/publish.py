@@ -190,26 +190,16 @@ class RouterAnswers:
                 item.done()
 
 
-class GroupCommit:
-    """This process's publishes, appended to the inbox in groups (see the module doc)."""
+class Gathered:
+    """Publishes handed over while a batch is in flight go together in the next one
+    (batching only when work waits, never a timer): the loop GroupCommit and ShardedCommit
+    share. A subclass sends a batch (`send`, at most `batch_max` items; None: all)."""
 
-    def __init__(self, running: Service) -> None:
-        self.service = running
-        self.relay = running.relay
-        self.keys = running.keys
-        self.worker_routing = running.routing == "worker"
-        self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
-        # for the router's answers: its reads block up to the call timeout, longer than
-        # redis-py's default socket timeout (5 s), which stays for the appends
-        self.answers = aioredis.Redis.from_url(
-            settings.XUMP_REDIS_URL, socket_timeout=settings.XUMP_CALL_TIMEOUT + 10
-        )
+    batch_max: int | None = None
+
+    def __init__(self) -> None:
         self.pending: list[Pending] = []
         self.task: asyncio.Task | None = None
-        self.scheduling: set[asyncio.Task] = set()  # routing tasks being scheduled
-        self.version: bytes | None = None  # the wiring version the sets below are from
-        self.queues: frozenset[str] = frozenset()
-        self.dropping: frozenset[str] = frozenset()
 
     def submit(self, item: Pending) -> None:
         self.pending.append(item)
@@ -221,12 +211,16 @@ class GroupCommit:
         if self.task is None:
             self.task = asyncio.create_task(self._run())
 
+    async def send(self, batch: list[Pending]) -> None:
+        raise NotImplementedError
+
     async def _run(self) -> None:
         try:
             while self.pending:
-                batch, self.pending = self.pending[:GROUP_MAX], self.pending[GROUP_MAX:]
+                size = self.batch_max or len(self.pending)
+                batch, self.pending = self.pending[:size], self.pending[size:]
                 try:
-                    await self._append(batch)
+                    await self.send(batch)
                 except Exception as problem:  # every publish in it must hear of it
                     logger.exception("publishing %d frame(s) failed", len(batch))
                     failure = XumpError(f"internal error: {type(problem).__name__}")
@@ -236,7 +230,30 @@ class GroupCommit:
         finally:
             self.task = None
 
-    async def _append(self, batch: list[Pending]) -> None:
+
+class GroupCommit(Gathered):
+    """This process's publishes, appended to the inbox in groups (see the module doc)."""
+
+    batch_max = GROUP_MAX
+
+    def __init__(self, running: Service) -> None:
+        super().__init__()
+        self.service = running
+        self.relay = running.relay
+        self.keys = running.keys
+        self.worker_routing = running.routing == "worker"
+        self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
+        # for the router's answers: its reads block up to the call timeout, longer than
+        # redis-py's default socket timeout (5 s), which stays for the appends
+        self.answers = aioredis.Redis.from_url(
+            settings.XUMP_REDIS_URL, socket_timeout=settings.XUMP_CALL_TIMEOUT + 10
+        )
+        self.scheduling: set[asyncio.Task] = set()  # routing tasks being scheduled
+        self.version: bytes | None = None  # the wiring version the sets below are from
+        self.queues: frozenset[str] = frozenset()
+        self.dropping: frozenset[str] = frozenset()
+
+    async def send(self, batch: list[Pending]) -> None:
         for _ in range(5):  # the wiring moving under us more often than this is unheard of
             if self.version is None:
                 try:
@@ -377,7 +394,7 @@ def _wiring_sets(running: Service, version: int) -> tuple[frozenset[str], frozen
     return running.queue_names_here(version), running.drops_when_full_here(version)
 
 
-class ShardedCommit:
+class ShardedCommit(Gathered):
     """With shards (SPEC §10): this process's publishes, each handed to the group commit
     of its queue's shard, by the placement last read (read again, with every shard's
     wiring version, when a publish names a queue it lacks); each shard's group commit then
@@ -386,38 +403,17 @@ class ShardedCommit:
     not_found here."""
 
     def __init__(self, running: Service) -> None:
+        super().__init__()
         self.service = running
         self.shards = {store: GroupCommit(shard) for store, shard in running.shards.items()}
         first = self.shards[running.store]
         self.redis, self.answers = first.redis, first.answers
-        self.pending: list[Pending] = []
-        self.task: asyncio.Task | None = None
         # queue -> shard, as last read: kept while every publish's queue is in it (a queue
         # deleted since is refused by its shard's own guarded append, which checks that
         # shard's wiring version)
         self.stores: dict[str, str] | None = None
 
-    def submit(self, item: Pending) -> None:
-        self.pending.append(item)
-        if self.task is None:
-            self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        try:
-            while self.pending:
-                batch, self.pending = self.pending, []
-                try:
-                    await self._split(batch)
-                except Exception as problem:  # every publish in it must hear of it
-                    logger.exception("publishing %d frame(s) failed", len(batch))
-                    failure = XumpError(f"internal error: {type(problem).__name__}")
-                    for item in batch:
-                        if not item.finished:
-                            item.fail(failure)
-        finally:
-            self.task = None
-
-    async def _split(self, batch: list[Pending]) -> None:
+    async def send(self, batch: list[Pending]) -> None:
         stores = self.stores
         if stores is None or any(item.queue not in stores for item in batch):
             # a queue the placement read lacks: read the wiring again before saying so
