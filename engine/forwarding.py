@@ -163,6 +163,23 @@ class Forwarding(Rules):
             return None
         return home
 
+    def check_target(self, name: str) -> None:
+        """NotFound unless `name` is a queue here or another shard's queue (a stand-in):
+        where `publish_many` may send, and with it a dead letter sent on or a message
+        operation's target."""
+        with self._lock:
+            if isinstance(name, str) and name in self._remote:
+                return
+            self._queue(name)
+
+    def _forward_all(self, target: RemoteQueue, messages: list[Message]) -> None:
+        """Messages published into another shard's queue: forwarded there as they are (a
+        forward's arrival is routed there as any publish; its limit applies there)."""
+        visited = self._visited
+        for message in messages:
+            visited.add((message.mid, target.name))
+            self._forward(target, message, None, 0)
+
     def remote_queues(self) -> dict[str, str]:
         """The remote stand-ins: name -> shard."""
         with self._lock:

@@ -23,6 +23,9 @@ The whole operation runs under the engine's lock in one call, so in the service 
 router step: all of it is stored in one atomic step, or none. Publishing comes first where
 it can fail (a full target raises QueueFull and nothing changed); taking out cannot fail.
 A message taken out of a queue it was moved into settles upstream, as a purge does.
+A `target` on another shard (a stand-in, engine/forwarding.py) is sent to as any publish
+into it: the messages are forwarded there in the step's commit and routed by its router
+(its limit applies there, after this step).
 
 Taking a message out counts it as `dropped` on its queue (as purge and the dead-letter
 inspector's send do): the engine keeps no separate counter for operator moves.
@@ -139,7 +142,7 @@ def operate(
         engine.queue_fetch(queue)  # NotFound first
         if target is not None:
             check_name("queue", target)
-            engine.queue_fetch(target)
+            engine.check_target(target)  # here, or another shard's queue (forwarded)
             if action == "move" and target == queue:
                 raise InvalidArgument("a queue's messages cannot move into itself; use reroute")
         chosen = choose(engine, queue, filter=filter, seqs=seqs, mids=mids)

@@ -116,11 +116,21 @@ class Messaging(Rules):
         each. All or nothing: a bad message, or a full queue (no overflow selector, no
         dead-letter queue) without room for the whole batch, raises and publishes none.
         `keep_mids` keeps the mids the messages carry (a relay client gave them out, so
-        the publisher knows them before routing); otherwise the engine gives new ones."""
+        the publisher knows them before routing); otherwise the engine gives new ones.
+        Into another shard's queue (a stand-in, forwarding.py) they are forwarded, to be
+        routed there; a delayed one is refused (its shard's router keeps the time)."""
         checked = [self._checked(message, keep_mids) for message in messages]
         with self._lock:
             qrt = self._queues.get(queue)
             unknown = None
+            remote = self._remote.get(queue) if qrt is None and isinstance(queue, str) else None
+            if remote is not None:
+                if any(message.delay for message in checked):
+                    raise InvalidArgument(
+                        f"queue {queue!r} lives on shard {remote.remote!r}: publish a "
+                        "delayed message there"
+                    )
+                return self._run(self._forward_all, remote, checked)
             if qrt is None:
                 if self.dead_letter is None or not isinstance(queue, str):
                     raise NotFound(f"queue {queue!r} does not exist")

@@ -168,6 +168,7 @@ class Rules:
     _forwards: list[Any]  # forwarding.py: arrivals at stand-ins, not yet taken
     _settles: list[Any]  # forwarding.py: other shards' origins to settle
     _forward: Callable[..., None]  # forwarding.py: an arrival at a stand-in
+    _forward_all: Callable[..., None]  # forwarding.py: a publish into a stand-in
     _settle_remote: Callable[[str, int, str], bool]  # forwarding.py: another shard's origin
     _elsewhere: Callable[[str], str | None]  # forwarding.py: a destination read elsewhere
     _local_shard: str | None = None  # forwarding.py: the one shard this engine routes

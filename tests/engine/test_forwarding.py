@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, Message
-from engine.errors import AlreadyExists, InvalidArgument, InvalidName, InvalidSelector
+from engine import Engine, Message, message_ops
+from engine.errors import AlreadyExists, InvalidArgument, InvalidName, InvalidSelector, NotFound
 
 
 class Shards:
@@ -240,3 +240,36 @@ def test_an_envelope_target_read_elsewhere_goes_to_its_queue_or_is_dead_lettered
     assert letter.headers["x-target"] == away
     forwards, _ = engine.take_forwards()
     assert [(f.shard, f.queue, f.message.body) for f in forwards] == [("b", served, b"z")]
+
+
+def test_a_publish_into_another_shards_queue_is_forwarded_and_routed_there() -> None:
+    """What the dead-letter inspector's send and message operations do (they publish)."""
+    shards = Shards(a=["dead"], b=["orders"])
+    shards["b"].selector_create("orders").when_always().do_deliver("billing").enable()
+    shards["a"].check_target("orders")  # another shard's queue is a target
+    with pytest.raises(NotFound):
+        shards["a"].check_target("nowhere")
+    assert shards["a"].publish_many("orders", [Message(body=b"1"), Message(body=b"2")]) == []
+    assert shards.carry() == 2
+    assert bodies(shards.delivered["billing"]) == [b"1", b"2"]
+    assert shards["b"].stats("orders")["published"] == 2
+    # a delayed one is refused: its shard's router keeps the time; nothing was forwarded
+    with pytest.raises(InvalidArgument, match="lives on shard 'b'"):
+        shards["a"].publish_many("orders", [Message(body=b"3"), Message(body=b"4", delay=5)])
+    assert shards.carry() == 0
+
+
+def test_a_message_operation_moves_into_another_shards_queue() -> None:
+    shards = Shards(a=["parked"], b=["orders"])
+    shards["b"].selector_create("orders").when_always().do_deliver("billing").enable()
+    for n in range(3):
+        shards["a"].publish("parked", Message(body=b"%d" % n, headers={"n": n}))
+    outcome, _ = message_ops.operate(shards["a"], "parked", "move", filter="n >= 1",
+                                     target="orders")  # fmt: skip
+    assert (outcome.matched, outcome.done) == (2, 2)
+    assert shards["a"].queue_fetch("parked").depth == 1
+    shards.carry()
+    assert bodies(shards.delivered["billing"]) == [b"1", b"2"]
+    with pytest.raises(NotFound):
+        message_ops.operate(shards["a"], "parked", "copy", target="nowhere")
+    assert shards["a"].queue_fetch("parked").depth == 1

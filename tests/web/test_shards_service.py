@@ -353,3 +353,54 @@ def restart(service, **settings: str) -> None:
     log = Path(service.env["XUMP_TEST_DIR"]) / "server.log"
     service.processes["server"] = _serve(service.env, port, log)
     assert _answers(service.url, service.processes["server"], within=120)
+
+
+def test_dead_letters_and_message_operations_go_to_a_queue_on_another_shard(sharded, stomp):
+    """The dead-letter inspector's send and a message operation into a queue another
+    shard holds: forwarded in the router's step, routed there (they were refused)."""
+    names = one_per_shard(sharded.shards, "dl")
+    dead, orders, parked = (names[shard] for shard in sharded.shards[:3])
+    consumer = stomp()
+    with sharded.client() as http:
+        assert http.post("/api/queues", json={"name": dead}).status_code == 201
+        made = http.post("/api/queues", json={"name": orders, "dead_letter": dead})
+        assert made.status_code == 201, made.text
+        assert http.post("/api/queues", json={"name": parked}).status_code == 201
+        # orders takes only address "known": anything else is dead-lettered on dead's shard
+        assert http.post(f"/api/queues/{orders}/selectors", json={
+            "when": "match", "match": {"operator": "eq", "pattern": "known"},
+            "action": "deliver", "target": orders, "enabled": True}).status_code == 201  # fmt: skip
+        assert http.post(f"/api/queues/{orders}/publish",
+                         json={"address": "stray", "body": "lost"}).status_code == 202  # fmt: skip
+
+        def letters() -> list[dict]:
+            return http.get(f"/api/queues/{dead}/waiting").json()["messages"]
+
+        assert wait_for(lambda: len(letters()) == 1, within=WITHIN)
+        [letter] = letters()
+        assert letter["headers"]["x-reason"] == "unroutable"
+        consumer.subscribe(f"/queue/{orders}", ack="auto")
+        # a catch-all now, and the dead letter sent back to the queue it came from
+        assert http.post(f"/api/queues/{orders}/selectors", json={
+            "when": "default", "action": "deliver", "target": orders,
+            "enabled": True}).status_code == 201  # fmt: skip
+        sent = http.post(f"/api/queues/{dead}/dead-letters/send", json={"seqs": [letter["seq"]]})
+        assert sent.status_code == 200, sent.text
+        assert sent.json()["sent"] == 1
+        [frame] = consumer.take(1, within=WITHIN)
+        assert frame.body == "lost"
+        assert letters() == []
+        # and a message operation: parked's messages moved into orders, on its shard
+        for n in range(3):
+            assert http.post(f"/api/queues/{parked}/publish", json={
+                "address": "known", "body": f"parked-{n}"}).status_code == 202  # fmt: skip
+        assert wait_for(lambda: http.get(f"/api/queues/{parked}").json()["depth"] == 3,
+                        within=WITHIN)  # fmt: skip
+        moved = http.post(
+            f"/api/queues/{parked}/messages/operate",
+            json={"action": "move", "target": orders, "filter": "TRUE"},
+        )
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["done"] == 3
+        got = consumer.take(4, within=WITHIN)  # the first message first
+        assert [frame.body for frame in got] == ["lost"] + [f"parked-{n}" for n in range(3)]

@@ -353,7 +353,7 @@ def dead_letter_send(
         destination = target or message.headers.get("x-original-queue")
         if not isinstance(destination, str):
             raise InvalidArgument(f"message {seq} has no x-original-queue; choose a target")
-        engine.queue_fetch(destination)  # NotFound before anything changes
+        engine.check_target(destination)  # NotFound before anything changes
         headers = {k: v for k, v in message.headers.items() if k not in DEAD_LETTER_HEADERS}
         address = message.address
         if bounce:
