@@ -121,6 +121,8 @@ def test_the_procfile_names_web_worker_beat_and_stomp():
         processes[name] = command.removeprefix("scripts/keep_running.sh ")
     assert processes["web"].startswith("uvicorn xumpweb.asgi:application --host ")
     assert "--port " in processes["web"]
+    # uncompressed WebSocket frames, as the tests' servers run it (tests/web/conftest.py)
+    assert "--ws-per-message-deflate false" in processes["web"]
     assert processes["worker"].startswith("celery -A xumpweb worker --pool threads")
     assert processes["beat"].startswith("celery -A xumpweb beat --schedule var/")
     assert processes["stomp"] == "python manage.py stomp_server"  # on XUMP_STOMP_PORT

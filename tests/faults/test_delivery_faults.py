@@ -94,7 +94,8 @@ class System:
         log = open(self.directory / "server.log", "ab")  # noqa: SIM115
         self.service.processes["server"] = subprocess.Popen(
             [PYTHON, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
-             "--port", port, "--log-level", "warning", "--no-access-log"],
+             "--port", port, "--log-level", "warning", "--no-access-log",
+             "--ws-per-message-deflate", "false"],  # as the Procfile runs it
             cwd=ROOT, env=self.service.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 

@@ -146,7 +146,8 @@ def _serve(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen:
     log = open(log_path, "ab")  # noqa: SIM115
     return subprocess.Popen(
         [PYTHON, "-m", "uvicorn", "xumpweb.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+         "--port", str(port), "--log-level", "warning", "--no-access-log",
+         "--ws-per-message-deflate", "false"],  # as the Procfile runs it
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
 

@@ -563,3 +563,12 @@ def test_the_outbox_is_one_redis_list_per_destination(service, xump):
         # it, and the router may put it back in the outbox at once)
         assert client.llen(key) == 0
     client.close()
+
+
+def test_websocket_frames_are_not_compressed_though_the_client_offers_it(service, xump):
+    """The server (as the Procfile runs it) declines permessage-deflate, which the
+    client offers: deflating every small delivery cost CPU for nothing."""
+    destination = unique("d")
+    with subscribe(service, destination) as socket:
+        assert "permessage-deflate" in socket.request.headers["Sec-WebSocket-Extensions"]
+        assert "Sec-WebSocket-Extensions" not in socket.response.headers
