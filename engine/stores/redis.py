@@ -670,7 +670,11 @@ def _record(entry: Entry, section: str, selector_id: int | None, tag: str | None
         "" if message.delay is None else repr(message.delay),
         repr(entry.due) if entry.due else "",
     )
-    if address.isprintable() and (return_address is None or return_address.isprintable()):
+    if (
+        address.isprintable()
+        and (return_address is None or return_address.isprintable())
+        and (origin is None or origin[0].isprintable())  # another shard's: a control char
+    ):
         return _SEP.join(fields).rstrip(_SEP)
     return _encode(fields)  # JSON escapes the control characters the separators need
 

@@ -74,6 +74,7 @@ class System:
             headers={"Authorization": f"Bearer {self.service.admin_token}"},
         )  # fmt: skip
         self.subscribers: dict[str, Subscriber] = {}
+        self.unsettled: list = []  # the queues `settled` found unsettled last
         self.store = self.service.env["XUMP_STORE"]
         self.stomp_port: int | None = None
         # the first call waits (10 s at most) for a router: on a busy machine a worker takes
@@ -144,9 +145,11 @@ class System:
         """Whether every queue has nothing outstanding and nothing waiting."""
         try:
             queues = self.http.get("/api/queues", params={"limit": 1000}).json()["queues"]
-        except (httpx.HTTPError, KeyError, ValueError):
+        except (httpx.HTTPError, KeyError, ValueError) as error:
+            self.unsettled = [repr(error)]
             return False
-        return all(q["outstanding"] == 0 and q["depth"] == 0 for q in queues)
+        self.unsettled = [q for q in queues if q["outstanding"] or q["depth"]]
+        return not self.unsettled
 
     def process_of(self, pid: int) -> str:
         """The name of the service's process with `pid`."""
@@ -299,9 +302,7 @@ def check(system: System, publisher: Publisher, name: str, started: float) -> di
     everything = wait_for(arrived, within=180, every=0.5)
     # a duplicate still on its way would show now: once every delivery is settled and
     # nothing waits, nothing is left to deliver again (a held one comes back at its timeout)
-    assert wait_for(lambda: system.settled(), within=180, every=0.5), system.http.get(
-        "/api/queues"
-    ).json()
+    assert wait_for(system.settled, within=120, every=0.5), system.unsettled
     for subscriber in list(system.subscribers):
         system.stop_subscriber(subscriber)
     record = read_records(system, time.time())

@@ -192,3 +192,24 @@ def test_credit_set_between_operations_survives_a_restart(database) -> None:
     second = engine_with_store(url, name, kind)
     second.queue_create("q")
     assert second.backend(name).open_queue("q").selector(1).credit == 4
+
+
+def test_a_message_moved_here_from_another_shard_survives_a_restart_and_settles_back(
+    database,
+) -> None:
+    """Its origin names the other shard's MOVE (engine/forwarding.py's remote origin, which
+    holds a control character): the Redis store once split its record on that character,
+    so the queue could not be loaded again and its shard's router stopped for good."""
+    kind, url, name = database
+    first = engine_with_store(url, name, kind)
+    first.queue_create("work")
+    first.arrive_forwarded(
+        "a", [("work", Message(body=b"job", mid="m1"), ("jobs",), ("jobs", 1, "t7"), 1)]
+    )
+    second = engine_with_store(url, name, kind)
+    second.queue_create("work")
+    assert [m.body for m in second.peek("work")] == [b"job"]
+    [delivery] = second.selector_create("work").when_always().do_deliver("app").enable()
+    second.confirm(delivery)
+    forwards, settles = second.take_forwards()
+    assert forwards == [] and [(s.shard, s.origin) for s in settles] == [("a", ("jobs", 1, "t7"))]
