@@ -99,18 +99,8 @@ class RedisCluster:
         import redis
 
         for port in self.ports:
-            directory = self.directory / str(port)
-            directory.mkdir(parents=True)
-            command = [
-                "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                "--dir", str(directory), "--cluster-enabled", "yes",
-                "--cluster-config-file", "nodes.conf", "--appendonly", "yes",
-                "--appendfsync", "always", "--save", "", "--daemonize", "no",
-                *self.settings,
-            ]  # fmt: skip
-            self.processes.append(
-                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )
+            (self.directory / str(port)).mkdir(parents=True)
+            self.processes.append(self._node(port))
         clients = [redis.Redis(port=port, socket_timeout=5) for port in self.ports]
         for client, process in zip(clients, self.processes, strict=True):
             until(lambda c=client: _answers(c), process, "a cluster node did not start")
@@ -130,9 +120,40 @@ class RedisCluster:
         for client in clients:
             client.close()
 
+    def _node(self, port: int) -> subprocess.Popen:
+        command = [
+            "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", str(self.directory / str(port)), "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf", "--appendonly", "yes",
+            "--appendfsync", "always", "--save", "", "--daemonize", "no",
+            *self.settings,
+        ]  # fmt: skip
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def kill_node(self, port: int) -> None:
+        """kill -9 of the node on `port`: no shutdown, no final save."""
+        process = self.processes[self.ports.index(port)]
+        process.kill()
+        process.wait()
+
+    def restart_node(self, port: int) -> None:
+        """Start the node on `port` again on its AOF and cluster config; returns once the
+        cluster is ok again (as seen from every node)."""
+        import redis
+
+        number = self.ports.index(port)
+        self.processes[number] = process = self._node(port)
+        clients = [redis.Redis(port=each, socket_timeout=5) for each in self.ports]
+        until(lambda: _answers(clients[number]), process, "the node did not start again")
+        for client, each in zip(clients, self.processes, strict=True):
+            until(lambda c=client: _cluster_ok(c), each, "the cluster did not become ok again")
+        for client in clients:
+            client.close()
+
     def stop(self) -> None:
         for process in self.processes:
-            process.terminate()
+            if process.poll() is None:
+                process.terminate()
         for process in self.processes:
             process.wait(timeout=10)
         self.processes = []

@@ -134,8 +134,33 @@ def test_a_cluster_that_does_not_answer_is_refused(tmp_path, redis_server) -> No
 
 def test_a_healthy_cluster_passes_every_check(tmp_path, redis_cluster, redis_server) -> None:
     settings = cluster_settings(redis_cluster.node_urls[2], redis_server.url)
-    line = refused(start("check", tmp_path, **settings))  # refused only as not built yet
-    assert line.startswith("XUMP_REDIS_CLUSTER=true: the cluster passed every check, but")
+    result = start("check", tmp_path, **settings)
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_a_cluster_url_may_list_more_nodes_to_start_from(tmp_path, redis_cluster, redis_server):
+    others = ",".join(url.removeprefix("redis://").removesuffix("/0")
+                      for url in redis_cluster.node_urls[1:])  # fmt: skip
+    url = f"{redis_cluster.node_urls[0]}?nodes={others}"
+    result = start("check", tmp_path, **cluster_settings(url, redis_server.url))
+    assert result.returncode == 0, result.stderr
+
+
+def test_more_nodes_without_the_cluster_flag_are_refused(tmp_path, redis_server) -> None:
+    url = f"{redis_server.url}?nodes=127.0.0.1:1"
+    assert refused(start("check", tmp_path, XUMP_REDIS_URL=url)) == (
+        f"XUMP_REDIS_URL {url} lists nodes=, more nodes of a Redis Cluster: set "
+        "XUMP_REDIS_CLUSTER=true, or remove it"
+    )
+
+
+def test_more_nodes_that_are_not_host_port_pairs_are_refused(tmp_path, redis_cluster, redis_server):
+    url = f"{redis_cluster.node_urls[0]}?nodes=nowhere"
+    assert refused(start("check", tmp_path, **cluster_settings(url, redis_server.url))) == (
+        f"nodes= in XUMP_REDIS_URL {url} must list host:port items separated by commas, "
+        "not 'nowhere'"
+    )
 
 
 @pytest.fixture

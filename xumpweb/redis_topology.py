@@ -10,24 +10,50 @@ have every node that holds slots up; a node that goes down later pauses only its
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import redis
 
-from engine.stores.redis_connect import cluster_enabled, split_cluster_options
+from engine.errors import StoreError
+from engine.stores.redis_connect import (
+    CLUSTER_FLAG,
+    NODES,
+    cluster_enabled,
+    split_cluster_options,
+)
 from engine.stores.sql import mask_password
 
 SLOTS = 16384
 TIMEOUT = 2.0  # seconds to connect and to answer: a start-up check, not a wait
 
 
+def with_cluster_flag(url: str) -> str:
+    """`url` with `cluster=true` added to its query: how the engine opens a cluster."""
+    parts = urlsplit(url)
+    query = f"{parts.query}&{CLUSTER_FLAG}=true" if parts.query else f"{CLUSTER_FLAG}=true"
+    return urlunsplit(parts._replace(query=query))
+
+
 def problem(url: str, cluster: bool) -> str | None:
     """Why the service cannot start on `url` (cluster: XUMP_REDIS_CLUSTER), or None."""
     where = mask_password(url)
-    if split_cluster_options(url)[1]:
+    named = {name for name, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)}
+    if CLUSTER_FLAG in named:
         return (
             f"XUMP_REDIS_URL {where} carries cluster=true, which is for a store's URL: give "
             "the node's plain URL and set XUMP_REDIS_CLUSTER=true"
+        )
+    if NODES in named and not cluster:
+        return (
+            f"XUMP_REDIS_URL {where} lists nodes=, more nodes of a Redis Cluster: set "
+            "XUMP_REDIS_CLUSTER=true, or remove it"
+        )
+    flagged = with_cluster_flag(url)
+    try:
+        url = split_cluster_options(flagged)[0]  # nodes= are for later
+    except StoreError as error:
+        return str(error).replace(
+            f"in the Redis URL {mask_password(flagged)}", f"in XUMP_REDIS_URL {where}"
         )
     try:
         client = redis.Redis.from_url(url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)

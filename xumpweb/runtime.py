@@ -74,7 +74,7 @@ from engine.relay import (
     store_failure,
 )
 from engine.stores.redis import RedisStore
-from xumpweb import redis_health, series, shard_calls
+from xumpweb import redis_clients, redis_health, series, shard_calls
 from xumpweb import shards as shard_map
 from xumpweb.analytics.journal import append_commands, journal_key
 from xumpweb.router import operations
@@ -107,7 +107,7 @@ def keys(store: str) -> dict[str, str]:
         "lease": prefix + "lease",
         "fence": prefix + "fence",  # the lease's fencing counter (engine/stores/redis.py)
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
-        "workers": "xump:workers:",  # + hostname: a live Celery worker's heartbeat
+        "workers": redis_clients.service_key("workers:"),  # + hostname: a live worker's beat
         **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay/wire.py)
     }
 
@@ -139,13 +139,17 @@ class Service:
         inbox_limit: int | None = None,
         shards: list[str] | None = None,
     ) -> None:
-        self.url = url
+        self.url = url  # with cluster=true: a Redis Cluster's (redis_clients.py)
         self.store = store
         self.routing = routing
         self.call_timeout = call_timeout
         self.keys = keys(store)
-        self.relay = _RelayClient(url, store, self, inbox_limit)
+        # on a cluster, the plain URL of the node serving this shard's slot: every command
+        # of the shard goes there, pipelines and scripts whole (redis_clients.py)
+        self.relay = _RelayClient(redis_clients.node_url(url, store), store, self, inbox_limit)
         self.redis: redis.Redis = self.relay.client
+        self._general: Any = None
+        self.wiring_seen: bytes | None = None  # this shard's wiring version, as last read
         self._queues: tuple[int, frozenset[str]] = (-1, frozenset())
         self._dropping: tuple[int, frozenset[str]] = (-1, frozenset())
         # every shard's client, this one (shard 0) first; with one shard, only this one
@@ -163,6 +167,14 @@ class Service:
             shard.part_of_shards = self.sharded
         self.placement = shard_map.Placement()
         self.wiring_keys = [shard.keys["wiring"] for shard in self.shards.values()]
+
+    @property
+    def general(self) -> Any:
+        """A sync client for keys of every shard: this shard's own on one server, a
+        cluster client on a Redis Cluster (made when first needed)."""
+        if self._general is None:
+            self._general = redis_clients.general_for(self.url, self.redis)
+        return self._general
 
     # where things live (SPEC §10, xumpweb/shards.py)
     def shard_of(self, queue: str, version: int | None = None) -> Service:
@@ -287,10 +299,27 @@ class Service:
         of every shard's, each moved by its router's commit)."""
         if not self.sharded:
             return int(self.redis.get(self.keys["wiring"]) or 0)
-        pipe = self.redis.pipeline(transaction=False)
-        for key in self.wiring_keys:
-            pipe.get(key)
-        return sum(int(found or 0) for found in pipe.execute())
+        try:
+            found = redis_clients.get_many(self.general, self.wiring_keys)
+        except redis.RedisError:
+            # a shard's server is away (a Redis Cluster node down): each from its own, the
+            # one away as last read (None: never). No router can change it meanwhile (its
+            # bump is in its router's commit), so the sum still moves whenever the wiring
+            # does and the other shards are served; what reaches the one away fails there
+            reached = False
+            for shard in self.shards.values():
+                try:
+                    shard.wiring_seen = shard.redis.get(shard.keys["wiring"])
+                    reached = True
+                except redis.RedisError:
+                    pass
+            if not reached:
+                raise
+            found = [shard.wiring_seen for shard in self.shards.values()]
+        else:
+            for shard, value in zip(self.shards.values(), found, strict=True):
+                shard.wiring_seen = value
+        return sum(int(value or 0) for value in found)
 
     def drops_when_full(self, version: int) -> frozenset[str]:
         """Queues with a limit and neither an overflow selector nor a dead-letter queue, as
@@ -409,10 +438,9 @@ class Service:
             key.decode().removeprefix(self.keys["workers"])
             for key in self.redis.scan_iter(self.keys["workers"] + "*", count=100)
         )
-        pipe = self.redis.pipeline(transaction=False)
-        for shard in self.shards.values():
-            pipe.get(shard.keys["lease"])
-        routers = [found.decode().split("#")[0] if found else None for found in pipe.execute()]
+        leases = [shard.keys["lease"] for shard in self.shards.values()]
+        routers = [found.decode().split("#")[0] if found else None
+                   for found in redis_clients.get_many(self.general, leases)]  # fmt: skip
         report["workers"] = {
             "ok": bool(workers) or self.routing == "inline",
             "routing": self.routing,
@@ -461,7 +489,7 @@ def service() -> Service:
         with _service_lock:
             if _service is None:
                 _service = Service(
-                    settings.XUMP_REDIS_URL,
+                    redis_clients.store_url(),
                     settings.XUMP_STORE,
                     settings.XUMP_ROUTING,
                     settings.XUMP_CALL_TIMEOUT,
@@ -727,7 +755,12 @@ class Router:
                     self._snapshot(relay)
                     next_snapshot = now + SNAPSHOT_EVERY
                     with relay.engine._lock:
-                        self._refresh_remote(relay.engine)  # envelope targets elsewhere
+                        try:
+                            self._refresh_remote(relay.engine)  # envelope targets elsewhere
+                        except redis.RedisError as problem:
+                            # another shard's node is away (a cluster): the stand-ins stay
+                            # as last read; this shard's own errors surface in its step
+                            logger.debug("shards' wiring not read: %s", problem)
                 if done:
                     idle_since = renewed = now  # the step's commit renewed the lease
                     continue
@@ -841,7 +874,7 @@ def router(store: str | None = None, node: str | None = None) -> Router:
     """A new router for a shard (default: shard 0, the one store), from the settings;
     `node`: the Celery worker's name, for the lease."""
     return Router(
-        settings.XUMP_REDIS_URL,
+        redis_clients.store_url(),
         store or settings.XUMP_STORE,
         settings.XUMP_LEASE_MS,
         settings.XUMP_DELIVERY_TIMEOUT,

@@ -205,12 +205,6 @@ if "XUMP_REDIS_URL" in os.environ or XUMP_REDIS_CLUSTER:
     _redis_problem = redis_topology.problem(XUMP_REDIS_URL, XUMP_REDIS_CLUSTER)
     if _redis_problem:
         raise SystemExit(_redis_problem)
-if XUMP_REDIS_CLUSTER:
-    raise SystemExit(
-        "XUMP_REDIS_CLUSTER=true: the cluster passed every check, but the service's processes "
-        "do not run on a Redis Cluster yet (issue 23); the engine's Redis store does "
-        "(cluster=true in a store URL)"
-    )
 XUMP_ROUTING = os.environ.get("XUMP_ROUTING", "worker").strip().lower()
 if XUMP_ROUTING not in ("worker", "inline"):
     raise SystemExit(f"XUMP_ROUTING must be 'worker' or 'inline', not {XUMP_ROUTING!r}")

@@ -43,8 +43,9 @@ def shard_statuses() -> list[dict[str, Any]]:
     """Every shard of `shards.names()`, shard 0 first: {name, queues, inbox,
     forward_backlog, routed_by, since, steps_per_second, ok, problem}."""
     counted = dict(Queue.objects.values_list("store__name").annotate(count=Count("id")).order_by())
-    client = service().redis
-    return [_status(client, name, counted.get(name, 0)) for name in shards.names()]
+    running = service()  # each shard read through its own client (its node, on a cluster)
+    return [_status(running.shards.get(name, running).redis, name, counted.get(name, 0))
+            for name in shards.names()]  # fmt: skip
 
 
 def _status(client: redis.Redis, store: str, queues: int) -> dict[str, Any]:

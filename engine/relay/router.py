@@ -41,6 +41,7 @@ from engine.stores.redis_connect import Client, node_client, one_slot
 EXPIRE_BATCH = 10_000  # taken deliveries the router looks at per expire
 TICK_EVERY = 0.05  # seconds between a router's looks for due messages (SPEC §8: within 100 ms)
 CARRY = 500  # forward list items a router carries to other shards' inboxes at a time
+CARRY_RETRY = 1.0  # seconds before carrying again after another shard's server refused
 
 
 # An operation a client may call: it gets the router's engine and the call's arguments, and
@@ -164,6 +165,7 @@ class RelayRouter:
         self._marking: dict[str, int] = {}  # the same, moved by the attempt in progress
         self._backlog = 0  # items on the forward list
         self._carried = 0  # of which, at its head, already in their shards' inboxes
+        self._carry_after = 0.0  # monotonic time: carrying failed, tried again from then
 
     def acquire(self, timeout: float = 30.0) -> bool:
         """Wait until this process holds the lease (the previous router's must expire)."""
@@ -184,7 +186,9 @@ class RelayRouter:
                 self._step(raw, settled)
             else:
                 self.store.renew_lease()
-        if self._carried < self._backlog or self._forward_seq < 0:
+        if (self._carried < self._backlog or self._forward_seq < 0) and (
+            time.monotonic() >= self._carry_after
+        ):
             self.carry()
         return len(raw) + len(settled)
 
@@ -384,10 +388,18 @@ class RelayRouter:
             data = _loads(item)
             by_shard.setdefault(data.pop("shard"), []).append(data)
         source = self.store.name
-        for shard, found in by_shard.items():
-            command = {"op": "forwarded", "from": source, "items": found}
-            client.rpush(_keys(shard)[0], _dumps(command, False))
-            self._carried_to(shard)
+        try:
+            for shard, found in by_shard.items():
+                command = {"op": "forwarded", "from": source, "items": found}
+                client.rpush(_keys(shard)[0], _dumps(command, False))
+                self._carried_to(shard)
+        except redis.RedisError as error:
+            # a shard whose server is away (a cluster's node down): none of these count as
+            # carried, so they are carried again, the ones that arrived as well, and those
+            # are skipped there (the marks); routing goes on meanwhile
+            logger.warning("forwards of store %r wait: %s", source, error)
+            self._carry_after = time.monotonic() + CARRY_RETRY
+            return 0
         self._carried += len(raw)
         return len(raw)
 
@@ -530,14 +542,23 @@ class RelayRouter:
         each is seen away) up to date."""
         keys = self._delivery_keys
         destinations = sorted(self.engine.worker_destinations())
-        pipe = self.store.client.pipeline(transaction=False)
+        presence_keys = []
         for destination in destinations:
             # its subscribers' presence is kept on its home shard (forwarding.py)
             home = self.engine.destination_home(destination)
             present = keys["present"] if home is None else delivery_keys(home)["present"]
-            pipe.exists(present + destination)
+            presence_keys.append(present + destination)
+        pipe = self.store.client.pipeline(transaction=False)
+        for key in presence_keys:
+            pipe.exists(key)
         pipe.hgetall(keys["absent"])
-        *present, known = pipe.execute()
+        try:
+            *present, known = pipe.execute()
+        except redis.RedisError:
+            # a home shard's server is away (a cluster's node down): each key alone, and
+            # one that cannot be read counts as present (nothing is given back on a guess)
+            known = self.store.client.hgetall(keys["absent"])
+            present = [self._exists_or_unknown(key) for key in presence_keys]
         since = {name.decode(): float(at) for name, at in known.items()}
         gone: set[str] = set()
         away: set[str] = set()
@@ -556,6 +577,12 @@ class RelayRouter:
         if forgotten:
             commands.append(("HDEL", keys["absent"], *sorted(forgotten)))
         return gone, away, commands
+
+    def _exists_or_unknown(self, key: str) -> int:
+        try:
+            return self.store.client.exists(key)
+        except redis.RedisError:
+            return 1
 
     def _expire_call(self, engine: Engine, older_than: float) -> tuple[Any, list[Delivery]]:
         """The "expire" operation: deliveries taken more than `older_than` seconds ago and

@@ -27,21 +27,19 @@ from datetime import timedelta
 from typing import Any
 
 import redis
-from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer
 from ninja.utils import check_csrf
 
-from xumpweb import access
+from xumpweb import access, redis_clients
 from xumpweb.api.errors import ApiError
 from xumpweb.runtime import service
 from xumpweb.wiring.models import ApiToken
 
 LAST_USED_EVERY = timedelta(minutes=1)
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-TOKENS_VERSION = "xump:tokens:version"  # bumped whenever an ApiToken changes or goes
 REMEMBER_FOR = 60.0  # seconds a looked-up token is trusted at most
 REMEMBER_AT_MOST = 10_000  # presented tokens remembered per process
 
@@ -53,8 +51,13 @@ _client: redis.Redis | None = None
 def _redis() -> redis.Redis:
     global _client
     if _client is None:
-        _client = redis.Redis.from_url(settings.XUMP_REDIS_URL, socket_timeout=5)
+        _client = redis_clients.general_sync(socket_timeout=5)
     return _client
+
+
+def tokens_version_key() -> str:
+    """The key bumped whenever an ApiToken changes or goes."""
+    return redis_clients.service_key("tokens:version")
 
 
 def find_token(presented: str, request: HttpRequest | None = None) -> ApiToken | None:
@@ -63,7 +66,7 @@ def find_token(presented: str, request: HttpRequest | None = None) -> ApiToken |
     a single publish makes one Redis round trip fewer."""
     if request is None:
         try:
-            version = _redis().get(TOKENS_VERSION)
+            version = _redis().get(tokens_version_key())
         except redis.RedisError:
             return ApiToken.find(presented)
         return _remembered_token(presented, version)
@@ -77,7 +80,8 @@ def token_and_wiring(presented: str) -> tuple[ApiToken | None, int | None]:
     version is None when Redis cannot be read."""
     try:
         # with shards, the wiring version is the sum of every shard's (runtime.py)
-        version, *wiring = _redis().mget(TOKENS_VERSION, *service().wiring_keys)
+        keys = [tokens_version_key(), *service().wiring_keys]
+        version, *wiring = redis_clients.get_many(_redis(), keys)
     except redis.RedisError:
         return ApiToken.find(presented), None
     return _remembered_token(presented, version), sum(int(found or 0) for found in wiring)
@@ -102,7 +106,7 @@ def forget_tokens(created: bool = False, **_: Any) -> None:
         return
     _remembered.clear()
     try:
-        _redis().incr(TOKENS_VERSION)
+        _redis().incr(tokens_version_key())
     except redis.RedisError as problem:
         logger.warning("cannot tell other processes that a token changed (%s); they trust "
                        "what they remember for up to %g s", problem, REMEMBER_FOR)  # fmt: skip

@@ -29,15 +29,13 @@ from typing import Any
 
 import orjson
 import redis
-import redis.asyncio as aioredis
 from channels.consumer import AsyncConsumer, get_handler_name
 from channels.exceptions import StopConsumer
-from django.conf import settings
 from uvicorn.protocols.utils import ClientDisconnected
 
 from engine.errors import InvalidName
 from engine.validation import check_name
-from xumpweb import access, metrics
+from xumpweb import access, metrics, redis_clients
 from xumpweb.live import monitor, registry
 from xumpweb.live.frames import Undeliverable, delivery_frame, encode
 from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader, home
@@ -334,8 +332,8 @@ class SubscribeConsumer(LiveSocket):
         return f"no consume right on {self.destination!r}"
 
     async def start(self) -> None:
-        self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
         found = await home(service(), self.destination)
+        self.redis = redis_clients.for_store(found.store)
         self.reader = OutboxReader(found, self.redis, self.destination, self._store_problem)
         self.credit = 0
         self.batch = 0  # 0: a frame per delivery; n: "deliveries" frames of up to n

@@ -73,6 +73,7 @@ from engine.relay import (
     UNTAKE,
     delivery_from_json,
 )
+from xumpweb import redis_clients
 from xumpweb.live import registry
 from xumpweb.live.frames import encode
 from xumpweb.runtime import Service
@@ -136,6 +137,10 @@ class OutboxReader:
         self.registry_store = found.main.store  # who consumes: one list, on shard 0
         self.worker_routing = found.routing == "worker"
         self.redis = client
+        # the registry's server: this one, but on a cluster shard 0's node may be another
+        self.registry_redis = client
+        if self.registry_store != self.store and redis_clients.clustered():
+            self.registry_redis = redis_clients.for_store(self.registry_store)
         self.take_script = client.register_script(TAKE)
         self.take_these = client.register_script(TAKE_THESE)
         self.untake_script = client.register_script(UNTAKE)
@@ -393,7 +398,7 @@ class OutboxReader:
             try:
                 if await self.redis.set(self.present, b"1", px=PRESENCE_TTL_MS, get=True) is None:
                     await self._announce_arrival()
-                if await registry.refresh(self.redis, self.registry_store, entry):
+                if await registry.refresh(self.registry_redis, self.registry_store, entry):
                     logger.info("consumer %s of %r closed by an operator", entry["id"],
                                 self.destination)  # fmt: skip
                     return True
@@ -493,6 +498,8 @@ class OutboxReader:
             )  # fmt: skip
         if connection_id is not None:
             try:
-                await registry.forget(self.redis, self.registry_store, connection_id)
+                await registry.forget(self.registry_redis, self.registry_store, connection_id)
             except redis.RedisError:
                 pass  # its registration expires by itself
+        if self.registry_redis is not self.redis:
+            await self.registry_redis.aclose()

@@ -57,7 +57,7 @@ from engine.errors import InboxFull, InvalidArgument, NotFound, XumpError
 from engine.relay import GUARDED_PUSH, call_outcome, store_failure
 from engine.relay.trace import TRACE, trace_channel, trace_line
 from engine.validation import MAX_INT, MAX_NAME, MIN_INT, check_text
-from xumpweb import access
+from xumpweb import access, redis_clients
 from xumpweb.api.errors import ENGINE_ERRORS, RETRY_AFTER
 from xumpweb.api.jsonbody import MAX_DEPTH, too_deep
 from xumpweb.api.publishing import MAX_BATCH, message_from, messages_from
@@ -242,11 +242,11 @@ class GroupCommit(Gathered):
         self.relay = running.relay
         self.keys = running.keys
         self.worker_routing = running.routing == "worker"
-        self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
+        self.redis = redis_clients.for_store(running.store)
         # for the router's answers: its reads block up to the call timeout, longer than
         # redis-py's default socket timeout (5 s), which stays for the appends
-        self.answers = aioredis.Redis.from_url(
-            settings.XUMP_REDIS_URL, socket_timeout=settings.XUMP_CALL_TIMEOUT + 10
+        self.answers = redis_clients.for_store(
+            running.store, socket_timeout=settings.XUMP_CALL_TIMEOUT + 10
         )
         self.scheduling: set[asyncio.Task] = set()  # routing tasks being scheduled
         self.version: bytes | None = None  # the wiring version the sets below are from
@@ -406,8 +406,9 @@ class ShardedCommit(Gathered):
         super().__init__()
         self.service = running
         self.shards = {store: GroupCommit(shard) for store, shard in running.shards.items()}
-        first = self.shards[running.store]
-        self.redis, self.answers = first.redis, first.answers
+        # every shard's keys: a call's answer waits on the queue's shard
+        self.redis = redis_clients.general()
+        self.answers = redis_clients.general(socket_timeout=settings.XUMP_CALL_TIMEOUT + 10)
         # queue -> shard, as last read: kept while every publish's queue is in it (a queue
         # deleted since is refused by its shard's own guarded append, which checks that
         # shard's wiring version)
@@ -418,13 +419,16 @@ class ShardedCommit(Gathered):
         if stores is None or any(item.queue not in stores for item in batch):
             # a queue the placement read lacks: read the wiring again before saying so
             try:
-                versions = await self.redis.mget(self.service.wiring_keys)
-            except redis.RedisError as error:
-                failure = store_failure(error, "reading the wiring version")
-                for item in batch:
-                    item.fail(failure)
-                return
-            version = sum(int(found or 0) for found in versions)
+                versions = await redis_clients.get_many(self.redis, self.service.wiring_keys)
+                version = sum(int(found or 0) for found in versions)
+            except redis.RedisError:
+                try:  # a shard's server away (a cluster's node down): the others', one by one
+                    version = await sync_to_async(self.service.wiring_version)()
+                except redis.RedisError as error:
+                    failure = store_failure(error, "reading the wiring version")
+                    for item in batch:
+                        item.fail(failure)
+                    return
             stores = await database_sync_to_async(self.service.placement.stores)(version)
             self.stores = stores
         by_shard: dict[str, list[Pending]] = {}

@@ -23,14 +23,13 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 import redis
-import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from channels.security.websocket import OriginValidator
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from xumpweb import access
+from xumpweb import access, redis_clients
 from xumpweb.api import auth
 from xumpweb.wiring.models import ApiToken
 
@@ -123,13 +122,13 @@ def unwatch(connection: Watched) -> None:
 
 
 async def _watch_versions() -> None:
-    client = aioredis.Redis.from_url(settings.XUMP_REDIS_URL, socket_timeout=5)
+    client = redis_clients.general(socket_timeout=5)
     try:
-        seen = await client.get(auth.TOKENS_VERSION)
+        seen = await client.get(auth.tokens_version_key())
         while _watched:
             await asyncio.sleep(WATCH_EVERY)
             try:
-                now = await client.get(auth.TOKENS_VERSION)
+                now = await client.get(auth.tokens_version_key())
             except redis.RedisError as problem:
                 logger.warning("cannot read the tokens' version: %s", problem)
                 continue

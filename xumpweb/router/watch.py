@@ -73,6 +73,7 @@ import logging
 import math
 import threading
 import time
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -186,21 +187,45 @@ class LeaseWatch(threading.Thread):
                     logger.warning("lease watch: looking again normally")
                 failing = False
 
+    def _mark_alive(self, service: runtime.Service, pipe: Any) -> None:
+        """Add to `pipe` this worker's mark among the routing workers, and their count."""
+        now = time.time()
+        alive = ALIVE % service.store
+        lapse = now + settings.XUMP_LEASE_MS / 1000 * 2
+        pipe.zadd(alive, {self.name_alive: lapse}).zremrangebyscore(alive, "-inf", now)
+        pipe.zcard(alive)
+
+    def _look_shard_by_shard(self, service: runtime.Service, shards: list) -> list[Any]:
+        """`look`'s reads, each shard from its own server: a shard whose server is away (a
+        Redis Cluster node down) reads as held (-1: nobody takes it), the others as they
+        are. The mark goes to shard 0's server, which must answer."""
+        found: list[Any] = []
+        for shard in shards:
+            try:
+                found.extend(shard.redis.pipeline(transaction=False).pttl(
+                    shard.keys["lease"]).get(shard.keys["fence"]).execute())  # fmt: skip
+            except redis.RedisError:
+                found.extend([-1, None])
+        pipe = service.redis.pipeline(transaction=False)
+        self._mark_alive(service, pipe)
+        return found + pipe.execute()
+
     def look(self) -> float:
         """One look (taking free leases up to this worker's share, letting one go above
         it); seconds until the next."""
         service = runtime.service()
         shards = list(service.shards.values())
-        pipe = service.redis.pipeline(transaction=False)
+        pipe = service.general.pipeline(transaction=False)  # every shard's leases
         for shard in shards:
             pipe.pttl(shard.keys["lease"]).get(shard.keys["fence"])
         if service.sharded:
-            now = time.time()
-            alive = ALIVE % service.store
-            lapse = now + settings.XUMP_LEASE_MS / 1000 * 2
-            pipe.zadd(alive, {self.name_alive: lapse}).zremrangebyscore(alive, "-inf", now)
-            pipe.zcard(alive)
-        found = pipe.execute()
+            self._mark_alive(service, pipe)
+        try:
+            found = pipe.execute()
+        except redis.RedisError:
+            if not service.sharded:
+                raise
+            found = self._look_shard_by_shard(service, shards)
         workers = found[-1] if service.sharded else 1
         share = math.ceil(len(shards) / max(workers, 1))
         with _guard:

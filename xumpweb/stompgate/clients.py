@@ -29,11 +29,16 @@ def _key(session: Any, client_id: str) -> str:
     return session.service.keys["inbox"][: -len("inbox")] + "stomp-client:" + digest
 
 
+def _client(session: Any) -> Any:
+    """The session's client of the server holding its service's keys."""
+    return session.client_of(session.service.store)
+
+
 async def claim(session: Any, client_id: str) -> bool:
-    """Take `client_id` for `session` (its `redis` made); False when another connection
-    holds it. The session renews it until `release`."""
+    """Take `client_id` for `session`; False when another connection holds it. The
+    session renews it until `release`."""
     key = _key(session, client_id)
-    if not await session.redis.set(key, session.id, nx=True, ex=int(HOLD)):
+    if not await _client(session).set(key, session.id, nx=True, ex=int(HOLD)):
         return False
     session.client_id = client_id
     session.tasks.append(asyncio.create_task(_renew(session, key)))
@@ -44,18 +49,18 @@ async def _renew(session: Any, key: str) -> None:
     while not session.closed:
         await asyncio.sleep(RENEW)
         try:
-            await session.redis.set(key, session.id, xx=True, ex=int(HOLD))
+            await _client(session).set(key, session.id, xx=True, ex=int(HOLD))
         except redis.RedisError as problem:
             logger.warning("cannot renew client-id of STOMP session %s: %s", session.id, problem)
 
 
 async def release(session: Any) -> None:
     """Free the session's client-id (when it holds one); at the end of the connection."""
-    if session.client_id is None or session.redis is None:
+    if session.client_id is None:
         return
     key = _key(session, session.client_id)
     try:
-        if (await session.redis.get(key) or b"").decode() == session.id:
-            await session.redis.delete(key)
+        if (await _client(session).get(key) or b"").decode() == session.id:
+            await _client(session).delete(key)
     except redis.RedisError as problem:  # it expires anyway
         logger.warning("cannot release client-id of STOMP session %s: %s", session.id, problem)

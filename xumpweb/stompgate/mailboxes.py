@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 
+import redis
 from asgiref.sync import sync_to_async
 
 from engine.errors import XumpError
@@ -38,7 +39,7 @@ async def ensure(found: Service, name: str, who: str) -> bool:
     SUBSCRIBE then meets the error it would have met anyway."""
     try:
         answer = await sync_to_async(found.call, thread_sensitive=False)("stomp_mailbox", name=name)
-    except XumpError as problem:
+    except (XumpError, redis.RedisError) as problem:
         logger.warning("cannot make the mailbox %r: %s", name, problem)
         return False
     if answer["created"]:

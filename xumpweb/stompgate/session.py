@@ -60,7 +60,7 @@ from engine.message import Delivery, Message
 from engine.relay import delivery_from_json
 from engine.relay.trace import TRACE, stamped
 from engine.validation import check_optional_seconds
-from xumpweb import access, metrics
+from xumpweb import access, metrics, redis_clients
 from xumpweb.live import registry
 from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader, home
 from xumpweb.live.publish import (
@@ -358,7 +358,7 @@ class StompSession:
         self.wake = asyncio.Event()
         self.answered_now = asyncio.Event()  # set whenever a slot is answered
         self.router_answers = RouterAnswers()
-        self.redis: aioredis.Redis | None = None
+        self.store_clients: dict[str, aioredis.Redis] = {}  # store -> a client of its server
         self.closed = False
         self.finished = False
         self.refused = False  # a frame was refused: the connection ends, nothing more is done
@@ -510,13 +510,10 @@ class StompSession:
             return self._answer(self._refusal(self.connection.refuse(
                 "give an API token as the passcode header (login may be anything)")))  # fmt: skip
         client_id = action.headers.get("client-id")
-        if client_id is not None:
-            if self.redis is None:
-                self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
-            if not await clients.claim(self, client_id):
-                return self._answer(self._refusal(self.connection.refuse_as(
-                    "client-id in use", f"another connection is connected with client-id "
-                    f"{client_id!r}; one connection per client-id")))  # fmt: skip
+        if client_id is not None and not await clients.claim(self, client_id):
+            return self._answer(self._refusal(self.connection.refuse_as(
+                "client-id in use", f"another connection is connected with client-id "
+                f"{client_id!r}; one connection per client-id")))  # fmt: skip
         self.principal = principal
         watch(self)
         actions = self.connection.accept(principal, session=self.id)
@@ -725,10 +722,9 @@ class StompSession:
                     action.subscription, str(error), column=column, receipt=action.receipt
                 )
                 return self._answer(self._refusal(refused))
-        if self.redis is None:
-            self.redis = aioredis.Redis.from_url(settings.XUMP_REDIS_URL)
         found = await home(self.service, destination)
-        reader = OutboxReader(found, self.redis, destination, self._store_problem, wanted)
+        reader = OutboxReader(found, self.client_of(found.store), destination,
+                              self._store_problem, wanted)  # fmt: skip
         sub = _Subscription(self, action, destination, reader)
         self.subscriptions[action.subscription] = sub
         metrics.subscriber_joined(sub)
@@ -765,6 +761,14 @@ class StompSession:
         self.temp_queues.append(action.queue)
         if action.reader is not None:
             await self._subscribe(Subscribe(action.reader, "temp", action.queue, "auto"))
+
+    def client_of(self, store: str) -> aioredis.Redis:
+        """This session's asyncio client of the Redis server holding `store`'s keys (one
+        per store, made when first needed, closed with the session)."""
+        found = self.store_clients.get(store)
+        if found is None:
+            found = self.store_clients[store] = redis_clients.for_store(store)
+        return found
 
     async def _store_problem(self, detail: str) -> None:
         logger.warning("STOMP session %s: %s", self.id, detail)
@@ -843,9 +847,10 @@ class StompSession:
             except XumpError as problem:  # the sweep takes it down later
                 logger.warning("cannot remove temp queue %r: %s", queue, problem)
         await clients.release(self)
-        if self.redis is not None:
-            await traces_sent()  # a traced frame's "write" line goes out on this client
-            await self.redis.aclose()
+        if self.store_clients:
+            await traces_sent()  # a traced frame's "write" line goes out on these clients
+            for client in self.store_clients.values():
+                await client.aclose()
 
 
 def _same_ack(action: Settle, actions: list[Action], after: int) -> bool:

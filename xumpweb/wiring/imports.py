@@ -29,6 +29,7 @@ from typing import Any
 import redis
 from django.db import close_old_connections, transaction
 
+from xumpweb import redis_clients
 from xumpweb.wiring import definitions
 
 logger = logging.getLogger("xump.definitions")
@@ -38,7 +39,7 @@ STALE = 300  # a running import not heard of for this long died with its process
 
 
 def key(number: str) -> str:
-    return f"xump:import:{number}"
+    return redis_clients.service_key(f"import:{number}")
 
 
 def start(

@@ -43,7 +43,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from engine import Message
 from engine.errors import InvalidArgument, XumpError
 from engine.validation import check_headers
-from xumpweb import shards
+from xumpweb import redis_clients, shards
 from xumpweb.router.codec import delivery_out
 from xumpweb.runtime import Service
 
@@ -127,7 +127,7 @@ class Command(BaseCommand):
         # a Service of its own, never the process-wide one: with XUMP_ROUTING=inline that
         # one would start a router in this short-lived command
         self.service = Service(
-            settings.XUMP_REDIS_URL, settings.XUMP_STORE, settings.XUMP_ROUTING,
+            redis_clients.store_url(), settings.XUMP_STORE, settings.XUMP_ROUTING,
             settings.XUMP_CALL_TIMEOUT, shards=shards.names(),
         )  # fmt: skip
         try:
