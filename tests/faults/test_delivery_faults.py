@@ -57,15 +57,25 @@ class Subscriber:
 class System:
     """One private redis-server, the service with worker routing, two Celery workers' worth
     of slots, beat, and two subscriber processes per wolfpack worker; the STOMP server
-    when a test starts it (`start_stomp`)."""
+    when a test starts it (`start_stomp`). With `cluster` (a tests.conftest.RedisCluster)
+    the queues live on the cluster, the redis-server holding Celery's broker and the
+    Channels layer."""
 
-    def __init__(self, directory: Path, **settings: str) -> None:
+    def __init__(self, directory: Path, cluster=None, **settings: str) -> None:
         self.directory = directory
         (directory / "redis").mkdir()
         self.redis = RedisServer(directory / "redis")
         self.redis.start()
+        self.cluster = cluster
+        url = self.redis.url
+        if cluster is not None:
+            others = ",".join(node.removeprefix("redis://").removesuffix("/0")
+                              for node in cluster.node_urls[1:])  # fmt: skip
+            url = f"{cluster.node_urls[0]}?nodes={others}"
+            settings.update(XUMP_REDIS_CLUSTER="true", XUMP_BROKER_URL=self.redis.url,
+                            XUMP_CHANNELS_URL=self.redis.url)  # fmt: skip
         self.service: Service = start_service(
-            self.redis.url, directory, "worker", XUMP_DELIVERY_TIMEOUT=str(TIMEOUT), **settings
+            url, directory, "worker", XUMP_DELIVERY_TIMEOUT=str(TIMEOUT), **settings
         )
         self.service.start_worker("worker")
         self.start_beat()
@@ -174,7 +184,10 @@ class System:
     def lease_pid(self, store: str | None = None) -> int | None:
         """The pid of the process holding the lease of shard `store` (default: the
         service's own store; its owner name is host:pid:thread), if any."""
-        client = redis.Redis.from_url(self.redis.url)
+        if self.cluster is None:
+            client = redis.Redis.from_url(self.redis.url)
+        else:
+            client = redis.RedisCluster.from_url(self.cluster.node_urls[0])
         try:
             value = client.get(f"xump:{{{store or self.store}}}:lease")
         finally:
@@ -470,10 +483,12 @@ def test_kill_9_of_the_stomp_server_while_subscribers_hold_unacked_deliveries(sy
                    fault, stomp=("w1-a", "w1-b", "w2-a"))  # fmt: skip
 
 
-@pytest.fixture
-def sharded(tmp_path):
-    """The service on four shards (SPEC §10) with two Celery workers routing them."""
-    running = System(tmp_path, XUMP_SHARDS="4")
+@pytest.fixture(params=["server", "cluster"])
+def sharded(request, tmp_path):
+    """The service on four shards (SPEC §10) with two Celery workers routing them, on one
+    redis-server and on the session's 3-node Redis Cluster."""
+    cluster = request.getfixturevalue("redis_cluster") if request.param == "cluster" else None
+    running = System(tmp_path, cluster, XUMP_SHARDS="4")
     running.service.start_worker("second")
     yield running
     running.close()
@@ -505,4 +520,5 @@ def test_kill_9_of_one_of_two_workers_routing_four_shards(sharded):
         survivor = (holders() - {holder, None}).pop()
         assert wait_for(lambda: holders() == {survivor}, within=120), holders()
 
-    run_with_fault(sharded, "kill -9 of one of two workers routing 4 shards", fault)
+    where = " on a 3-node Redis Cluster" if sharded.cluster is not None else ""
+    run_with_fault(sharded, f"kill -9 of one of two workers routing 4 shards{where}", fault)
