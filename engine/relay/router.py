@@ -32,6 +32,7 @@ from engine.relay.wire import (
     _loads,
     _message_from,
     _message_json,
+    _plain,
     delivery_keys,
     forward_keys,
 )
@@ -109,6 +110,31 @@ def _server_time(client: Client, key: str) -> float:
     clock of the server that holds `key` (a cluster's nodes each have their own)."""
     seconds, micros = node_client(client, key).time()
     return seconds + micros / 1_000_000
+
+
+def _forward_item(shard: str, data: dict[str, Any], plain: bool = True) -> bytes:
+    """A forward list item: `@<shard>` and a newline (a shard's name has no whitespace),
+    then the item's JSON, which the carry passes on as it is, unparsed."""
+    return b"@" + shard.encode() + b"\n" + _dumps(data, plain)
+
+
+def _forward_parts(item: bytes) -> tuple[str, bytes]:
+    """The shard and the JSON of a forward list item; an item written before the shard
+    went in front (`{"n": ..., "shard": ...}`) is read whole and written again."""
+    if item[:1] == b"@":
+        shard, _, body = item[1:].partition(b"\n")
+        return shard.decode(), body
+    data = _loads(item)
+    return data.pop("shard"), _dumps(data, False)
+
+
+def _forwarded_command(source: str, bodies: list[bytes]) -> bytes:
+    """The `forwarded` command carrying these items' JSON to their shard's inbox, made by
+    joining them: JSON that json wrote (a leading space: see wire._dumps) makes the whole
+    command start with one, so the shard reads it with json too."""
+    head = b" " if any(body[:1] == b" " for body in bodies) else b""
+    return (head + b'{"op":"forwarded","from":' + _dumps(source) + b',"items":['
+            + b",".join(bodies) + b"]}")  # fmt: skip
 
 
 def _by_destination(deliveries: list[Delivery]) -> dict[str, list[str]]:
@@ -342,14 +368,14 @@ class RelayRouter:
         n = self._forward_seq
         for forward in forwards:
             n += 1
-            items.append(_dumps({
-                "n": n, "shard": forward.shard, "queue": forward.queue,
-                "message": _message_json(forward.message), "visited": list(forward.visited),
-                "origin": forward.origin, "count": forward.delivery_count,
-            }, False))  # fmt: skip
+            items.append(_forward_item(forward.shard, {
+                "n": n, "queue": forward.queue, "message": _message_json(forward.message),
+                "visited": list(forward.visited), "origin": forward.origin,
+                "count": forward.delivery_count,
+            }, _plain(forward.message.headers)))  # fmt: skip
         for settle in settles:
             n += 1
-            items.append(_dumps({"n": n, "shard": settle.shard, "settle": settle.origin}))
+            items.append(_forward_item(settle.shard, {"n": n, "settle": settle.origin}))
         trimmed = self._carried
         if trimmed:
             extra.append(("LTRIM", keys["forward"], trimmed, -1))
@@ -383,15 +409,14 @@ class RelayRouter:
         client = self.store.client
         raw = client.lrange(self._forward_keys["forward"], self._carried,
                             self._carried + CARRY - 1)  # fmt: skip
-        by_shard: dict[str, list[Any]] = {}
+        by_shard: dict[str, list[bytes]] = {}
         for item in raw:
-            data = _loads(item)
-            by_shard.setdefault(data.pop("shard"), []).append(data)
+            shard, body = _forward_parts(item)
+            by_shard.setdefault(shard, []).append(body)
         source = self.store.name
         try:
             for shard, found in by_shard.items():
-                command = {"op": "forwarded", "from": source, "items": found}
-                client.rpush(_keys(shard)[0], _dumps(command, False))
+                client.rpush(_keys(shard)[0], _forwarded_command(source, found))
                 self._carried_to(shard)
         except redis.RedisError as error:
             # a shard whose server is away (a cluster's node down): none of these count as

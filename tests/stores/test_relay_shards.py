@@ -134,6 +134,25 @@ def test_a_move_across_shards_flows_with_its_credit_and_settles_back(shards) -> 
     assert left.engine.selectors("jobs")[0].outstanding == 0
 
 
+def test_a_forward_written_before_the_shard_went_in_front_is_still_carried(shards) -> None:
+    """Forward list items used to hold their shard inside their JSON: one left on a list
+    by a router of that time is carried and applied as before."""
+    url, (a, b) = shards
+    client, _ = connect(url)
+    message = {"address": "", "headers": {}, "body": "b2xk", "return_address": None,
+               "mid": "m-old", "seq": None, "timestamp": 1.0, "destination": None}  # fmt: skip
+    old = {"n": 1, "shard": b, "queue": "audit", "message": message, "visited": ["orders"],
+           "origin": None, "count": 0}  # fmt: skip
+    client.rpush(f"xump:{{{a}}}:forward", json.dumps(old))
+    client.set(f"xump:{{{a}}}:forward_seq", 1)
+    client.close()
+    left, right = copying(url, a, b)
+    left.run_once()
+    right.run_once()
+    (item,) = outbox(url, b, "archive")
+    assert json.loads(item)["message"]["mid"] == "m-old"
+
+
 def test_a_malformed_forwarded_command_is_set_aside_and_changes_nothing(shards) -> None:
     url, (a, b) = shards
     right = router(url, b, ["audit"], {})
