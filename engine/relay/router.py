@@ -191,10 +191,10 @@ class RelayRouter:
     def head(self, limit: int) -> tuple[list[bytes], list[bytes]]:
         """The inbox's first `limit` commands and the autoacked list's first `limit` items,
         in one round trip (reads)."""
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.lrange(self.inbox, 0, limit - 1)
-        pipe.lrange(self._delivery_keys["autoacked"], 0, limit - 1)
-        raw, settled = pipe.execute()
+        raw, settled = self.store.read_packed([
+            ("LRANGE", self.inbox, 0, limit - 1),
+            ("LRANGE", self._delivery_keys["autoacked"], 0, limit - 1),
+        ])  # fmt: skip
         return raw, settled
 
     def _step(self, raw: list[bytes], settled: list[bytes] = ()) -> None:  # type: ignore[assignment]
