@@ -87,7 +87,18 @@ def check_name(kind: str, name: object, *, allow_reserved: bool = False) -> str:
     return name
 
 
+# Header names that passed check_header_name. Every message carries its headers' names
+# again (a few names, over and over), and the router checks each message it routes: a set
+# lookup instead of the character-by-character walk. Only names that passed go in, and the
+# check depends on the name alone; bounded, so hostile traffic of ever new names costs
+# memory no longer than KNOWN_NAMES entries (past that, names are checked every time).
+_known_names: set[str] = set()
+KNOWN_NAMES = 10_000
+
+
 def check_header_name(name: object) -> str:
+    if type(name) is str and name in _known_names:
+        return name
     if not isinstance(name, str) or not name:
         raise InvalidArgument(
             f"header name must be a non-empty string, not {type(name).__name__}"
@@ -106,6 +117,8 @@ def check_header_name(name: object) -> str:
     problem = _text_problem(name)
     if problem is not None:
         raise InvalidArgument(f"header name {_shown(name)} {problem}")
+    if len(_known_names) < KNOWN_NAMES and type(name) is str:  # not a subclass's __eq__
+        _known_names.add(name)
     return name
 
 
@@ -128,7 +141,13 @@ def check_headers(headers: object) -> Mapping[str, HeaderValue]:
     """Headers as a read-only mapping of scalar values."""
     if headers is None or headers is EMPTY_HEADERS:
         return EMPTY_HEADERS
-    if not isinstance(headers, Mapping):
+    # the usual kinds first: the ABC's isinstance is slow, and the router checks every
+    # message it routes
+    if (
+        type(headers) is not MappingProxyType
+        and type(headers) is not dict
+        and not isinstance(headers, Mapping)
+    ):
         raise InvalidArgument(f"headers must be a mapping, not {type(headers).__name__}")
     if len(headers) > MAX_HEADERS:
         raise InvalidArgument(f"a message has {len(headers)} headers; the limit is {MAX_HEADERS}")

@@ -33,8 +33,10 @@ app.conf.beat_schedule = {
 def watch_the_lease(sender: object = None, **_: object) -> None:
     """Every worker takes routing over when the lease is free and work waits, beat or no
     beat (router/watch.py); its routers are named after the worker (its node name)."""
+    from xumpweb import collector
     from xumpweb.router import watch
 
+    collector.settle()  # start-up is over: the worker routes from here (collector.py)
     watch.start(getattr(sender, "hostname", None))
 
 

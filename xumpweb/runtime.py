@@ -520,6 +520,18 @@ def count_with(step: Callable[[int, float], None], lease: Callable[[bool], None]
     _count_step, _count_lease = step, lease
 
 
+def _recent_items(recent: deque) -> list[dict[str, Any]]:
+    """The console's live feed items of the deliveries a router remembers (time, Delivery)."""
+    return [
+        {
+            "time": at, "tag": delivery.tag, "queue": delivery.queue,
+            "destination": delivery.destination, "mid": delivery.message.mid,
+            "address": delivery.message.address, "redelivered": delivery.redelivered,
+        }
+        for at, delivery in list(recent)
+    ]  # fmt: skip
+
+
 class _RelayRouter(RelayRouter):
     """engine.relay's router side, remembering recent deliveries for the console and writing the
     engine's journal to Redis with every step's changes."""
@@ -577,13 +589,10 @@ class _RelayRouter(RelayRouter):
         if self._journaled:
             self.engine.journal.drain(self._journaled)  # type: ignore[union-attr]
             self._journaled = 0
+        # as they are: the console's items are made from them at the snapshot (_recent_items),
+        # not for every delivery
         now = time.time()
-        for delivery in deliveries[-RECENT:]:
-            self.recent.append({
-                "time": now, "tag": delivery.tag, "queue": delivery.queue,
-                "destination": delivery.destination, "mid": delivery.message.mid,
-                "address": delivery.message.address, "redelivered": delivery.redelivered,
-            })  # fmt: skip
+        self.recent.extend((now, delivery) for delivery in deliveries[-RECENT:])
 
 
 class Router:
@@ -828,7 +837,7 @@ class Router:
         now, seen = time.monotonic(), self._steps_seen
         self._steps_seen = (relay.steps, now)
         rate = (relay.steps - seen[0]) / (now - seen[1]) if now > seen[1] else 0.0
-        found = {"time": time.time(), "queues": queues, "recent": list(self._recent),
+        found = {"time": time.time(), "queues": queues, "recent": _recent_items(self._recent),
                  "next_due": next_due, "router": self.name, "since": self.since,
                  "steps_per_second": round(max(rate, 0.0), 1)}  # fmt: skip
         # and the queue page's charts: one sample per series.EVERY s, whichever router (or

@@ -96,6 +96,10 @@ def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) ->
     return None, engine.publish_many(queue, checked, keep_mids=True)
 
 
+def _is_publish(command: Any) -> bool:
+    return type(command) is dict and command.get("op") == "publish"
+
+
 def _tag_of(item: bytes) -> str | None:
     """The tag of an outbox item (None for one that is not an item the router wrote)."""
     try:
@@ -221,10 +225,10 @@ class RelayRouter:
     def head(self, limit: int) -> tuple[list[bytes], list[bytes]]:
         """The inbox's first `limit` commands and the autoacked list's first `limit` items,
         in one round trip (reads)."""
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.lrange(self.inbox, 0, limit - 1)
-        pipe.lrange(self._delivery_keys["autoacked"], 0, limit - 1)
-        raw, settled = pipe.execute()
+        raw, settled = self.store.read_packed([
+            ("LRANGE", self.inbox, 0, limit - 1),
+            ("LRANGE", self._delivery_keys["autoacked"], 0, limit - 1),
+        ])  # fmt: skip
         return raw, settled
 
     def _step(self, raw: list[bytes], settled: list[bytes] = ()) -> None:  # type: ignore[assignment]
@@ -290,9 +294,7 @@ class RelayRouter:
         self._marking = {}
         self.store.hold()
         try:
-            deliveries = []
-            for command in commands:
-                deliveries.extend(self._apply(command, failed))
+            deliveries = self._apply_all(commands, failed)
             extra = self._taken_off(commands)
             extra.extend(self._to_outboxes(deliveries))
             forwarded = self._forward_commands(extra)
@@ -669,6 +671,51 @@ class RelayRouter:
         for delivery in deliveries:
             out.setdefault(delivery.destination, []).append(_delivery_json(delivery))
         return [("RPUSH", self._outbox + dest, *items) for dest, items in out.items()]
+
+    def _apply_all(self, commands: list[Any], failed: list[str]) -> list[Delivery]:
+        """Run the commands in order (see _apply). Consecutive publishes to one queue (a
+        STOMP server's or web process's group commit appends one a message) go to the
+        engine as one publish_many: one engine call, not one per message."""
+        deliveries: list[Delivery] = []
+        at, count = 0, len(commands)
+        while at < count:
+            command = commands[at]
+            end = at + 1
+            if _is_publish(command):
+                queue = command.get("queue")
+                while (
+                    end < count
+                    and _is_publish(commands[end])
+                    and (commands[end].get("queue") == queue)
+                ):
+                    end += 1
+            if end - at > 1:
+                deliveries.extend(self._publish_run(commands[at:end], failed))
+            else:
+                deliveries.extend(self._apply(command, failed))
+            at = end
+        return deliveries
+
+    def _publish_run(self, run: list[dict[str, Any]], failed: list[str]) -> list[Delivery]:
+        """Publish commands to one queue as one engine call. When that is refused (a
+        XumpError: it changed nothing), or a command is not well formed, or two messages
+        share a mid (the engine's once-per-queue-per-step rule would then differ), each
+        command is applied alone, as without the merge: what is refused is exactly what
+        would have been, command by command."""
+        try:
+            messages = [_message_from(data) for command in run for data in command["messages"]]
+            distinct = len({message.mid for message in messages}) == len(messages)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            distinct = False
+        if distinct and all(message.mid is not None for message in messages):
+            try:
+                return self.engine.publish_many(run[0]["queue"], messages, keep_mids=True)
+            except XumpError:
+                pass
+        deliveries: list[Delivery] = []
+        for command in run:
+            deliveries.extend(self._apply(command, failed))
+        return deliveries
 
     def _apply(self, command: Any, failed: list[str]) -> list[Delivery]:
         """Run one command; what the engine refuses (a XumpError: it changed nothing) or

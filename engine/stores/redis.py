@@ -64,6 +64,7 @@ from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
+import orjson
 import redis
 from hiredis import pack_command
 
@@ -520,6 +521,38 @@ class RedisStore(JournaledStore):
         finally:
             pool.release(connection)
 
+    def read_packed(self, commands: list[tuple]) -> list[Any]:
+        """The answers to `commands` (reads of keys in the store's slot), sent in one round
+        trip packed by hiredis, as _run_apply sends: a redis-py pipeline's Python costs more
+        (the pair of reads a router makes at every step: 145 -> 96 us of CPU, median of
+        ten interleaved runs on a busy 2-core machine). RedisError
+        as a pipeline raises it, after the same retries; a slot that moved is read through
+        the cluster client."""
+        packed = [pack_command(command) for command in commands]
+        node = node_client(self.client, self._apply_head[3])
+        pool = node.connection_pool
+        connection = pool.get_connection()
+
+        def send() -> list[Any]:
+            connection.send_packed_command(packed)
+            return [connection.read_response() for _ in packed]
+
+        try:
+            # retried on a lost connection as a pipeline's reads are (the client's policy)
+            answers = connection.retry.call_with_retry(send, lambda _: connection.disconnect())
+        except REDIRECTIONS:
+            connection.disconnect()  # the other answers are not read: never reused
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return pipe.execute()
+        except BaseException:
+            connection.disconnect()  # not reused half-read
+            raise
+        finally:
+            pool.release(connection)
+        return answers
+
     def _run_redirected(self, words: list[Any]) -> None:
         """_APPLY through the cluster client's generic path, which follows the cluster to
         the node that serves the store's slot now."""
@@ -642,6 +675,20 @@ def _unstored(state: RedisQueueState) -> list[Entry]:
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
+def _headers_json(headers: Any) -> str:
+    """A record's headers field: compact JSON, read back with json.loads. orjson (several
+    times faster: every entry the router writes has one) unless it cannot write them as
+    json does: integers beyond 64 bits (it refuses them) and NaN or infinities (it writes
+    null, which no header value is: a text with "null" anywhere goes to json too)."""
+    try:
+        text = orjson.dumps(dict(headers))
+    except TypeError:
+        return _encode(dict(headers))
+    if b"null" in text:
+        return _encode(dict(headers))
+    return text.decode()
+
+
 def _record(entry: Entry, section: str, selector_id: int | None, tag: str | None) -> str:
     """An entry's record without its body (see the module docstring for the fields)."""
     message = entry.message
@@ -657,7 +704,7 @@ def _record(entry: Entry, section: str, selector_id: int | None, tag: str | None
         message.mid or "",
         address,
         "" if timestamp is None else repr(timestamp),
-        _encode(dict(headers)) if headers else "",
+        _headers_json(headers) if headers else "",
         "" if return_address is None else "=" + return_address,
         "" if selector_id is None else str(selector_id),
         tag or "",

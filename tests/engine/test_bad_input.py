@@ -325,3 +325,31 @@ def test_a_filter_with_a_5001_digit_number_is_refused_with_its_column(refused, w
     selector = wired.selector_fetch("orders", 1)
     error = refused(wired, InvalidSelector, selector.when_filter, "n = " + "9" * 5_001)
     assert error.column == 5 and "64 bits" in str(error)
+
+
+def test_header_names_are_remembered_only_once_they_passed(refused, wired: Engine) -> None:
+    """The header-name check remembers names that passed (the router checks every message
+    again): a refused name is refused every time, a remembered one is still taken only as
+    a plain str, and the memory is bounded."""
+    from engine import validation
+
+    for _ in range(2):
+        refused(wired, InvalidArgument, wired.publish, "orders", Message(headers={" x": 1}))
+    wired.publish("orders", Message(headers={"kept": 1}))
+    assert "kept" in validation._known_names
+    assert " x" not in validation._known_names
+
+    class Odd(str):
+        def __hash__(self) -> int:
+            return hash("kept")
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    with pytest.raises(InvalidArgument):
+        validation.check_header_name(Odd(" not a name"))
+    before = len(validation._known_names)
+    names = [f"n{n}" for n in range(validation.KNOWN_NAMES + 10)]
+    for name in names:
+        validation.check_header_name(name)
+    assert before <= len(validation._known_names) <= validation.KNOWN_NAMES

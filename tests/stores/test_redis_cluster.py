@@ -162,6 +162,22 @@ def test_a_lease_is_taken_on_a_store_whose_slot_moved(redis_cluster, shards) -> 
     assert [m.body for m in Engine(catalog=engine.catalog).peek("q")] == [b"before", b"after"]
 
 
+def test_a_routers_reads_follow_the_stores_slot_to_another_node(redis_cluster, shards) -> None:
+    """RedisStore.read_packed (the router's look at its inbox) sends to the node its client
+    knew; when the slot moved, that node answers MOVED and the read goes again through the
+    cluster client, which follows it."""
+    name = shards[1]
+    engine = Engine()
+    engine.store_create("redis", name, url=redis_cluster.url)
+    store = engine.backend(name)
+    inbox = f"xump:{{{name}}}:inbox"
+    store.client.rpush(inbox, b"one", b"two")
+    move_slot(redis_cluster, key_slot(inbox.encode()))
+    reads = [("LRANGE", inbox, 0, -1), ("LRANGE", f"xump:{{{name}}}:autoacked", 0, -1)]
+    assert store.read_packed(reads) == [[b"one", b"two"], []]
+    assert store.read_packed(reads) == [[b"one", b"two"], []]  # the node it knows now
+
+
 def move_slot(cluster, slot: int) -> None:
     """Move one slot, with its keys, to the next node (what redis-cli --cluster reshard
     does slot by slot)."""

@@ -163,6 +163,34 @@ def test_publish_applied_answers_what_the_router_refuses(shared) -> None:
         wait_until(lambda: redis.Redis.from_url(url).llen(relay.errors) == 1, 10)
 
 
+def test_publishes_to_one_queue_in_a_row_are_refused_one_by_one(shared) -> None:
+    """The router hands consecutive publishes to one queue to the engine in one call; what
+    that call refuses is applied command by command, so only the publishes that would have
+    been refused alone are (here: the third and fourth into a queue of room for two, the
+    one with a body that is not base64, and the two with one mid)."""
+    url, name = shared
+    engine, router, client = app_router(url, name)
+    engine.queue_create("small", limit=2)
+    inbox, _, errors = relay_keys(name)
+    commands = [client.publish_command("small", [Message(body=b"%d" % n)])[0] for n in range(4)]
+    bad = json.loads(client.publish_command("q", [Message(body=b"x")])[0])
+    bad["messages"][0]["body"] = "not base64!"
+    twice = [client.publish_command("q", [Message(body=b"t%d" % n)])[0] for n in range(2)]
+    same = [json.loads(command) for command in twice]
+    same[1]["messages"][0]["mid"] = same[0]["messages"][0]["mid"]
+    good = client.publish_command("q", [Message(body=b"good")])[0]
+    raw = redis.Redis.from_url(url)
+    raw.rpush(inbox, *commands, json.dumps(bad), *(json.dumps(c) for c in same), good)
+    assert router.run_once() == 8
+    assert [m.body for m in engine.peek("small", 10)] == [b"0", b"1"]
+    refused = [json.loads(item)["error"] for item in raw.lrange(errors, 0, -1)]
+    assert len(refused) == 3 and "room for 0" in refused[0] and "room for 0" in refused[1]
+    assert "not a well-formed publish command" in refused[2]
+    delivered = client.deliveries("app", count=10, wait=1)
+    # one mid twice: each command alone, as before (the engine keeps both)
+    assert [d.message.body for d in delivered] == [b"t0", b"t1", b"good"]
+
+
 def test_a_second_router_waits_for_the_lease_and_a_stale_one_cannot_write(shared) -> None:
     url, name = shared
     first, _first_relay = router_engine(url, name)

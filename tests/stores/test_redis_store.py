@@ -215,3 +215,31 @@ def test_a_server_that_forgot_the_scripts_gets_them_again(store, engine) -> None
     again = engine_on(url, name)
     again.queue_create("q")  # opened: its state loads from Redis
     assert [m.body for m in again.peek("q")] == [b"1", b"2"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"persistent": "true", "n": 3, "f": 0.1, "big": 1e16, "yes": True},
+        {"text": "é ✓ \u2028", "controls": "a\x1fb\x1e\n"},
+        {"says": "null", "u64": 2**64 - 1, "i64": -(2**63)},
+        {"nan": float("nan"), "inf": float("-inf"), "huge": 2**70},  # only from inside
+    ],
+    ids=["plain", "unicode-and-controls", "null-text-and-64-bits", "what-json-alone-writes"],
+)
+def test_a_records_headers_read_back_as_json_wrote_them(headers) -> None:
+    """A record's headers field (orjson when it writes them as json would) reads back with
+    json.loads exactly as json.dumps's text does, and holds no separator character."""
+    import json
+    import math
+    from types import MappingProxyType
+
+    from engine.stores.redis import _SEP, _SUB, _encode, _headers_json
+
+    text = _headers_json(MappingProxyType(headers))
+    assert _SEP not in text and _SUB not in text
+    read, expected = json.loads(text), json.loads(_encode(headers))
+    assert read.keys() == expected.keys()
+    for name, value in expected.items():
+        same = value == read[name] or (math.isnan(value) and math.isnan(read[name]))
+        assert same and type(value) is type(read[name]), name

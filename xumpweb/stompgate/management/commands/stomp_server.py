@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import gc
 import logging
 import sys
 from typing import Any
@@ -21,21 +20,11 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=None, help="default: XUMP_STOMP_HOST")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from xumpweb import runtime
+        from xumpweb import collector, runtime
         from xumpweb.stompgate import tcp
 
         runtime.client_only()
-        # What Django and the imports made lives as long as the process: out of the
-        # collector's sight, so its full collections (which every message's objects
-        # trigger) do not walk it again and again
-        gc.collect()
-        gc.freeze()
-        # A message's objects live while it is in flight (its frames, its pending
-        # publish, its unsettled entry): thousands of allocations, so at the default
-        # threshold (700) young collections moved them up a generation to be walked
-        # again. At 20,000 most die young: GC time in a 100k-message bench run 0.55 s ->
-        # 0.09 s. Garbage cycles live a little longer; memory does not grow with it.
-        gc.set_threshold(20_000, 10, 10)
+        collector.settle()  # start-up is over (xumpweb/collector.py)
 
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
