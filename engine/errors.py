@@ -57,6 +57,16 @@ class StoreError(XumpError):
     """A storage back-end failed or is unreachable."""
 
 
+class NotWritten(StoreError):
+    """A write that failed before any of it was written, for certain (unlike a connection
+    lost while a command was on its way, which may or may not have been applied)."""
+
+
+class LeaseLost(NotWritten):
+    """A commit refused because this process no longer holds the store's lease (it expired
+    and another process took it): nothing of it was written."""
+
+
 class InboxFull(StoreError):
     """A publish refused because the shared store's inbox already holds its limit of
     commands (routing is slower than publishing, or stopped): publish again later."""

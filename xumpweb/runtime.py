@@ -48,25 +48,29 @@ to `count_with` at start-up.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
+import select
 import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import redis
 from django.conf import settings
 
 from engine import Engine, Message
-from engine.errors import NotFound, StoreError
+from engine.errors import NotFound, NotWritten, StoreError
 from engine.message import Delivery
 from engine.relay import (
     TICK_EVERY,
+    Handed,
     RelayClient,
     RelayRouter,
     delivery_keys,
@@ -107,6 +111,7 @@ def keys(store: str) -> dict[str, str]:
         "lease": prefix + "lease",
         "fence": prefix + "fence",  # the lease's fencing counter (engine/stores/redis.py)
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
+        "preferred": prefix + "preferred",  # the process that routes it first (watch.py)
         "workers": redis_clients.service_key("workers:"),  # + hostname: a live worker's beat
         **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay/wire.py)
     }
@@ -549,19 +554,75 @@ class _RelayRouter(RelayRouter):
         its doorbell)."""
         self.store.client.publish(keys(shard)["doorbell"], b"")
 
-    def run_once(self, limit: int = 500) -> int:
-        """RelayRouter.run_once without its lease renewal at every empty look: Router.drain
-        renews when it is due (see the module doc)."""
-        raw, settled = self.head(limit)
-        if raw or settled:
+    def run_once(
+        self,
+        limit: int = 500,
+        handoffs: list[Handoff] = (),  # type: ignore[assignment]
+        head: bool = True,
+    ) -> int:
+        """RelayRouter.run_once without its lease renewal at every empty look (Router.drain
+        renews when it is due, see the module doc), with the publishes this process handed
+        over (`handoffs`, Router.hand), applied after the inbox's head. `head`: read the
+        inbox and the autoacked list (Router.drain skips it when nothing rang since the
+        last read; a handoff that follows an inbox append of its publisher forces it). A
+        handoff is answered MOVED when the wiring moved since its publishes were sorted,
+        left unanswered (for the next step: Router.drain puts it back) when the inbox
+        held more than `limit` commands, so nothing overtakes what its publisher
+        appended before; the others are settled once the step's commit came back (or with
+        the step's StoreError)."""
+        handed: list[Handed] = []
+        taken: list[Handoff] = []
+        if head or any(handoff.after_inbox for handoff in handoffs):
+            raw, settled = self.head(limit)
+            self.full = len(raw) >= limit or len(settled) >= limit
+        else:
+            raw, settled = [], []
+        if not self.full:
+            version = str(self.wiring_version).encode()
+            for handoff in handoffs:
+                if handoff.version != version:
+                    handoff.future.set_result(MOVED)
+                    continue
+                handed.extend(handoff.commands)
+                taken.append(handoff)
+        if raw or settled or handed:
             started = time.perf_counter()
-            with self.engine._lock:  # keeps other threads' calls out of the step's commit
-                self._step(raw, settled)
+            try:
+                with self.engine._lock:  # keeps other threads' calls out of the step's commit
+                    self._step(raw, settled, handed)
+            except BaseException as error:
+                self._traces = None
+                for handoff in taken:
+                    handoff.future.set_exception(
+                        error if isinstance(error, StoreError) else StoreError(str(error))
+                    )
+                raise
+            for handoff in taken:
+                handoff.future.set_result(None)
+            self._flush_traces()
             self.steps += 1
-            _count_step(len(raw) + len(settled), time.perf_counter() - started)  # per step
+            count = len(raw) + len(settled) + len(handed)
+            _count_step(count, time.perf_counter() - started)  # per step
         if self._carried < self._backlog or self._forward_seq < 0:
             self.carry()  # to other shards' inboxes (docs/scaling.md)
-        return len(raw) + len(settled)
+        return len(raw) + len(settled) + len(handed)
+
+    full = False  # the last head read found `limit` commands or more: read again at once
+    wiring_version = 0  # the wiring key's value as this router's last write left it
+    _bumping = False  # the step being committed moves the wiring version
+    _traces: list | None = None
+
+    def _trace(self, hop: str, at: float, mids: list[str]) -> None:
+        """Bench-only (engine/relay/trace.py): published after the step's handoffs are
+        answered, not before (the trace is off the path it measures)."""
+        if self._traces is None:
+            self._traces = []
+        self._traces.append((hop, at, mids))
+
+    def _flush_traces(self) -> None:
+        traces, self._traces = self._traces, None
+        for hop, at, mids in traces or ():
+            super()._trace(hop, at, mids)
 
     def renew_lease(self) -> None:
         with self.engine._lock:
@@ -569,6 +630,7 @@ class _RelayRouter(RelayRouter):
 
     def _to_outboxes(self, deliveries: list[Delivery]) -> list[tuple]:
         commands = super()._to_outboxes(deliveries)
+        self._bumping = self.wiring_changed
         if self.wiring_changed:
             # the wiring version moves in the commit that answers the wiring call: a client
             # that has the answer never reads the old version (and its old queue list)
@@ -586,6 +648,9 @@ class _RelayRouter(RelayRouter):
         return commands
 
     def _committed(self, deliveries: list[Delivery]) -> None:
+        if self._bumping:
+            self._bumping = False
+            self.wiring_version += 1
         if self._journaled:
             self.engine.journal.drain(self._journaled)  # type: ignore[union-attr]
             self._journaled = 0
@@ -593,6 +658,37 @@ class _RelayRouter(RelayRouter):
         # not for every delivery
         now = time.time()
         self.recent.extend((now, delivery) for delivery in deliveries[-RECENT:])
+
+
+MOVED = "moved"  # a handoff's answer: the wiring moved since its publishes were sorted
+
+
+class Handoff:
+    """Publishes a process hands its own router (Router.hand): the commands, the wiring
+    version (the wiring key's bytes) they were sorted by, and the future the router
+    settles: None once they are committed, MOVED when the wiring moved first, or the
+    step's StoreError (NotWritten, LeaseLost among them: none of the step was written);
+    after any error, each command's `committed` says whether it was (engine.relay.Handed)."""
+
+    __slots__ = ("after_inbox", "commands", "future", "version")
+
+    def __init__(self, commands: list[Handed], version: bytes, after_inbox: bool) -> None:
+        self.commands = commands
+        self.version = version
+        # its publisher appended to the inbox since its last handoff was committed: the
+        # step reads the inbox first, so these never overtake those
+        self.after_inbox = after_inbox
+        self.future: Future = Future()
+
+
+_handing = threading.Lock()  # guards _taking_handoffs and each Router's _handoffs
+_taking_handoffs: dict[str, Router] = {}  # store -> this process's router draining it
+
+
+def router_here(store: str) -> Router | None:
+    """This process's router of `store` while it drains it and takes handoffs (SPEC §11's
+    co-located path: xumpweb/live/publish.py hands it the process's publishes)."""
+    return _taking_handoffs.get(store)
 
 
 class Router:
@@ -626,6 +722,7 @@ class Router:
         self._recent: deque = deque(maxlen=RECENT)
         self.keys = keys(store)
         self.calls = {name: self._watch(name, fn) for name, fn in operations.CALLS.items()}
+        self._handoffs: deque[Handoff] = deque()  # handed over, not yet taken by a step
 
     def _watch(self, name: str, function: Any) -> Any:
         if name not in operations.WIRING_CALLS:
@@ -714,7 +811,8 @@ class Router:
         relay.wiring_key = self.keys["wiring"]
         relay.expire()  # holds for destinations away first, so resume routes around them
         relay.resume()
-        self._bump_wiring(store.client)  # other processes re-read what this one rebuilt
+        # other processes re-read what this one rebuilt
+        relay.wiring_version = self._bump_wiring(store.client)
         return relay
 
     def _discard(self) -> None:
@@ -730,9 +828,51 @@ class Router:
             except StoreError:
                 self._discard()
 
+    def hand(self, commands: list[Handed], version: bytes, after_inbox: bool) -> Future | None:
+        """Hand this router publishes to apply in its next step (see Handoff), from any
+        thread; None when it does not drain now (append them to the inbox instead)."""
+        handoff = Handoff(commands, version, after_inbox)
+        with _handing:
+            if _taking_handoffs.get(self.store) is not self:
+                return None
+            self._handoffs.append(handoff)
+        wake = self._wake
+        if wake is not None:
+            with contextlib.suppress(OSError):  # full: a wake-up is already waiting
+                wake[1].send(b"\0")
+        return handoff.future
+
+    def _take_handoffs(self) -> list[Handoff]:
+        if not self._handoffs:
+            return []
+        with _handing:
+            taken = list(self._handoffs)
+            self._handoffs.clear()
+        return taken
+
+    def _put_back(self, handoffs: list[Handoff]) -> None:
+        """Handoffs a step left for the next (the inbox was fuller than one step): first."""
+        left = [handoff for handoff in handoffs if not handoff.future.done()]
+        if left:
+            with _handing:
+                self._handoffs.extendleft(reversed(left))
+
+    def _stop_taking_handoffs(self) -> None:
+        """Take no more handoffs; those not taken are refused as by a lost lease (nothing of
+        them was written): their publishers append them to the inbox."""
+        with _handing:
+            if _taking_handoffs.get(self.store) is self:
+                del _taking_handoffs[self.store]
+            left = list(self._handoffs)
+            self._handoffs.clear()
+        _not_written(left, "this process's router stopped routing")
+
+    _wake: tuple[socket.socket, socket.socket] | None = None
+
     def drain(self, linger: float = LINGER, stop: threading.Event | None = None) -> int:
         """Apply commands until the inbox has stayed empty for `linger` seconds (or `stop`
-        is set); how many. StoreError (and the engine discarded) if the lease is lost."""
+        is set); how many. StoreError (and the engine discarded) if the lease is lost.
+        While it drains it takes this process's handoffs (Router.hand)."""
         relay = self.relay
         if relay is None:
             raise StoreError("the router does not hold the lease; call acquire() first")
@@ -742,10 +882,26 @@ class Router:
         expire_every = min(1.0, self.delivery_timeout / 2)
         renew_every = self.lease_ms / 1000 / 4
         doorbell = relay.store.client.pubsub(ignore_subscribe_messages=True)
+        if self._wake is None:
+            self._wake = socket.socketpair()
+            for end in self._wake:
+                end.setblocking(False)
+        with _handing:
+            _taking_handoffs[self.store] = self
         try:
             doorbell.subscribe(self.keys["doorbell"])  # before the first look: no ring lost
+            look = True  # read the inbox at the next step (see _RelayRouter.run_once)
             while stop is None or not stop.is_set():
-                done = relay.run_once()
+                handoffs = self._take_handoffs()
+                try:
+                    done = relay.run_once(handoffs=handoffs, head=look)
+                except BaseException:  # those it did not settle were in no step
+                    _not_written(handoffs, "this process's router failed before its step")
+                    raise
+                self._put_back(handoffs)
+                # a step of handoffs alone read nothing: the inbox is read when a client
+                # rings (below), after a full read, and at every idle look
+                look = relay.full or (done > 0 and not handoffs)
                 applied += done
                 now = time.monotonic()
                 if self._wiring_changed:
@@ -772,7 +928,12 @@ class Router:
                             logger.debug("shards' wiring not read: %s", problem)
                 if done:
                     idle_since = renewed = now  # the step's commit renewed the lease
-                    continue
+                    if look or self._handoffs:  # more to do: see who rang, not waiting
+                        rang, arrived = _wait_for_ring(doorbell, 0.0, self._wake[0])
+                        look = look or rang
+                        if arrived:
+                            next_expiry = 0.0
+                        continue
                 if now - idle_since >= linger and not _due_soon(relay.engine):
                     break
                 if now - renewed >= renew_every:
@@ -780,7 +941,9 @@ class Router:
                     renewed = now
                 wake = min(next_expiry, next_snapshot, renewed + renew_every, next_tick,
                            idle_since + linger, now + IDLE_LOOK)  # fmt: skip
-                if _wait_for_ring(doorbell, wake - now):
+                rang, arrived = _wait_for_ring(doorbell, wake - now, self._wake[0])
+                look = rang or not self._handoffs  # rung, or an idle look's time came
+                if arrived:
                     next_expiry = 0.0  # a consumer arrived: who is away, now
         except (StoreError, redis.RedisError) as problem:
             self._discard()
@@ -788,12 +951,17 @@ class Router:
                 raise
             raise StoreError(f"the router lost Redis: {problem}") from None
         finally:
+            self._stop_taking_handoffs()
             doorbell.close()
         self._snapshot(relay)
         return applied
 
-    def _bump_wiring(self, client: redis.Redis) -> None:
-        client.incr(self.keys["wiring"])
+    def _bump_wiring(self, client: redis.Redis) -> int:
+        """Move the wiring version (only routers write it); the new one."""
+        version = int(client.incr(self.keys["wiring"]))
+        if self.relay is not None:
+            self.relay.wiring_version = version
+        return version
 
     def _refresh_remote(self, engine: Engine, client: redis.Redis | None = None) -> None:
         """With shards: read the other shards' queues into the engine's stand-ins when the
@@ -864,15 +1032,39 @@ def _oldest(engine: Engine, queue: str) -> float | None:
     return waiting[0].timestamp if waiting else None
 
 
-def _wait_for_ring(doorbell: redis.client.PubSub, seconds: float) -> bool:
-    """Until a client rings the doorbell (or `seconds` pass); takes every ring waiting.
-    Whether one of them was an ARRIVAL."""
-    ring = doorbell.get_message(timeout=max(seconds, 0.0))
+def _not_written(handoffs: list[Handoff], why: str) -> None:
+    """Settle the handoffs not settled yet: none of them was in a step (NotWritten)."""
+    for handoff in handoffs:
+        if not handoff.future.done():
+            handoff.future.set_exception(NotWritten(why))
+
+
+def _wait_for_ring(
+    doorbell: redis.client.PubSub, seconds: float, wake: socket.socket
+) -> tuple[bool, bool]:
+    """Until a client rings the doorbell, this process hands its router work (a byte on
+    `wake`), or `seconds` pass; takes every ring waiting. Whether a client rang, and
+    whether one of the rings was an ARRIVAL."""
+    ring = doorbell.get_message(timeout=0.0)  # what the client has read already
+    rung = getattr(doorbell.connection, "_sock", None)
+    if ring is None and rung is None:  # not connected: redis-py connects again, or raises
+        ring = doorbell.get_message(timeout=max(seconds, 0.0))
+    elif ring is None:
+        try:
+            readable, _, _ = select.select([rung, wake], [], [], max(seconds, 0.0))
+        except (OSError, ValueError):  # the connection was closed meanwhile
+            readable = [rung]
+        if wake in readable:
+            with contextlib.suppress(BlockingIOError):
+                wake.recv(4096)
+        if rung in readable:
+            ring = doorbell.get_message(timeout=0.0)
+    rang = ring is not None
     arrived = False
     while ring is not None:
         arrived = arrived or ring.get("data") == ARRIVAL
         ring = doorbell.get_message(timeout=0.0)
-    return arrived
+    return rang, arrived
 
 
 def _fence(token: str) -> int:

@@ -38,6 +38,11 @@ XUMP_INBOX_LIMIT     commands the store's inbox may hold before publishes are re
 XUMP_STOMP_PORT      the TCP port of the STOMP server process (`manage.py stomp_server`,
                      the Procfile's `stomp`; default 61613)
 XUMP_STOMP_HOST      the address it listens on (default 127.0.0.1; 0.0.0.0 for every one)
+XUMP_STOMP_ROUTES    "true": with worker routing and one shard, the STOMP server routes the
+                     store while it runs, so its SENDs reach its subscribers in one durable
+                     write (a lone message sooner; less throughput on few cores, see
+                     docs/live-path.md); workers take routing over when it stops or dies.
+                     Default "false": the workers route
 XUMP_STOMP_PREFETCH  credit of a STOMP subscription that sends no prefetch-count (default 1000)
 XUMP_STOMP_HEARTBEAT_MS  the heart-beat interval the STOMP server offers and asks, ms
                      (default 10000; 0 for none)
@@ -218,6 +223,10 @@ XUMP_ARCHIVE_INTERVAL = _number("XUMP_ARCHIVE_INTERVAL", 300.0)
 XUMP_JOURNAL_LIMIT = int(_number("XUMP_JOURNAL_LIMIT", 2_000_000))
 XUMP_INBOX_LIMIT = int(_number("XUMP_INBOX_LIMIT", 1_000_000))
 XUMP_STOMP_PORT = int(_number("XUMP_STOMP_PORT", 61613))
+# the STOMP server routes the store first while it runs (one shard, worker routing: SPEC
+# §11's co-located path, xumpweb/router/watch.py); workers take over when it is gone. Off by
+# default: on two cores it costs more throughput than it saves latency (docs/live-path.md)
+XUMP_STOMP_ROUTES = _flag("XUMP_STOMP_ROUTES", False)
 XUMP_STOMP_HOST = os.environ.get("XUMP_STOMP_HOST", "127.0.0.1")
 XUMP_STOMP_PREFETCH = int(_number("XUMP_STOMP_PREFETCH", 1000))
 XUMP_STOMP_HEARTBEAT_MS = int(_number("XUMP_STOMP_HEARTBEAT_MS", 10_000))

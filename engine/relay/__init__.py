@@ -81,6 +81,22 @@ nobody holds a delivery twice, case by case:
   claim first (CLAIM_CHECK, one round trip, only then) and drops a revoked one; PURGE
   removes revoked items from the claimed list too.
 
+The co-located path (SPEC §11's last sentence). A process that holds the lease and also
+publishes (the STOMP server standing as the router, xumpweb/router/watch.py) may hand its
+publishes to its own router in memory (`Handed` commands, `run_once`'s `handed`) instead of
+appending them to the inbox: they are applied at the end of the router's next step, and the
+step's one commit is their only durable write. Their publisher answers them (RECEIPT,
+`published`) only once `committed` is true, so an answer still means durable; the
+deliveries they cause reach the outboxes in that same commit, so a lone message costs one
+fsync and no process hop. Why nothing is lost or applied twice: a handed command is in no
+list until its step commits, so it is either committed whole with the step (and then
+answered) or not at all; a step refused for a lost lease (LeaseLost: the fenced commit
+wrote nothing, for certain) leaves the publisher to append the uncommitted ones to the
+inbox, in order, as any client would; a step that fails otherwise (Redis away: the commit
+may or may not have happened) fails them to their publishers, as a lost answer to an inbox
+append would. A handed command the router refuses is set aside in the errors list like an
+inbox command, so a handed publish means what an appended one means.
+
 Destinations away. Consumers refresh their destination's presence key every second
 (PRESENCE_TTL_MS). A worker queue (Engine.worker_destinations: fed by a MOVE, all of its
 selectors DELIVER) whose destinations have all been away for the delivery timeout gives its
@@ -97,7 +113,14 @@ holder). The names below are the relay's public ones.
 from __future__ import annotations
 
 from engine.relay.client import RelayClient, call_outcome, store_failure
-from engine.relay.router import EXPIRE_BATCH, REPLY_TTL_MS, TICK_EVERY, Call, RelayRouter
+from engine.relay.router import (
+    EXPIRE_BATCH,
+    REPLY_TTL_MS,
+    TICK_EVERY,
+    Call,
+    Handed,
+    RelayRouter,
+)
 from engine.relay.scripts import (
     CLAIM_CHECK,
     GUARDED_PUSH,
@@ -132,6 +155,7 @@ __all__ = [
     "TICK_EVERY",
     "UNTAKE",
     "Call",
+    "Handed",
     "RelayClient",
     "RelayRouter",
     "call_outcome",

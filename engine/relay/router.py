@@ -68,6 +68,24 @@ class _Settled(dict):
     count = 0
 
 
+class Handed(dict):
+    """A command this process's own router was handed in memory (`run_once`'s `handed`:
+    the co-located path of SPEC §11, see the package doc) instead of reading it off the
+    inbox: applied like an inbox command, at the end of the step, and taken off nothing.
+    `committed` turns true once the commit that applied it (or set it aside in the errors
+    list) came back: durable. Known by its class, never by its content."""
+
+    committed = False
+
+    @classmethod
+    def of(cls, payload: bytes) -> Handed:
+        """The command a client would have appended to the inbox (RelayClient's JSON)."""
+        command = _loads(payload)
+        if not isinstance(command, dict):
+            raise errors.InvalidArgument("a handed command must be a JSON object")
+        return cls(command)
+
+
 def _is_reply_key(reply: Any, inbox: str) -> bool:
     return isinstance(reply, str) and reply.startswith(inbox[: -len("inbox")])
 
@@ -97,7 +115,7 @@ def _publish_call(engine: Engine, queue: str, messages: list[dict[str, Any]]) ->
 
 
 def _is_publish(command: Any) -> bool:
-    return type(command) is dict and command.get("op") == "publish"
+    return type(command) in (dict, Handed) and command.get("op") == "publish"
 
 
 def _tag_of(item: bytes) -> str | None:
@@ -206,21 +224,23 @@ class RelayRouter:
             time.sleep(min(0.1, self.lease_ms / 10_000))
         return True
 
-    def run_once(self, limit: int = 500) -> int:
+    def run_once(self, limit: int = 500, handed: list[Handed] = ()) -> int:  # type: ignore[assignment]
         """Apply up to `limit` commands from the inbox in one atomic step (with the
-        settlements of claims by ack:auto consumers); how many."""
+        settlements of claims by ack:auto consumers, and after them the commands `handed`
+        in by this process); how many. A handed command's `committed` tells whether it was
+        applied when this raises (StoreError: LeaseLost when nothing was written)."""
         raw, settled = self.head(limit)
         # the engine lock keeps other threads' calls out of this step's one commit
         with self.engine._lock:
-            if raw or settled:
-                self._step(raw, settled)
+            if raw or settled or handed:
+                self._step(raw, settled, handed)
             else:
                 self.store.renew_lease()
         if (self._carried < self._backlog or self._forward_seq < 0) and (
             time.monotonic() >= self._carry_after
         ):
             self.carry()
-        return len(raw) + len(settled)
+        return len(raw) + len(settled) + len(handed)
 
     def head(self, limit: int) -> tuple[list[bytes], list[bytes]]:
         """The inbox's first `limit` commands and the autoacked list's first `limit` items,
@@ -231,7 +251,12 @@ class RelayRouter:
         ])  # fmt: skip
         return raw, settled
 
-    def _step(self, raw: list[bytes], settled: list[bytes] = ()) -> None:  # type: ignore[assignment]
+    def _step(
+        self,
+        raw: list[bytes],
+        settled: list[bytes] = (),  # type: ignore[assignment]
+        handed: list[Handed] = (),  # type: ignore[assignment]
+    ) -> None:
         """Apply the commands at the head of the inbox, all or nothing (see `_attempt`).
 
         When the step fails (any exception but the store's own StoreError: a value some
@@ -255,6 +280,7 @@ class RelayRouter:
             if not isinstance(command, dict | _Unreadable):
                 command = _Unreadable("a command in the inbox is not a JSON object")
             commands.append(command)
+        commands.extend(handed)
         # a call runs in a step of its own: a wiring change is saved in the catalog at
         # once, so a step holding one must never need a retry (it would apply it twice)
         part: list[Any] = []
@@ -307,6 +333,9 @@ class RelayRouter:
             self.store.add_commands(extra)
             self.store.release()  # the commit
             committed = time.time()
+            for command in commands:
+                if type(command) is Handed:
+                    command.committed = True
             self._forwarded(forwarded)
         except BaseException as error:
             if isinstance(error, StoreError) or not isinstance(error, Exception):
@@ -328,7 +357,7 @@ class RelayRouter:
     def _taken_off(self, commands: list[Any]) -> list[tuple]:
         """The commands that take `commands` off the head of the inbox (and a _Settled
         one's items off the head of the autoacked list) in a step's commit."""
-        inbox = sum(1 for command in commands if not isinstance(command, _Settled))
+        inbox = sum(1 for command in commands if not isinstance(command, _Settled | Handed))
         extra: list[tuple] = [("LTRIM", self.inbox, inbox, -1)] if inbox else []
         for command in commands:
             if isinstance(command, _Settled):
@@ -508,6 +537,8 @@ class RelayRouter:
             with contextlib.suppress(Exception):
                 self.engine.reload()
             raise
+        if type(command) is Handed:
+            command.committed = True
 
     def _committed(self, deliveries: list[Delivery]) -> None:
         """Called after each committed step with the deliveries it sent (a subclass may

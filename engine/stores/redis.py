@@ -68,7 +68,7 @@ import orjson
 import redis
 from hiredis import pack_command
 
-from engine.errors import StoreError
+from engine.errors import LeaseLost, StoreError
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Message
 from engine.stores.base import COUNTERS, Entry
@@ -490,7 +490,7 @@ class RedisStore(JournaledStore):
             self._run_apply(words)
         except redis.RedisError as error:
             if "XUMP_LEASE_LOST" in str(error):
-                raise StoreError(
+                raise LeaseLost(
                     f"this process lost the lease on Redis store {self.name!r} (it expired and "
                     "another process took over); its changes were not written"
                 ) from None

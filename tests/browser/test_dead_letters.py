@@ -122,6 +122,7 @@ def test_refused_commands_are_shown_then_cleared(page, relay):
     gone = make_queue(relay, unique("gone"))
     relay.call("queue_delete", name=gone)
     [mid] = relay.publish_many(gone, [Message(address="a.b", body=b"x")])
+    relay.call("queues")  # answered after the router applied (here: refused) the publish
     page.goto("/dead-letters/")
     refused = page.locator("#refused")
     row = refused.locator("tbody tr", has_text=gone)

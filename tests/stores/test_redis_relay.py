@@ -17,12 +17,13 @@ import pytest
 import redis
 
 from engine import Delivery, Engine, Message
-from engine.errors import InvalidArgument, NotFound, QueueFull, StoreError
+from engine.errors import InvalidArgument, LeaseLost, NotFound, QueueFull, StoreError
 from engine.relay import (
     CLAIM_CHECK,
     PURGE,
     STAMP,
     TAKE_THESE,
+    Handed,
     RelayClient,
     RelayRouter,
     delivery_keys,
@@ -730,3 +731,59 @@ def test_a_claim_by_an_auto_ack_consumer_settles_the_delivery_in_the_next_step(s
     assert router.run_once() == 1 and server.llen(outbox) == 1
     client.close()
     router.store.release_lease()
+
+
+# -- handed commands: the co-located path (SPEC §11, engine.relay.Handed) ------------------
+def test_handed_publishes_are_applied_after_the_inbox_head_and_take_nothing_off_it(
+    shared,
+) -> None:
+    url, name = shared
+    _, router, client = app_router(url, name)
+    inbox, _, _ = relay_keys(name)
+    raw = redis.Redis.from_url(url)
+    client.publish("q", Message(body=b"first"))
+    client.publish("q", Message(body=b"third"))
+    payload, mids, _ = client.publish_command("q", [Message(body=b"handed")])
+    handed = Handed.of(payload)
+    assert router.run_once(limit=1, handed=[handed]) == 2
+    assert handed.committed
+    assert raw.llen(inbox) == 1  # the step read one inbox command: it took that one off
+    delivered = client.deliveries("app", count=10, wait=1)
+    assert [d.message.body for d in delivered] == [b"first", b"handed"]
+    assert delivered[1].message.mid == mids[0]
+    assert router.run_once() == 1
+    assert [d.message.body for d in client.deliveries("app", count=10, wait=1)] == [b"third"]
+
+
+def test_a_handed_publish_the_router_refuses_is_set_aside_and_counts_as_committed(
+    shared,
+) -> None:
+    url, name = shared
+    _, router, client = app_router(url, name)
+    _, _, errors_key = relay_keys(name)
+    payload, _, _ = client.publish_command("nowhere", [Message(body=b"x")])
+    good, _, _ = client.publish_command("q", [Message(body=b"good")])
+    handed = [Handed.of(payload), Handed.of(good)]
+    router.run_once(handed=handed)
+    assert all(command.committed for command in handed)
+    [failure] = redis.Redis.from_url(url).lrange(errors_key, 0, -1)
+    assert json.loads(failure)["command"]["queue"] == "nowhere"
+    assert [d.message.body for d in client.deliveries("app", count=10, wait=1)] == [b"good"]
+
+
+def test_a_handed_publish_under_a_lost_lease_is_not_written_and_says_so(shared) -> None:
+    url, name = shared
+    _, router, client = app_router(url, name)
+    inbox, _, _ = relay_keys(name)
+    raw = redis.Redis.from_url(url)
+    raw.delete(f"xump:{{{name}}}:lease")  # the lease expired...
+    other = Engine()
+    other.store_create("redis", name, url=url)
+    assert RelayRouter(other, name, name="other", lease_ms=5000).acquire(timeout=1)  # ...taken
+    payload, _, _ = client.publish_command("q", [Message(body=b"handed")])
+    handed = Handed.of(payload)
+    with pytest.raises(LeaseLost):
+        router.run_once(handed=[handed])
+    assert not handed.committed
+    assert raw.llen(inbox) == 0
+    assert client.deliveries("app", count=10, wait=0.2) == []

@@ -18,6 +18,16 @@ client that sends one message a frame still rides batches of whatever arrived me
 and every publish still costs one fsync at most, shared. The mids are given out by the
 process's RelayClient (`publish_command`): the same prefix and serials as the HTTP path.
 
+The co-located path (SPEC §11; the STOMP server with XUMP_STOMP_ROUTES=true). When this
+process's own router drains the store (runtime.router_here), the group commit hands it the
+commands in memory instead (`_hand`, runtime.Router.hand): the router applies them in its
+next step and their publishes are answered once that step's commit came back, its one
+durable write (engine.relay.Handed has the argument). The router checks the wiring
+version they were sorted by as the guarded append would, and a handoff that follows an
+inbox append of this process makes the step read the inbox first, so a publisher's own
+commands never overtake each other. What the router did not write because it stopped
+routing (NotWritten) goes to the inbox after all, in order.
+
 The wiring version decides, as runtime.Service.publish_many does, whether the queue
 exists (else `not_found`) and whether it drops what does not fit (a limit, no overflow
 selector, no dead-letter queue): such a publish is a call the router answers
@@ -53,8 +63,8 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from engine import errors as engine_errors
-from engine.errors import InboxFull, InvalidArgument, NotFound, XumpError
-from engine.relay import GUARDED_PUSH, call_outcome, store_failure
+from engine.errors import InboxFull, InvalidArgument, NotFound, NotWritten, XumpError
+from engine.relay import GUARDED_PUSH, Handed, call_outcome, store_failure
 from engine.relay.trace import TRACE, trace_channel, trace_line
 from engine.validation import MAX_INT, MAX_NAME, MIN_INT, check_text
 from xumpweb import access, redis_clients
@@ -63,7 +73,7 @@ from xumpweb.api.jsonbody import MAX_DEPTH, too_deep
 from xumpweb.api.publishing import MAX_BATCH, message_from, messages_from
 from xumpweb.live.consumers import FrameError, LiveSocket
 from xumpweb.live.frames import encode
-from xumpweb.runtime import Service, service
+from xumpweb.runtime import MOVED, Router, Service, router_here, service
 
 logger = logging.getLogger("xump.live")
 
@@ -252,6 +262,8 @@ class GroupCommit(Gathered):
         self.version: bytes | None = None  # the wiring version the sets below are from
         self.queues: frozenset[str] = frozenset()
         self.dropping: frozenset[str] = frozenset()
+        # it appended to the inbox since its last handoff was committed (see _hand)
+        self.appended = True
 
     async def send(self, batch: list[Pending]) -> None:
         for _ in range(5):  # the wiring moving under us more often than this is unheard of
@@ -273,6 +285,13 @@ class GroupCommit(Gathered):
             going = self._sort(batch)
             if not going:
                 return
+            router = router_here(self.service.store)
+            if router is not None:
+                going = await self._hand(router, going)
+                if going is None:  # the wiring moved: sort again by the new one
+                    continue
+                if not going:
+                    return
             pipe = self.redis.pipeline(transaction=False)
             pipe.eval(GUARDED_PUSH, 2, self.keys["inbox"], self.keys["wiring"],
                       self.version, self.relay.inbox_limit or 2**62,
@@ -307,20 +326,61 @@ class GroupCommit(Gathered):
                     f"{self.relay.inbox_limit} commands or more (routing is behind or "
                     "stopped): publish again later"))  # fmt: skip
                 return
-            appended = time.time()
-            for items, _ in going:
-                for item in items:
-                    if item.applied:
-                        item.await_router()
-                    else:
-                        item.done()
-            traced = [mid for items, _ in going for item in items
-                      for message, mid in zip(item.messages, item.mids, strict=False)
-                      if TRACE in message.headers]  # fmt: skip
-            if traced:  # bench-only (engine/relay/trace.py)
-                trace_later(self.redis, self.service.store, "inbox", appended, traced)
+            self.appended = True  # a handoff from now on reads the inbox first
+            self._durable(going)
             return
         self._refuse(batch, engine_errors.StoreError("the wiring kept changing; publish again"))
+
+    def _durable(self, going: list[tuple[list[Pending], bytes]]) -> None:
+        """Answer publishes whose commands are durable (appended, or committed by this
+        process's router): `published` now, or the router's answer for those it answers."""
+        appended = time.time()
+        for items, _ in going:
+            for item in items:
+                if item.applied:
+                    item.await_router()
+                else:
+                    item.done()
+        traced = [mid for items, _ in going for item in items
+                  for message, mid in zip(item.messages, item.mids, strict=False)
+                  if TRACE in message.headers]  # fmt: skip
+        if traced:  # bench-only (engine/relay/trace.py)
+            trace_later(self.redis, self.service.store, "inbox", appended, traced)
+
+    async def _hand(
+        self, router: Router, going: list[tuple[list[Pending], bytes]]
+    ) -> list[tuple[list[Pending], bytes]] | None:
+        """SPEC §11's co-located path: hand the commands to this process's own router,
+        which applies them in its next step, whose commit is their one durable write (see
+        engine.relay.Handed). The commands left for the inbox: none once all are answered,
+        or those not written when the router stopped routing (in order, for the inbox
+        append); None when the wiring moved since they were sorted (nothing applied)."""
+        handed = [Handed.of(payload) for _, payload in going]
+        future = router.hand(handed, self.version or b"", after_inbox=self.appended)
+        if future is None:
+            return going
+        try:
+            moved = await asyncio.wrap_future(future)
+        except XumpError as error:
+            self._durable([pair for pair, command in zip(going, handed, strict=True)
+                           if command.committed])  # fmt: skip
+            left = [pair for pair, command in zip(going, handed, strict=True)
+                    if not command.committed]  # fmt: skip
+            if isinstance(error, NotWritten):
+                return left  # none of these was written: the inbox takes them
+            # the commit may or may not have happened: the publisher hears of it, as of
+            # an inbox append whose answer was lost
+            self._refuse([item for items, _ in left for item in items], error)
+            return []
+        if moved == MOVED:
+            self.version = None  # read again at the top of `send`
+            for items, _ in going:
+                for item in items:
+                    item.mids = []
+            return None
+        self.appended = False  # what it appended before was in the inbox the step read
+        self._durable(going)
+        return []
 
     def _sort(self, batch: list[Pending]) -> list[tuple[list[Pending], bytes]]:
         """The publishes of `batch` that go to the inbox, encoded by the wiring version

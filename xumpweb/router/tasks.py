@@ -43,8 +43,13 @@ def route(store: str) -> int:
     if service is None:
         logger.warning("no shard %r to route (XUMP_SHARDS changed?)", store)
         return 0
-    if service.redis.pttl(service.keys["lease"]) > 0:
+    keys = service.keys
+    left, preferred = (service.redis.pipeline(transaction=False).pttl(keys["lease"])
+                       .exists(keys["preferred"]).execute())  # fmt: skip
+    if left > 0:
         return 0  # a router holds it (standing, or lingering: its let_go looks again)
+    if preferred and not main.sharded:
+        return 0  # its preferred router takes it at its next look (router/watch.py)
     applied = None
     try:
         applied = watch.route_here(wait=settings.XUMP_LEASE_MS / 1000 * 1.5, store=store)

@@ -62,6 +62,22 @@ so the joining worker's watch takes it at its next looks. Losing or handing over
 never routes a message twice: every step is atomic and fenced, and the next holder
 rebuilds its engine from the store. With one shard nothing is marked and the share is 1.
 
+The preferred router (SPEC §11's co-located path, docs/live-path.md). A process that
+publishes and serves subscribers itself, the STOMP server with XUMP_STOMP_ROUTES=true,
+starts a watch that *prefers*
+the store (one shard only): at every look it marks itself the store's preferred router
+(the `preferred` key, set when absent or its own, expiring after the lease time, so a dead
+process's mark lapses with its lease), and takes the lease as soon as it is free, letting
+no look pass. A worker's watch that sees another process's mark takes no free lease, and
+if it stands it lets the lease go after the step in progress: the preferred process takes
+it at its next look. So while the STOMP server lives it routes, and hands its own
+publishes to its router in memory (runtime.Router.hand): a lone message then costs one
+durable write and no process hop. When it dies its mark and lease lapse together and a
+worker takes over, as from a dead worker. A preferred process whose router failed (it
+could not build its engine, Redis away) stops marking for PREFER_PAUSE seconds, so a
+process that cannot route never keeps the workers from it for long. Never two routers:
+the mark only changes who *tries*; the lease and the fenced commits are unchanged.
+
 Cost: per worker, one pipelined PTTL + GET (reads: no AOF write, no fsync) every look; the
 standing router's idle cost is its lease renewal (a write every quarter of the lease
 time) and its stats snapshot (with the `kicked` flag, every SNAPSHOT_EVERY).
@@ -69,6 +85,7 @@ time) and its stats snapshot (with the `kicked` flag, every SNAPSHOT_EVERY).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -85,6 +102,16 @@ from xumpweb import runtime
 logger = logging.getLogger("xump.router")
 
 ALIVE = "xump:{%s}:routing-workers"  # sorted set: worker name -> when its mark lapses
+PREFER_PAUSE = 30.0  # seconds a preferred process leaves the lease alone after failing
+# the preferred mark: set when absent or this process's own; the holder's name either way
+PREFER = """
+local held = redis.call('GET', KEYS[1])
+if (not held) or held == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return ARGV[1]
+end
+return held
+"""
 
 _guard = threading.Lock()  # guards the dicts below
 _routing: dict[str, threading.Lock] = {}  # per shard: one router at a time in this process
@@ -164,11 +191,13 @@ class LeaseWatch(threading.Thread):
     """Takes leases over when they are free, up to this worker's share (see the module
     doc)."""
 
-    def __init__(self, every: float) -> None:
+    def __init__(self, every: float, prefer: bool = False) -> None:
         super().__init__(name="xump-lease-watch", daemon=True)
         self.every = every  # seconds between looks at most
         self.deferred: set[str] = set()  # shards whose last look it let pass (see look)
         self.name_alive = f"{_node or 'worker'}:{id(self)}"
+        self.prefer = prefer  # this process routes the store first (see the module doc)
+        self.paused_until = 0.0  # monotonic: a preferred process's router failed until then
 
     def run(self) -> None:
         pause = 0.0
@@ -220,6 +249,8 @@ class LeaseWatch(threading.Thread):
             pipe.pttl(shard.keys["lease"]).get(shard.keys["fence"])
         if service.sharded:
             self._mark_alive(service, pipe)
+        else:
+            self._mark_preferred(service, pipe)
         try:
             found = pipe.execute()
         except redis.RedisError:
@@ -227,6 +258,9 @@ class LeaseWatch(threading.Thread):
                 raise
             found = self._look_shard_by_shard(service, shards)
         workers = found[-1] if service.sharded else 1
+        preferred = None if service.sharded else found[-1]
+        if preferred is not None and preferred.decode() != self.name_alive:
+            return self._defer(service.store, preferred.decode())
         share = math.ceil(len(shards) / max(workers, 1))
         with _guard:
             standing = [store for store, stop in _standing.items() if not stop.is_set()]
@@ -251,13 +285,40 @@ class LeaseWatch(threading.Thread):
             # lets one look pass (the last holder's watch looks again within half of one),
             # then takes it (the holder died, or is busy): a takeover comes one look after
             # the lease expired
-            if store not in self.deferred and not _held_last(store, fence):
+            first = preferred is not None  # the preferred process (this one) takes it now
+            if store not in self.deferred and not _held_last(store, fence) and not first:
                 self.deferred.add(store)
                 continue
             self.deferred.discard(store)
             standing.append(store)
             _stand(store)
         return pause
+
+    def _mark_preferred(self, service: runtime.Service, pipe: Any) -> None:
+        """Add to `pipe` this process's preferred mark (a preferring watch not paused) or
+        the read of whoever holds it: its name, or None."""
+        key = service.keys["preferred"]
+        if self.prefer and time.monotonic() >= self.paused_until:
+            pipe.eval(PREFER, 1, key, self.name_alive, settings.XUMP_LEASE_MS)
+        else:
+            pipe.get(key)
+
+    def _defer(self, store: str, holder: str) -> float:
+        """Another process is the store's preferred router: take nothing, and let go of a
+        lease routed standing here (after the step in progress); seconds to the next look."""
+        with _guard:
+            stop = _standing.get(store)
+        if stop is not None and not stop.is_set():
+            logger.info("letting the lease of %r go to its preferred router %s", store, holder)
+            stop.set()
+        self.deferred.discard(store)
+        return self.every
+
+    def failed(self) -> None:
+        """This process's standing router failed: if it prefers the store, it stops
+        marking itself for PREFER_PAUSE seconds (see the module doc)."""
+        if self.prefer:
+            self.paused_until = time.monotonic() + PREFER_PAUSE
 
 
 def _stand(store: str) -> None:
@@ -274,6 +335,9 @@ def _stand(store: str) -> None:
             routed = route_here(wait=0.0, linger=float("inf"), store=store, stop=_Either(stop))
         except Exception as problem:  # Redis away, the lease lost: the watch looks again
             logger.warning("the standing router of %r stopped: %s", store, problem)
+            watch = _watch
+            if watch is not None:
+                watch.failed()
         finally:
             with _guard:
                 if _standing.get(store) is stop:
@@ -303,15 +367,18 @@ def _held_last(store: str, fence: bytes | None) -> bool:
     return router is not None and fence is not None and router.fence == int(fence)
 
 
-def start(node: str | None = None) -> None:
-    """Start this worker's lease watch (Celery's worker_ready), with worker routing;
-    `node`: the worker's name, in its routers' leases."""
+def start(node: str | None = None, prefer: bool = False) -> None:
+    """Start this process's lease watch, with worker routing: a Celery worker's (its
+    worker_ready; `node`: the worker's name, in its routers' leases), or with `prefer` the
+    STOMP server's, which routes the store first (see the module doc; one shard only)."""
     global _watch, _node
     if settings.XUMP_ROUTING != "worker" or _watch is not None:
         return
+    if prefer and runtime.service().sharded:
+        return
     _node = node
     _stopping.clear()
-    _watch = LeaseWatch(every=settings.XUMP_LEASE_MS / 1000 / 4)
+    _watch = LeaseWatch(every=settings.XUMP_LEASE_MS / 1000 / 4, prefer=prefer)
     _watch.start()
 
 
@@ -319,9 +386,15 @@ def stop() -> None:
     """The worker shuts down: the watch (and every router of this process) lets go."""
     global _watch
     _stopping.set()
-    if _watch is not None:
-        _watch.join(timeout=settings.XUMP_LEASE_MS / 1000 + 5)
+    watch = _watch
+    if watch is not None:
+        watch.join(timeout=settings.XUMP_LEASE_MS / 1000 + 5)
         _watch = None
+        if watch.prefer:  # a worker may take the lease at once
+            service = runtime.service()
+            with contextlib.suppress(redis.RedisError):
+                if service.redis.get(service.keys["preferred"]) == watch.name_alive.encode():
+                    service.redis.delete(service.keys["preferred"])
     deadline = time.monotonic() + settings.XUMP_LEASE_MS / 1000 + 5
     for store in list(_routing):
         lock = _lock(store)

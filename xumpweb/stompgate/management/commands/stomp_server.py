@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import signal
+import socket
 import sys
 from typing import Any
 
@@ -21,7 +23,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from xumpweb import collector, runtime
-        from xumpweb.stompgate import tcp
 
         runtime.client_only()
         collector.settle()  # start-up is over (xumpweb/collector.py)
@@ -32,7 +33,7 @@ class Command(BaseCommand):
         host = options["host"] or settings.XUMP_STOMP_HOST
         port = options["port"] if options["port"] is not None else settings.XUMP_STOMP_PORT
         try:
-            asyncio.run(tcp.serve(host, port))
+            asyncio.run(self.serve(host, port))
         except OSError as problem:
             if problem.errno == errno.EADDRINUSE:
                 sys.stderr.write(
@@ -43,3 +44,29 @@ class Command(BaseCommand):
             raise
         except KeyboardInterrupt:
             pass
+
+    async def serve(self, host: str, port: int) -> None:
+        """Serve; with XUMP_STOMP_ROUTES, route the store first while serving (SPEC §11's
+        co-located path, xumpweb/router/watch.py) until SIGTERM or SIGINT, and let the
+        lease go on the way out, so a worker takes it over at once."""
+        from xumpweb.router import watch
+        from xumpweb.stompgate import tcp
+
+        if not settings.XUMP_STOMP_ROUTES:
+            await tcp.serve(host, port)
+            return
+        listening = asyncio.Event()
+        serving = asyncio.ensure_future(tcp.serve(host, port, listening))
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, serving.cancel)
+        try:
+            await asyncio.wait([serving, asyncio.ensure_future(listening.wait())],
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            if not serving.done():
+                watch.start(node=f"stomp@{socket.gethostname()}", prefer=True)
+            await serving
+        except asyncio.CancelledError:
+            pass
+        finally:
+            await asyncio.to_thread(watch.stop)
