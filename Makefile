@@ -8,7 +8,7 @@ REQUIREMENTS := $(sort $(wildcard requirements*.txt))
 PYTEST_ARGS ?=
 ADDRESS ?= 127.0.0.1:8000
 
-.PHONY: venv run test lint format bench check clean
+.PHONY: venv run test soak lint format bench check clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,12 @@ TEST_WORKERS ?= 3
 test: venv
 	@bash scripts/ensure_test_tools.sh
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+
+# the fault suite at the size of README's fault table (20,000 messages a fault; make test
+# runs it with 10,000)
+soak: venv
+	@bash scripts/ensure_test_tools.sh
+	XUMP_FAULT_MESSAGES=20000 $(BIN)/python -m pytest --durations=25 tests/faults
 
 lint: venv
 	$(BIN)/ruff check .

@@ -723,6 +723,9 @@ class Router:
         self.keys = keys(store)
         self.calls = {name: self._watch(name, fn) for name, fn in operations.CALLS.items()}
         self._handoffs: deque[Handoff] = deque()  # handed over, not yet taken by a step
+        # whether it takes this process's handoffs while it drains (the STOMP server's
+        # preferred router, router/watch.py): otherwise its publishes go to the inbox
+        self.takes_handoffs = False
 
     def _watch(self, name: str, function: Any) -> Any:
         if name not in operations.WIRING_CALLS:
@@ -872,7 +875,8 @@ class Router:
     def drain(self, linger: float = LINGER, stop: threading.Event | None = None) -> int:
         """Apply commands until the inbox has stayed empty for `linger` seconds (or `stop`
         is set); how many. StoreError (and the engine discarded) if the lease is lost.
-        While it drains it takes this process's handoffs (Router.hand)."""
+        While it drains it takes this process's handoffs (Router.hand) if it
+        `takes_handoffs`."""
         relay = self.relay
         if relay is None:
             raise StoreError("the router does not hold the lease; call acquire() first")
@@ -886,8 +890,9 @@ class Router:
             self._wake = socket.socketpair()
             for end in self._wake:
                 end.setblocking(False)
-        with _handing:
-            _taking_handoffs[self.store] = self
+        if self.takes_handoffs:
+            with _handing:
+                _taking_handoffs[self.store] = self
         try:
             doorbell.subscribe(self.keys["doorbell"])  # before the first look: no ring lost
             look = True  # read the inbox at the next step (see _RelayRouter.run_once)

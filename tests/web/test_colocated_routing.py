@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,35 @@ def delivered_over_http(service: Service, queue: str, body: str) -> None:
         eventually(routed, f"{body!r} routed into {queue}", within=60)
 
 
+def inbox_pushes(service: Service, action: Callable[[], None]) -> list[str]:
+    """The publish commands pushed onto the store's inbox (directly or inside a script)
+    while `action()` ran, as Redis's MONITOR showed them (acks go there either way)."""
+    url, store = service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"]
+    inbox, marker = f"xump:{{{store}}}:inbox", f"monitor-end-{uuid.uuid4().hex}"
+    seen: list[str] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with redis.Redis.from_url(url).monitor() as monitor:
+            ready.set()
+            for command in monitor.listen():
+                text = command["command"]
+                if marker in text:
+                    return
+                pushed = text.split(" ", 1)[0].upper() in ("RPUSH", "LPUSH")
+                if pushed and inbox in text and '"publish"' in text:
+                    seen.append(text)
+
+    watching = threading.Thread(target=watch, daemon=True)
+    watching.start()
+    assert ready.wait(30)
+    action()
+    redis.Redis.from_url(url).set(marker, "1", ex=60)
+    watching.join(60)
+    assert not watching.is_alive()
+    return seen
+
+
 def one_message_through(service: Service, port: int, queue: str) -> tuple:
     """Once the STOMP server on `port` routes: a subscriber of /queue/`queue` and a
     producer, and one message ("warm") sent, received and acked; (subscriber, producer)."""
@@ -89,12 +120,21 @@ def test_the_stomp_server_routes_while_it_runs_and_workers_take_over_when_it_goe
     eventually(lambda: worker_routes(service), "the worker routing", within=120)
     port = service.start_stomp("stomp-colocated", **ROUTES)
     queue = unique("co")
-    one_message_through(service, port, queue)
+    subscriber, producer = one_message_through(service, port, queue)
+
+    def send_and_take() -> None:
+        producer.send(f"/queue/{queue}", "handed", receipt="r-handed")
+        producer.receipt("r-handed")
+        handed = subscriber.take(2)[1]
+        assert handed.body == "handed"
+        subscriber.ack(handed, receipt="a-handed")
+
+    assert inbox_pushes(service, send_and_take) == []  # handed to the router in memory
     # an HTTP publish goes through the inbox, which the STOMP server's router reads too
     parked = unique("parked")
     with service.client() as http:
         assert http.post("/api/queues", json={"name": parked}).status_code == 201
-    delivered_over_http(service, parked, "through the inbox")
+    assert inbox_pushes(service, lambda: delivered_over_http(service, parked, "through the inbox"))
     assert stomp_routes(service)
 
     service.stop("stomp-colocated")  # SIGTERM: it lets the lease go on its way out

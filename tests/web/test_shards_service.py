@@ -9,6 +9,7 @@ import itertools
 import json
 import zlib
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
@@ -296,13 +297,20 @@ def test_the_command_line_publishes_and_subscribes_on_every_shard(sharded):
     with sharded.client() as http:
         for name in names.values():
             delivering(http, name)
-    for name in names.values():
-        published = sharded.manage("xump", "publish", name, f"to {name}")
-        assert published.returncode == 0, published.stderr
-        taken = sharded.manage("xump", "subscribe", name, "--count", "1")
-        assert taken.returncode == 0, taken.stderr
-        [line] = taken.stdout.splitlines()
-        assert json.loads(line)["message"]["body"] == f"to {name}"
+    queues = list(names.values())
+    # one command per shard at a time, the shards side by side (each start of manage.py is
+    # seconds of Django start-up on a busy machine)
+    with ThreadPoolExecutor(len(queues)) as pool:
+        for published in pool.map(
+            lambda name: sharded.manage("xump", "publish", name, f"to {name}"), queues
+        ):
+            assert published.returncode == 0, published.stderr
+        taken = pool.map(lambda name: sharded.manage("xump", "subscribe", name, "--count", "1"),
+                         queues)  # fmt: skip
+        for name, answer in zip(queues, taken, strict=True):
+            assert answer.returncode == 0, answer.stderr
+            [line] = answer.stdout.splitlines()
+            assert json.loads(line)["message"]["body"] == f"to {name}"
 
 
 def test_inline_routing_routes_every_shard_in_the_web_process(redis_server, tmp_path):

@@ -148,6 +148,9 @@ def route_here(
         router = _routers.get(store)
         if router is None:
             router = _routers[store] = runtime.router(store, _node)
+            # the preferred router (the STOMP server) takes its process's publishes in
+            # memory; a worker's has none
+            router.takes_handoffs = _watch is not None and _watch.prefer
         if not router.acquire(wait=max(deadline - time.monotonic(), 0.0)):
             return None
         try:
