@@ -4,10 +4,13 @@ an operator asks, their unsettled deliveries going back."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from tests.web.conftest import unique
+from tests.web.conftest import PYTHON, ROOT, _environment, unique
 from tests.web.test_subscribe import issue_token, receive, send, subscribe, take, wait_for, xump
 
 __all__ = ["xump"]  # the fixture
@@ -118,3 +121,59 @@ def test_subscribers_of_another_web_process_are_listed_closed_and_gone_when_it_d
             assert wait_for(lambda: not listed(xump.http, killed_one))
     finally:
         elsewhere.stop("server", kill=True)
+
+
+ACKS_AFTER_THE_CLIENT_WENT = """
+import asyncio, json
+import django
+django.setup()
+from xumpweb.live.consumers import SubscribeConsumer
+
+
+class Reader:  # records the settlements the consumer hands its outbox reader
+    def __init__(self):
+        self.acked = []
+        self.unsettled = {"t1": None, "t2": None}
+
+    async def ack(self, tags):
+        self.acked.extend(tags)
+        return []
+
+
+consumer = SubscribeConsumer()
+consumer.closed, consumer.finished, consumer.authorized = True, False, True
+consumer.reader, consumer.credit = Reader(), 0
+seen = {}
+
+
+async def receive(frame):
+    await consumer.websocket_receive({"text": json.dumps(frame)})
+
+
+asyncio.run(receive({"type": "ack", "tags": ["t1", "t2"]}))
+seen["acked_while_closed"] = list(consumer.reader.acked)
+asyncio.run(receive({"type": "credit", "n": 10}))
+seen["credit_while_closed"] = consumer.credit
+consumer.finished = True
+asyncio.run(receive({"type": "ack", "tags": ["t3"]}))
+seen["acked_after_finish"] = list(consumer.reader.acked)
+print(json.dumps(seen))
+"""
+
+
+def test_acks_that_came_before_the_client_went_are_applied_after_a_send_saw_it_gone(
+    redis_server, tmp_path
+):
+    """The client acks and closes at once; the server's pump finds the connection gone (a
+    send fails: `closed`) before the ack frame's turn comes, then the disconnect gives
+    back what is unsettled. The ack must still be applied first: ignoring it gave those
+    deliveries again to the destination's other subscriber (a fault-suite run: 50
+    unexplained duplicates). Other frames of a client that is gone are not obeyed, and
+    nothing is once the connection is finished. (In a subprocess with Django set up.)"""
+    env = _environment(redis_server.url, tmp_path, "inline")
+    ran = subprocess.run([PYTHON, "-c", ACKS_AFTER_THE_CLIENT_WENT], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert seen == {"acked_while_closed": ["t1", "t2"], "credit_while_closed": 0,
+                    "acked_after_finish": ["t1", "t2"]}  # fmt: skip

@@ -99,6 +99,9 @@ class LayerlessConsumer(AsyncConsumer):
         await handler(message)
 
 
+SETTLING = frozenset({"ack", "reject"})  # frames still obeyed once the client is gone
+
+
 class LiveSocket(LayerlessConsumer):
     """What both consumers share: the handshake, authentication (a token in the query
     string or in a first `auth` frame, or the console's session) and the right to stay
@@ -137,7 +140,7 @@ class LiveSocket(LayerlessConsumer):
             self.tasks.append(asyncio.create_task(self._auth_deadline()))
 
     async def websocket_receive(self, message: dict[str, Any]) -> None:
-        if self.closed:
+        if self.finished:
             return
         text = message.get("text")
         if text is None:
@@ -152,6 +155,11 @@ class LiveSocket(LayerlessConsumer):
             await self.error("bad_frame", 'a frame is a JSON object with a "type"')
             return
         kind = frame["type"]
+        if self.closed and kind not in SETTLING:
+            # the client is gone (a send found it so before this frame's turn came); what
+            # it settled before it went still counts: those acks and rejects are applied
+            # before `finish` gives back the rest (else they came again elsewhere)
+            return
         started = time.perf_counter()
         try:
             if kind == "heartbeat":
