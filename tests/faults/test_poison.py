@@ -35,8 +35,9 @@ from tests.figures import report
 from tests.web.conftest import unique
 from tests.web.test_end_to_end import start_workers
 
-GOOD = 5000
-EVERY = 20  # a hostile request after every EVERY good publishes
+GOOD = 2000
+EVERY = 10  # a hostile request after every EVERY good publishes (each kind twice)
+RAW_EVERY = 250  # a hostile command straight into the inbox after every RAW_EVERY
 # The latency is printed, not held to 100 ms: on a shared machine the scheduler alone makes
 # outliers of that size. A stalled router (the old failure) delivers nothing at all, which
 # the exactly-once check catches; this bound only catches one that stalls for seconds.
@@ -149,6 +150,7 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
     store = redis.Redis.from_url(service.env["XUMP_REDIS_URL"])
     hostile = hostile_requests(queue)
     raw = raw_commands(queue)
+    assert len(hostile) <= GOOD // EVERY and len(raw) <= GOOD // RAW_EVERY  # each one is sent
     with service.client() as client:
         assert client.post("/api/queues", json={"name": queue}).status_code == 201
         made = client.post(
@@ -180,8 +182,8 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
                 headers = {"Content-Type": "application/json"}
                 sent = _chunked(content) if door == "django single" else content
                 answers.append((what, door, client.post(path, content=sent, headers=headers)))
-            if n % 500 == 250:  # past the doors, straight into the router's inbox
-                store.rpush(inbox, raw[(n // 500) % len(raw)][1])
+            if n % RAW_EVERY == RAW_EVERY // 2:  # past the doors, into the router's inbox
+                store.rpush(inbox, raw[(n // RAW_EVERY) % len(raw)][1])
         published = time.monotonic() - started
         deadline = time.monotonic() + 30
         while len(subscriber.received) < GOOD and time.monotonic() < deadline:
@@ -225,10 +227,11 @@ def test_poison_through_every_door_never_stalls_the_router_or_loses_a_good_messa
     # the good messages right behind each hostile inbox command: the router set it aside
     # (a rolled-back step, retried in parts) before it routed them
     behind = max(arrived[f"g{n}"] - sent_at[f"g{n}"]
-                 for start in range(251, GOOD, 500) for n in range(start, start + 10))  # fmt: skip
+                 for start in range(RAW_EVERY // 2 + 1, GOOD, RAW_EVERY)
+                 for n in range(start, start + 10))  # fmt: skip
     report("poison suite", [
         f"{GOOD} good publishes in {published:.1f} s with {len(answers)} hostile "
-        f"requests, {len(frames)} hostile WebSocket publish frames and {GOOD // 500} "
+        f"requests, {len(frames)} hostile WebSocket publish frames and {GOOD // RAW_EVERY} "
         f"hostile inbox commands; publish-to-delivery latency "
         f"median {statistics.median(latencies) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
         f"max {worst * 1000:.1f} ms; right behind a hostile inbox command at most "

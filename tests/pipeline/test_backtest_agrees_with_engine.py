@@ -19,7 +19,7 @@ from engine.pipeline.spark import read_archive
 from engine.pipeline.translate import condition, match_column
 from tests.pipeline import generate
 
-MESSAGES = 10_000
+MESSAGES = 3_000  # generated messages: every outcome of every expression, often
 EXPRESSIONS = 200
 
 
@@ -68,7 +68,7 @@ def test_filters_agree_with_the_engine_on_every_message_in_three_valued_logic(sp
                 assert spark_says[mid] is expected, (texts[start + n], message)
                 outcomes[{True: "TRUE", False: "FALSE", None: "UNKNOWN"}[expected]] += 1
     # the generated expressions exercise every outcome, often
-    assert min(outcomes.values()) > 100_000, outcomes
+    assert min(outcomes.values()) > MESSAGES * EXPRESSIONS // 20, outcomes
 
 
 def test_topic_patterns_with_star_and_hash_agree_with_the_engine(spark, archived):
@@ -85,7 +85,7 @@ def test_topic_patterns_with_star_and_hash_agree_with_the_engine(spark, archived
             expected = bool(trie.match(message.address))
             assert answers[f"p{n}"][mid] is expected, (pattern, message.address)
             total += expected
-    assert total > 10_000
+    assert total > MESSAGES
 
 
 def test_exact_prefix_and_regex_matches_agree_with_the_engine_on_address_and_headers(

@@ -15,13 +15,17 @@ test asking for it runs over TCP and over WebSocket), `connect`, `clients` and
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -137,8 +141,19 @@ class Service:
             process.wait()
 
     def close(self) -> None:
-        for name in list(self.processes):
-            self.stop(name)
+        """Stop every process, all at once (SIGTERM, then kill -9 after 20 s)."""
+        stopping = list(self.processes.values())
+        self.processes.clear()
+        for process in stopping:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for process in stopping:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def _serve(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen:
@@ -186,12 +201,21 @@ def _environment(redis_url: str, directory: Path, routing: str) -> dict[str, str
     return env
 
 
-def start_service(redis_url: str, directory: Path, routing: str, **settings: str) -> Service:
-    """The ASGI server on a free port; `settings`: more environment (XUMP_...=value)."""
-    env = _environment(redis_url, directory, routing)
-    env.update(settings)
-    port = free_port()
-    service = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", env)
+# the first service of a test process migrates its database and makes the admin login and
+# token (two Django processes, about 3 s); the others start from a copy of that database
+_TEMPLATE: dict[str, tuple[Path, str]] = {}
+
+
+def _database(service: Service, directory: Path) -> str:
+    """A migrated database with the admin login and an admin token at the service's
+    DATABASE_URL (under `directory`); the token's secret."""
+    own = directory / "xump.sqlite3"
+    copied = service.env["DATABASE_URL"] == f"sqlite:///{own}"
+    made = _TEMPLATE.get(service.env["XUMP_SECRET_KEY"])
+    if copied and made is not None:
+        template, token = made
+        _copy_database(template, own)
+        return token
     migrated = service.manage("migrate", "--noinput", "--verbosity", "0")
     assert migrated.returncode == 0, migrated.stderr
     printed = service.shell(
@@ -200,7 +224,28 @@ def start_service(redis_url: str, directory: Path, routing: str, **settings: str
         "User.objects.create_superuser('admin', '', 'admin-password')\n"
         "print(ApiToken.issue('tests', {'*': ['publish', 'consume', 'manage']})[1])"
     )
-    service.admin_token = printed.splitlines()[-1]
+    token = printed.splitlines()[-1]
+    if copied:
+        kept = tempfile.mkdtemp(prefix="xump-template-")
+        atexit.register(shutil.rmtree, kept, True)
+        _copy_database(own, Path(kept) / "xump.sqlite3")
+        _TEMPLATE[service.env["XUMP_SECRET_KEY"]] = (Path(kept) / "xump.sqlite3", token)
+    return token
+
+
+def _copy_database(source: Path, target: Path) -> None:
+    """SQLite's online backup of `source` into `target` (a new file)."""
+    with closing(sqlite3.connect(source)) as reading, closing(sqlite3.connect(target)) as writing:
+        reading.backup(writing)
+
+
+def start_service(redis_url: str, directory: Path, routing: str, **settings: str) -> Service:
+    """The ASGI server on a free port; `settings`: more environment (XUMP_...=value)."""
+    env = _environment(redis_url, directory, routing)
+    env.update(settings)
+    port = free_port()
+    service = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", env)
+    service.admin_token = _database(service, directory)
     service.processes["server"] = _serve(env, port, directory / "server.log")
     if not _answers(service.url, service.processes["server"]):
         service.close()
