@@ -1,7 +1,7 @@
 """The router's CPU per routed message, alone (issue 20). Prints figures; asserts nothing.
 
     python bench/relay_step_bench.py [--messages N] [--batch B] [--acks A] [--repeat R]
-                                     [--profile FILE]
+                                     [--profile FILE] [--journal on|off|both]
 
 What the service's Celery worker does for each message of the STOMP end to end bench,
 without the other processes' noise: a private redis-server (AOF, appendfsync always), the
@@ -13,7 +13,10 @@ outbox, appends confirms of A tags each and routes those. Only the router's call
 (run_once) are timed, by this process's CPU clock (time.process_time): CPU microseconds
 per message, publish and confirm, and the wall time of those calls, which includes
 Redis's answers. The best and the median of R runs of N messages are printed.
-`--profile FILE` writes a cProfile of one run instead.
+`--profile FILE` writes a cProfile of one run instead. `--journal off` routes with the
+engine's event journal off (no lineage, nothing appended to the store's journal list);
+`--journal both` runs on and off alternately and prints what the journal costs (SPEC §12:
+recording lineage should cost at most 5 % of routing throughput).
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from xumpweb.runtime import _RelayRouter
 BODY = b"x" * 100
 
 
-def build(url: str, store: str) -> tuple[_RelayRouter, RelayClient]:
-    engine = Engine(journal=True)
+def build(url: str, store: str, journal: bool = True) -> tuple[_RelayRouter, RelayClient]:
+    engine = Engine(journal=journal)
     engine.store_create("redis", store, url=url)
     engine.set_default_store(store)
     router = _RelayRouter(engine, store, name="bench", lease_ms=10_000)
@@ -105,41 +108,54 @@ def main() -> None:
     parser.add_argument("--acks", type=int, default=10, help="tags per confirm command")
     parser.add_argument("--repeat", type=int, default=5, help="runs (best and median printed)")
     parser.add_argument("--profile", help="write a cProfile of one run to this file")
+    parser.add_argument("--journal", choices=("on", "off", "both"), default="on",
+                        help="the engine's event journal (both: on and off, compared)")  # fmt: skip
     options = parser.parse_args()
     import django
 
     django.setup()
+    modes = {"on": (True,), "off": (False,), "both": (True, False)}[options.journal]
+    cpus: dict[bool, list[float]] = {mode: [] for mode in modes}
+    walls: dict[bool, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as directory:
         server = RedisServer(Path(directory))
         server.start()
         try:
-            router, client = build(server.url, f"b{uuid.uuid4().hex[:8]}")
-            one_run(router, client, 2_000, options.batch, options.acks)  # warm-up
+            routers = {}
+            for mode in modes:  # one router at a time holds its own store's lease
+                routers[mode] = build(server.url, f"b{uuid.uuid4().hex[:8]}", mode)
+                one_run(*routers[mode], 2_000, options.batch, options.acks)  # warm-up
             if options.profile:
                 import cProfile
 
                 profiler = cProfile.Profile()
                 profiler.enable()
-                one_run(router, client, options.messages, options.batch, options.acks)
+                one_run(*routers[modes[0]], options.messages, options.batch, options.acks)
                 profiler.disable()
                 profiler.dump_stats(options.profile)
                 return
-            cpus, walls = [], []
             for _ in range(options.repeat):
-                cpu, wall = one_run(router, client, options.messages, options.batch,
-                                    options.acks)  # fmt: skip
-                cpus.append(cpu * 1e6 / options.messages)
-                walls.append(wall * 1e6 / options.messages)
-            client.close()
+                for mode in modes:  # alternately, so a busy moment costs both the same
+                    cpu, wall = one_run(*routers[mode], options.messages, options.batch,
+                                        options.acks)  # fmt: skip
+                    cpus[mode].append(cpu * 1e6 / options.messages)
+                    walls[mode].append(wall * 1e6 / options.messages)
+            for _, client in routers.values():
+                client.close()
         finally:
             server.kill()
     print(f"relay step bench ({os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}): "
           f"{options.messages:,} messages a run, publishes appended {options.batch} at once, "
           f"{options.acks} tags a confirm")  # fmt: skip
-    print(f"  router CPU us per message: best {min(cpus):.1f}, median "
-          f"{statistics.median(cpus):.1f} ({', '.join(f'{c:.1f}' for c in cpus)})")  # fmt: skip
-    print(f"  router wall us per message: best {min(walls):.1f}, median "
-          f"{statistics.median(walls):.1f}")  # fmt: skip
+    for mode in modes:
+        print(f"  journal {'on' if mode else 'off'}: router CPU us per message: best "
+              f"{min(cpus[mode]):.1f}, median {statistics.median(cpus[mode]):.1f} "
+              f"({', '.join(f'{c:.1f}' for c in cpus[mode])}); wall us per message: best "
+              f"{min(walls[mode]):.1f}, median {statistics.median(walls[mode]):.1f}")  # fmt: skip
+    if len(modes) == 2:
+        on, off = statistics.median(cpus[True]), statistics.median(cpus[False])
+        print(f"  the journal costs {(on / off - 1) * 100:+.1f} % of the router's CPU per "
+              f"message (medians): throughput {(1 - off / on) * 100:.1f} % lower")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -156,7 +156,8 @@ class Absence(Rules):
         if journal is not None:
             mid = entry.message.mid
             destination = sel.destination_of(entry.message)
-            journal((_time(), "expire", mid, qrt.name, sel.id, destination, "recalled", None))
+            journal((_time(), "expire", mid, qrt.name, sel.id, destination, "recalled", None,
+                     tag))  # fmt: skip
         self._credit_back(qrt, sel)
         count = entry.delivery_count
         destination = sel.destination_of(entry.message)

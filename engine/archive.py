@@ -25,6 +25,8 @@ replay but read as NULL by the backtest. Then `body` (binary).
 
 Event rows (EVENTS_SCHEMA): the journal's fields (engine/event_journal.py EVENT_FIELDS,
 `queue` as the partition) plus `epoch` and `position`, which name each event for good.
+Files written before the journal kept delivery tags have no `tag` column: read with
+EVENTS_SCHEMA (as `events_of` and the Spark jobs read), their tags are null.
 
 Idempotence: the manifest keeps, per queue, the last history seq written and, per journal
 epoch, the last event position written; a write skips what is at or below them. Data files
@@ -99,6 +101,7 @@ EVENTS_SCHEMA = pa.schema(
         ("target", pa.string()),
         ("detail", pa.string()),
         ("address", pa.string()),
+        ("tag", pa.string()),
         ("epoch", pa.string()),
         ("position", pa.int64()),
     ]
@@ -259,7 +262,9 @@ class Archive:
             if not events:
                 return 0
             start = first + skip
-            time, kind, mid, queue, selector, target, detail, address = zip(*events, strict=True)
+            time, kind, mid, queue, selector, target, detail, address, tag = zip(
+                *events, strict=True
+            )
             table = pa.table(
                 {
                     "time": pa.array(time, pa.float64()),
@@ -269,6 +274,7 @@ class Archive:
                     "target": pa.array(target, pa.string()),
                     "detail": pa.array(detail, pa.string()),
                     "address": pa.array(address, pa.string()),
+                    "tag": pa.array(tag, pa.string()),
                     "epoch": pa.array([epoch] * len(events), pa.string()),
                     "position": pa.array(range(start, start + len(events)), pa.int64()),
                 },
@@ -299,7 +305,7 @@ class Archive:
             queue = decode_partition(path.parent.name.partition("=")[2])
             for row in table.to_pylist():
                 event = (row["time"], row["kind"], row["mid"], queue, row["selector"],
-                         row["target"], row["detail"], row["address"])  # fmt: skip
+                         row["target"], row["detail"], row["address"], row["tag"])  # fmt: skip
                 found.append((row["epoch"], row["position"], event))
         return found
 

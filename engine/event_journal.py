@@ -31,18 +31,25 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-EVENT_FIELDS = ("time", "kind", "mid", "queue", "selector", "target", "detail", "address")
+EVENT_FIELDS = (
+    "time", "kind", "mid", "queue", "selector", "target", "detail", "address", "tag",
+)  # fmt: skip
+# events recorded before "tag" was a field (a journal list or an archive written then) have
+# the first OLD_WIDTH fields only; `widened` gives them the rest as None
+OLD_WIDTH = 8
 
 EVENT_KINDS = (
     "publish",  # an application published to `queue` (address given); detail = the seq it
     # gets there, as text (None when it gets none yet: delayed, or arriving at a full queue)
     "route",  # a COPY/MOVE/BOUNCE selector of `queue` put it into `target`; detail = action
     "delete",  # a DELETE selector of `queue` took it
-    "deliver",  # delivered to destination `target`; detail "redelivered" on a repeat
-    "confirm",  # the application confirmed the delivery at `queue`/`selector`
-    "reject",  # the application rejected it; detail "requeue" when it went back
-    "expire",  # unconfirmed past the delivery timeout: back to the front of `queue`;
-    # detail "recalled": its destination was away, back to the queue it was moved from
+    "deliver",  # delivered to destination `target` as delivery `tag`; detail
+    # "redelivered" on a repeat
+    "confirm",  # the application confirmed delivery `tag` at `queue`/`selector`
+    "reject",  # the application rejected delivery `tag`; detail "requeue" when it went back
+    "expire",  # delivery `tag` unconfirmed past the delivery timeout: back to the front of
+    # `queue`; detail "recalled": its destination was away, back to the queue it was moved
+    # from
     "dead_letter",  # sent to dead-letter queue `target`; detail = the x-reason
     "drop",  # dropped (no dead-letter queue); detail = the reason it would have had
 )
@@ -62,6 +69,15 @@ class JournalEvent(NamedTuple):
     target: str | None  # the queue or destination it went to
     detail: str | None  # reason, action or flag, as EVENT_KINDS says
     address: str | None  # the message address (publish events only)
+    tag: str | None = None  # the delivery tag (deliver, confirm, reject and expire events)
+
+
+def widened(event: tuple | list) -> tuple:
+    """An event read back from a journal list or an archive as a tuple of every field in
+    EVENT_FIELDS order: one recorded before a field existed gets None for it."""
+    event = tuple(event)
+    missing = len(EVENT_FIELDS) - len(event)
+    return event + (None,) * missing if missing > 0 and len(event) >= OLD_WIDTH else event
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import InvalidArgument, NotFound
-from engine.event_journal import EVENT_FIELDS, EventJournal
+from engine.event_journal import EVENT_FIELDS, EventJournal, widened
 
 MAX_MID = 200  # characters of a mid worth looking for (the engine's are far shorter)
 
@@ -38,7 +38,8 @@ class Lineage:
     def trace(self, mid: str) -> list[dict[str, Any]]:
         """Everything that happened to message `mid` in this engine, oldest first, as
         recorded by the event journal: each step has `time`, `kind`, `queue`, `selector`,
-        `target`, `detail` (and `seq` for a publish) and `said`, a sentence.
+        `target`, `detail`, `tag` (the delivery's, for deliver, confirm, reject and
+        expire), `seq` for a publish, and `said`, a sentence.
 
         InvalidArgument when the engine keeps no journal; NotFound when the journal holds
         no event of `mid` (an unknown mid, or events already drained to an archive)."""
@@ -60,8 +61,9 @@ class Lineage:
 
 
 def step_of(event: tuple | list) -> dict[str, Any]:
-    """One journal event (EVENT_FIELDS order) as a step of a trace."""
-    step: dict[str, Any] = dict(zip(EVENT_FIELDS, event, strict=True))
+    """One journal event (EVENT_FIELDS order; one recorded before a field existed lacks
+    it) as a step of a trace."""
+    step: dict[str, Any] = dict(zip(EVENT_FIELDS, widened(event), strict=True))
     kind, detail = step["kind"], step["detail"]
     if kind == "publish":
         step["seq"] = int(detail) if isinstance(detail, str) and detail.isdigit() else None
@@ -80,20 +82,21 @@ def _said(step: dict[str, Any]) -> str:
     if kind == "route":
         done = {"copy": "copied", "move": "moved", "bounce": "bounced"}.get(detail, detail)
         return f"{by} {done} it into {target!r}"
+    tag = f" as {step['tag']}" if step.get("tag") else ""
     if kind == "deliver":
         again = " again (redelivered)" if detail == "redelivered" else ""
-        return f"{by} delivered it to destination {target!r}{again}"
+        return f"{by} delivered it to destination {target!r}{tag}{again}"
     if kind == "delete":
         return f"{by} deleted it"
     if kind == "confirm":
-        return f"confirmed by destination {target!r} ({by})"
+        return f"confirmed by destination {target!r}{tag} ({by})"
     if kind == "reject":
         back = ", back to the queue" if detail == "requeue" else ""
-        return f"rejected by destination {target!r} ({by}){back}"
+        return f"rejected by destination {target!r}{tag} ({by}){back}"
     if kind == "expire":
         if detail == "recalled":
-            return f"recalled from {by}: its destination {target!r} was away"
-        return f"timed out unconfirmed at {by}: back to the front of {queue!r}"
+            return f"recalled from {by}{tag}: its destination {target!r} was away"
+        return f"timed out unconfirmed at {by}{tag}: back to the front of {queue!r}"
     if kind == "dead_letter":
         return f"dead-lettered from {queue!r} into {target!r} ({detail})"
     if kind == "drop":

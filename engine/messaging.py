@@ -53,7 +53,8 @@ def _publish_event(qrt: QueueRuntime, message: Message, unknown: str | None) -> 
         seq = None
         if not message.delay and (qrt.limit is None or state.depth() < qrt.limit):
             seq = str(state.last_seq() + 1)
-        return (message.timestamp, "publish", message.mid, queue, None, None, seq, message.address)
+        return (message.timestamp, "publish", message.mid, queue, None, None, seq,
+                message.address, None)  # fmt: skip
     return (
         message.timestamp,
         "dead_letter",
@@ -63,6 +64,7 @@ def _publish_event(qrt: QueueRuntime, message: Message, unknown: str | None) -> 
         queue,
         "no-such-queue",
         message.address,
+        None,
     )
 
 
@@ -99,7 +101,7 @@ class Messaging(Rules):
             if unknown is None and qrt.limit is None and not message.delay:
                 # the common case, inline: the seq it gets is the next one
                 journal((message.timestamp, "publish", message.mid, qrt.name, None, None,
-                         str(qrt.state.last_seq() + 1), message.address))  # fmt: skip
+                         str(qrt.state.last_seq() + 1), message.address, None))  # fmt: skip
             else:
                 journal(_publish_event(qrt, message, unknown))
         self._visited.add((message.mid, qrt.name))
@@ -155,9 +157,17 @@ class Messaging(Rules):
     ) -> None:
         visited, arrive, name = self._visited, self._arrive, qrt.name
         journal = qrt.journal
+        # the common case's publish events inline, as in _publish: the seq each gets is the
+        # next one (no limit, no delay, a queue that exists)
+        inline = unknown is None and qrt.limit is None
+        state = qrt.state
         for message in messages:
             if journal is not None:
-                journal(_publish_event(qrt, message, unknown))
+                if inline and not message.delay:
+                    journal((message.timestamp, "publish", message.mid, name, None, None,
+                             str(state.last_seq() + 1), message.address, None))  # fmt: skip
+                else:
+                    journal(_publish_event(qrt, message, unknown))
             visited.add((message.mid, name))
             if message.delay:
                 self._schedule_entry(qrt, Entry(0, message, None),
@@ -242,7 +252,8 @@ class Messaging(Rules):
         if journal is not None:
             message = entry.message
             destination = sel.target if sel.target_from is None else sel.destination_of(message)
-            journal((self._clock, event, message.mid, qrt.name, sel.id, destination, detail, None))
+            journal((self._clock, event, message.mid, qrt.name, sel.id, destination, detail,
+                     None, tag))  # fmt: skip
         return entry
 
     def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
@@ -340,7 +351,8 @@ class Messaging(Rules):
             for tag in tags:
                 message = outstanding[tag].message
                 destination = sel.destination_of(message)
-                journal((now, "expire", message.mid, qrt.name, sel.id, destination, None, None))
+                journal((now, "expire", message.mid, qrt.name, sel.id, destination, None,
+                         None, tag))  # fmt: skip
         self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags], retry=True)
 
     def _give_back(
@@ -452,7 +464,8 @@ class Messaging(Rules):
             qrt.counters["dropped"] += 1
             journal = qrt.journal
             if journal is not None:
-                journal((self._clock, "drop", mid, qrt.name, None, None, "cancelled", None))
+                journal((self._clock, "drop", mid, qrt.name, None, None, "cancelled", None,
+                         None))  # fmt: skip
             self._settle(entry.origin)
 
     def _outstanding(self, delivery: Delivery | str) -> tuple[QueueRuntime, SelectorRuntime, str]:

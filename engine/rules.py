@@ -304,9 +304,8 @@ class Rules:
         if target is not None:
             journal = qrt.journal
             if journal is not None:
-                journal(
-                    (self._clock, "route", message.mid, qrt.name, sel.id, target.name, "copy", None)
-                )
+                journal((self._clock, "route", message.mid, qrt.name, sel.id, target.name,
+                         "copy", None, None))  # fmt: skip
             self._visited.add((message.mid, target.name))
             self._arrive(target, message, None)
 
@@ -316,9 +315,8 @@ class Rules:
         if action == "delete":
             journal = qrt.journal
             if journal is not None:
-                journal(
-                    (self._clock, "delete", entry.message.mid, qrt.name, sel.id, None, None, None)
-                )
+                journal((self._clock, "delete", entry.message.mid, qrt.name, sel.id, None,
+                         None, None, None))  # fmt: skip
             self._processed(qrt, entry)
             return
         message = entry.message
@@ -370,7 +368,7 @@ class Rules:
             journal = qrt.journal
             if journal is not None:
                 journal((now, "deliver", message.mid, qrt.name, sel.id, destination,
-                         "redelivered" if count > 1 else None, None))  # fmt: skip
+                         "redelivered" if count > 1 else None, None, tag))  # fmt: skip
             self._out.append(
                 _new_delivery(
                     (
@@ -402,9 +400,8 @@ class Rules:
         outstanding[tag] = entry
         journal = qrt.journal
         if journal is not None:
-            journal(
-                (self._clock, "route", message.mid, qrt.name, sel.id, target.name, action, None)
-            )
+            journal((self._clock, "route", message.mid, qrt.name, sel.id, target.name,
+                     action, None, None))  # fmt: skip
         if action == "bounce":
             message = _bounced(message)
         self._visited.add((message.mid, target.name))
@@ -602,21 +599,12 @@ class Rules:
         if target is None or target is qrt or (message.mid, target.name) in self._visited:
             qrt.counters["dropped"] += 1
             if journal is not None:
-                journal((self._clock, "drop", message.mid, qrt.name, None, None, reason, None))
+                journal((self._clock, "drop", message.mid, qrt.name, None, None, reason, None,
+                         None))  # fmt: skip
         else:
             if journal is not None:
-                journal(
-                    (
-                        self._clock,
-                        "dead_letter",
-                        message.mid,
-                        qrt.name,
-                        None,
-                        target.name,
-                        reason,
-                        None,
-                    )
-                )
+                journal((self._clock, "dead_letter", message.mid, qrt.name, None, target.name,
+                         reason, None, None))  # fmt: skip
             self._visited.add((message.mid, target.name))
             qrt.counters["dead_lettered"] += 1
             letter = dead_lettered(message, reason, qrt.name, detail, extra)

@@ -51,7 +51,14 @@ def test_the_trace_of_a_copied_moved_delivered_rejected_message(jeng: Engine) ->
     ]
     assert steps[0]["seq"] == 1 and steps[0]["address"] == "x"
     assert all(isinstance(s["time"], float) for s in steps)
-    assert steps[3]["said"] == "selector 1 of 'work' delivered it to destination 'app'"
+    # each delivery's tag, on the delivery and on what the application did with it
+    tags = [s["tag"] for s in steps]
+    assert tags == [None, None, None, delivery.tag, None, None, delivery.tag, again.tag,
+                    again.tag, None]  # fmt: skip
+    assert delivery.tag != again.tag
+    assert steps[3]["said"] == (
+        f"selector 1 of 'work' delivered it to destination 'app' as {delivery.tag}"
+    )
     assert steps[-1]["said"] == "dead-lettered from 'work' into 'dlq' (rejected)"
 
 
@@ -59,7 +66,9 @@ def test_the_trace_of_a_confirmed_message(jeng: Engine) -> None:
     network(jeng)
     delivery = jeng.publish("in", Message())[0]
     jeng.confirm(delivery)
-    assert kinds(jeng.trace(delivery.message.mid))[-1] == ("confirm", "work", "app", None)
+    confirmed = jeng.trace(delivery.message.mid)[-1]
+    assert kinds([confirmed]) == [("confirm", "work", "app", None)]
+    assert confirmed["tag"] == delivery.tag
 
 
 def test_the_trace_of_an_expired_message(jeng: Engine) -> None:
@@ -149,3 +158,47 @@ def test_a_delivery_to_a_destination_the_message_names_is_traced_with_it(jeng: E
         "confirm",
     ]
     assert {target for kind, _, target, _ in steps if kind != "publish"} == {"alice"}
+
+
+def test_a_timed_out_delivery_is_traced_with_its_tag(jeng: Engine) -> None:
+    jeng.queue_create("in")
+    jeng.selector_create("in").when_always().do_deliver("app").enable()
+    first = jeng.publish("in", Message())[0]
+    [second] = jeng.expire(0)
+    steps = jeng.trace(first.message.mid)
+    assert [(s["kind"], s["tag"]) for s in steps] == [
+        ("publish", None), ("deliver", first.tag), ("expire", first.tag),
+        ("deliver", second.tag),
+    ]  # fmt: skip
+    assert first.tag in steps[2]["said"]
+
+
+def test_events_recorded_before_delivery_tags_read_with_none(jeng: Engine, tmp_path) -> None:
+    """A journal list or an archive written by an older version holds events of 8 fields
+    (no tag): they are read as before, their tag None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.archive import EVENTS_SCHEMA, Archive
+    from engine.lineage import step_of
+
+    old = (1.0, "deliver", "m-1", "work", 1, "app", None, None)
+    step = step_of(list(old))
+    assert step["tag"] is None and step["target"] == "app"
+    assert step["said"] == "selector 1 of 'work' delivered it to destination 'app'"
+    archive = Archive(tmp_path / "archive")
+    jeng.queue_create("q", history=1)
+    jeng.selector_create("q").when_always().do_delete().enable()
+    jeng.publish("q", Message())
+    archive.write_events(jeng.journal.drain())  # lays the archive's directories out
+    [written] = list(archive.events_path.glob("date=*/queue=*/e-*.parquet"))
+    schema = pa.schema([f for f in EVENTS_SCHEMA if f.name != "tag"])
+    row = dict(zip(EVENT_NAMES, old, strict=True)) | {"epoch": "older", "position": 1}
+    row.pop("queue")
+    pq.write_table(pa.Table.from_pylist([row], schema=schema), written.parent / "e-older.parquet")
+    [(epoch, position, event)] = archive.events_of("m-1")
+    assert (epoch, position) == ("older", 1)
+    assert step_of(event)["tag"] is None and step_of(event)["queue"] == "q"
+
+
+EVENT_NAMES = ("time", "kind", "mid", "queue", "selector", "target", "detail", "address")

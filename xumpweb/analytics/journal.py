@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from engine.event_journal import JournalBatch
+from engine.event_journal import JournalBatch, widened
 
 CHUNK = 1000  # events per list item
 
@@ -69,7 +69,7 @@ def runs(items: list[bytes]) -> Iterator[Run]:
     for item in items:
         chunk = orjson.loads(item)
         epoch, first = chunk["epoch"], chunk["first"]
-        events = [tuple(event) for event in chunk["events"]]
+        events = [widened(event) for event in chunk["events"]]
         if (
             current is not None
             and current.epoch == epoch
