@@ -1,4 +1,4 @@
-"""The differential test of the backtest's translation: on 10,000 generated messages,
+"""The differential test of the backtest's translation: on 3,000 generated messages,
 archived through the real engine, Spark's answer for 200 generated filter expressions and
 for topic, prefix, exact and regex matches equals the engine's own, message for message.
 Filters are compared on their three-valued result (TRUE, FALSE, UNKNOWN), not only on

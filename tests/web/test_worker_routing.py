@@ -44,7 +44,8 @@ def test_a_second_worker_takes_over_where_the_first_stopped(worker_service, rela
     worker_service.start_worker("second")
     relay.publish_many(queue, [Message(body=b"b%d" % n) for n in range(100)])
     kick()
-    second = take_from_relay(relay, destination, 100)
+    # a generous deadline: the second worker boots first (over 30 s on a loaded machine)
+    second = take_from_relay(relay, destination, 100, within=180)
     assert [d.message.body for d in second] == [b"b%d" % n for n in range(100)]
     assert [d.message.seq for d in second] == list(range(101, 201))
 
