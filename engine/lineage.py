@@ -83,6 +83,7 @@ def _said(step: dict[str, Any]) -> str:
         done = {"copy": "copied", "move": "moved", "bounce": "bounced"}.get(detail, detail)
         return f"{by} {done} it into {target!r}"
     tag = f" as {step['tag']}" if step.get("tag") else ""
+    which = f" (delivery {step['tag']})" if step.get("tag") else ""
     if kind == "deliver":
         again = " again (redelivered)" if detail == "redelivered" else ""
         return f"{by} delivered it to destination {target!r}{tag}{again}"
@@ -95,8 +96,8 @@ def _said(step: dict[str, Any]) -> str:
         return f"rejected by destination {target!r}{tag} ({by}){back}"
     if kind == "expire":
         if detail == "recalled":
-            return f"recalled from {by}{tag}: its destination {target!r} was away"
-        return f"timed out unconfirmed at {by}{tag}: back to the front of {queue!r}"
+            return f"recalled from {by}{which}: its destination {target!r} was away"
+        return f"timed out unconfirmed at {by}{which}: back to the front of {queue!r}"
     if kind == "dead_letter":
         return f"dead-lettered from {queue!r} into {target!r} ({detail})"
     if kind == "drop":
