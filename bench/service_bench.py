@@ -29,7 +29,10 @@ measures:
    one publisher pipelining with a window of WS_WINDOW frames in flight (publishes/s), and
    one sending each frame only once the last was confirmed (publishes/s and the confirm's
    p50/p99); then the latency run of 4. with the publishes sent as WebSocket frames by one
-   connection, paced at 1,000 a second, not waiting for confirms.
+   connection, paced at 1,000 a second, not waiting for confirms. Its messages carry the
+   trace header (engine/relay/trace.py), so the run also prints the p50/p99 of each hop:
+   frame sent -> read by the web process -> inbox append durable -> routing step durable
+   -> the subscriber's process has it -> frame written -> the subscriber has it.
 
 Every body carries a serial number; each run checks that every message was delivered
 exactly once (none missing, none twice) and fails loudly otherwise.
@@ -63,8 +66,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import httpx
 import orjson
+import redis
 from websockets.sync.client import connect
 
+from engine.relay.trace import TRACE, parse_header, parse_line, trace_channel
 from tests.conftest import RedisServer
 from tests.faults.subscriber import deliveries
 from tests.web.conftest import start_service
@@ -78,6 +83,25 @@ SINGLE_CONNECTIONS = 8  # connections of the single-publish run
 WS_WINDOW = 1000  # publish frames in flight on the pipelined WebSocket run
 RABBIT = ("127.0.0.1", 5672)
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def hops(sent: str, reader: str, delivered: str) -> tuple:
+    """A paced run's hops, (label, from stamp, to stamp): "send" and "client" are the
+    clients' own clocks, the rest the service's stamps (engine/relay/trace.py); one
+    machine, one clock. `sent` names what the client sends, `reader` the process that
+    reads it, `delivered` what the subscriber gets."""
+    return (
+        (f"{sent} -> {reader} has read it", "send", "recv"),
+        ("read -> inbox append durable", "recv", "inbox"),
+        ("inbox durable -> routing step durable", "inbox", "step"),
+        ("step durable -> subscriber's process has it", "step", "learn"),
+        ("subscriber's process has it -> frame written", "learn", "write"),
+        (f"frame written -> client has the {delivered}", "write", "client"),
+        (f"{sent} -> {delivered}, the whole path", "send", "client"),
+    )
+
+
+WS_HOPS = hops("publish frame sent", "web process", "delivery")
 
 
 def body(serial: int) -> str:
@@ -170,6 +194,7 @@ def ws_subscriber(url: str, counter, results, ready, go, done) -> None:
     serials: list[int] = []
     latencies: list[float] = []
     routed: list[float] = []  # send -> routed (the message's timestamp, set by the router)
+    traced: list[tuple] = []  # (serial, send, received, mid, trace header) of traced ones
     with connect(url, max_size=None, open_timeout=30) as socket:
         assert json.loads(socket.recv())["type"] == "subscribed"
         socket.send(json.dumps({"type": "credit", "n": SUBSCRIBER_CREDIT,
@@ -178,16 +203,20 @@ def ws_subscriber(url: str, counter, results, ready, go, done) -> None:
         for items in deliveries(socket, done.is_set, 0.2, orjson.loads):
             now = time.time()
             for item in items:
-                text = item["message"]["body"]
+                message = item["message"]
+                text = message["body"]
                 latencies.append(now - float(text[:17]))
-                routed.append(item["message"]["timestamp"] - float(text[:17]))
+                routed.append(message["timestamp"] - float(text[:17]))
                 serials.append(int(text[17:27]))
+                if TRACE in message["headers"]:
+                    traced.append((serials[-1], float(text[:17]), now, message["mid"],
+                                   message["headers"][TRACE]))  # fmt: skip
             tags = [item["tag"] for item in items]
             socket.send(orjson.dumps({"type": "ack", "tags": tags}).decode())
             socket.send(orjson.dumps({"type": "credit", "n": len(items)}).decode())
             with counter.get_lock():
                 counter.value += len(items)
-    results.put((serials, latencies, time.process_time(), routed))
+    results.put((serials, latencies, time.process_time(), routed, traced))
 
 
 def ws_publisher(base: str, token: str, queue: str, total: int, chunk: int, ready, go) -> None:
@@ -331,7 +360,8 @@ async def paced_ws_publishes(ws_url: str, token: str, queue: str, total: int) ->
             if delay > 0:
                 await asyncio.sleep(delay)
             sent[n] = time.perf_counter()
-            frame = {"type": "publish", "queue": queue, "id": n, "message": {"body": body(n)}}
+            frame = {"type": "publish", "queue": queue, "id": n,
+                     "message": {"body": body(n), "headers": {TRACE: "on"}}}  # fmt: skip
             await socket.send(orjson.dumps(frame).decode())
         rate = total / (time.perf_counter() - started)
         await reader
@@ -392,16 +422,66 @@ class Run:
         latencies: list[float] = []
         client_cpu = 0.0
         self.routed: list[float] = []
+        self.traced: list[tuple] = []
         for _ in self.subscribers:
             found, seen, cpu, *routed = self.results.get(timeout=60)
-            if routed:  # Xump's subscribers also say when the router had routed each
-                self.routed.extend(routed[0])
+            if routed:  # Xump's subscribers also say when the router had routed each,
+                self.routed.extend(routed[0])  # and what the traced messages gathered
+                self.traced.extend(routed[1])
             serials.extend(found)
             latencies.extend(seen)
             client_cpu += cpu
         for process in [*self.subscribers, self.publisher]:
             process.join(timeout=30)
         return total / elapsed, serials, latencies, client_cpu
+
+
+# -- the trace of the paced runs (engine/relay/trace.py): where a lone message's time goes --
+class TraceListener(threading.Thread):
+    """The store's trace channel, read from before a paced run starts: {mid: {hop: time}}."""
+
+    def __init__(self, url: str, store: str) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url)
+        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.subscribe(trace_channel(store))
+        self.stamps: dict[str, dict[str, float]] = {}
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            found = self.pubsub.get_message(timeout=0.2)
+            if found is None:
+                continue
+            hop, at, mids = parse_line(found["data"])
+            for mid in mids:
+                self.stamps.setdefault(mid, {})[hop] = at
+
+    def stop(self) -> None:
+        time.sleep(0.5)  # the last lines arrive
+        self.stopping.set()
+        self.join()
+        self.pubsub.close()
+        self.client.close()
+
+
+def hop_table(
+    messages: list[tuple], stamps: dict[str, dict[str, float]], hops: tuple
+) -> tuple[list, int]:
+    """(label, p50 ms, p99 ms) per hop of `hops` ((label, from stamp, to stamp)), from the
+    `messages` ((serial, send time, client time, mid, trace header)) that have every stamp
+    (the header's and the trace channel's `stamps`, by mid); how many had."""
+    spans: dict[str, list[float]] = {label: [] for label, _, _ in hops}
+    whole = 0
+    for _, send, client, mid, header in messages:
+        times = {"send": send, "client": client, **parse_header(header or ""),
+                 **stamps.get(mid, {})}  # fmt: skip
+        if not all(stamp in times for _, a, b in hops for stamp in (a, b)):
+            continue
+        whole += 1
+        for label, a, b in hops:
+            spans[label].append(times[b] - times[a])
+    return [(label, *percentiles(spans[label])) for label, _, _ in hops], whole
 
 
 def turns(total: int, paced: bool) -> Iterator[int]:
@@ -472,11 +552,23 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
             run = Run(ws_subscriber, urls, publisher,
                       (service.url, service.admin_token, router, *publisher_args))  # fmt: skip
             private = [f"{router}:{worker}" for worker in workers]
+            listener = None
+            if publisher is paced_ws_publisher:  # its messages are traced: the hop table
+                listener = TraceListener(redis_server.url, service.env["XUMP_STORE"])
+                listener.start()
             meter.start()
-            rate, serials, latencies, client_cpu = run.measure(
-                total, lambda: wait_for_counter(service, private, "confirmed", total)
-            )
-            spent = meter.stop()
+            try:
+                rate, serials, latencies, client_cpu = run.measure(
+                    total, lambda: wait_for_counter(service, private, "confirmed", total)
+                )
+            finally:
+                spent = meter.stop()
+                if listener is not None:
+                    listener.stop()
+            if listener is not None:
+                counted = [record for record in run.traced if record[0] >= total // 10]
+                hops, whole = hop_table(counted, listener.stamps, WS_HOPS)
+                results["ws_hops"] = (hops, whole, len(counted))
             check_once(serials, total, "Xump wolfpack")
             if publisher in (paced_publisher, paced_ws_publisher):
                 (p50, p99), (d50, d99) = (
@@ -713,6 +805,13 @@ def main() -> None:
           f"p99 {xump['ws_one_p99']:.2f} ms)")  # fmt: skip
     print(f"  WebSocket publish latency at {RATE} msg/s, send -> delivery: p50 "
           f"{xump['ws_p50']:.1f} ms, p99 {xump['ws_p99']:.1f} ms")  # fmt: skip
+    if "ws_hops" in xump:
+        hops, whole, counted = xump["ws_hops"]
+        print(f"  its hops ({whole} of {counted} traced messages after the first tenth had "
+              "every stamp; each hop's percentiles are its own):")  # fmt: skip
+        print(f"    {'hop':50} {'p50 ms':>8} {'p99 ms':>8}")
+        for label, p50, p99 in hops:
+            print(f"    {label:50} {p50:>8.2f} {p99:>8.2f}")
     header = f"  {'':44} {'Xump':>12} {'RabbitMQ':>12} {'ratio':>7}"
     print(header)
     rows = [

@@ -77,9 +77,12 @@ from bench.service_bench import (
     RATE,
     CpuMeter,
     Run,
+    TraceListener,
     api,
     body,
     check_once,
+    hop_table,
+    hops,
     listening,
     load,
     percentiles,
@@ -88,7 +91,7 @@ from bench.service_bench import (
     wait_for_counter,
     worker_service,
 )
-from engine.relay.trace import TRACE, parse_header, parse_line, trace_channel
+from engine.relay.trace import TRACE
 from tests.web.conftest import PYTHON, ROOT
 
 HOST = "127.0.0.1"
@@ -416,17 +419,7 @@ def bench_rabbit(args: argparse.Namespace) -> dict | None:
 
 # -- paced and traced: where a lone message's time goes ----------------------------------------
 WARM_UP = 0.5  # seconds of messages a paced run sends first and does not count
-# (label, from stamp, to stamp): "send" and "client" are the clients' own clocks, the rest
-# the service's stamps (engine/relay/trace.py); one machine, one clock
-HOPS = (
-    ("SEND -> STOMP server has read it", "send", "recv"),
-    ("read -> inbox append durable", "recv", "inbox"),
-    ("inbox durable -> routing step durable", "inbox", "step"),
-    ("step durable -> subscriber's process has it", "step", "learn"),
-    ("subscriber's process has it -> frame written", "learn", "write"),
-    ("frame written -> client has the MESSAGE", "write", "client"),
-    ("SEND -> MESSAGE, the whole path", "send", "client"),
-)
+HOPS = hops("SEND", "STOMP server", "MESSAGE")
 
 
 def traced_consumer(broker: Broker, destination: str, total: int, results, ready) -> None:
@@ -523,50 +516,6 @@ def paced_run(broker: Broker, send_to: str, subscribe_to: str, rate: float,
     }
 
 
-class TraceListener(threading.Thread):
-    """The store's trace channel, read from before a paced run starts: {mid: {hop: time}}."""
-
-    def __init__(self, url: str, store: str) -> None:
-        super().__init__(daemon=True)
-        self.client = redis.Redis.from_url(url)
-        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-        self.pubsub.subscribe(trace_channel(store))
-        self.stamps: dict[str, dict[str, float]] = {}
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            found = self.pubsub.get_message(timeout=0.2)
-            if found is None:
-                continue
-            hop, at, mids = parse_line(found["data"])
-            for mid in mids:
-                self.stamps.setdefault(mid, {})[hop] = at
-
-    def stop(self) -> None:
-        time.sleep(0.5)  # the last lines arrive
-        self.stopping.set()
-        self.join()
-        self.pubsub.close()
-        self.client.close()
-
-
-def hop_table(run: dict, stamps: dict[str, dict[str, float]]) -> tuple[list, int]:
-    """(label, p50 ms, p99 ms) per hop, from the messages that have every stamp; how many
-    had."""
-    spans: dict[str, list[float]] = {label: [] for label, _, _ in HOPS}
-    whole = 0
-    for _, send, client, mid, header in run["messages"]:
-        times = {"send": send, "client": client, **parse_header(header or ""),
-                 **stamps.get(mid, {})}  # fmt: skip
-        if not all(stamp in times for _, a, b in HOPS for stamp in (a, b)):
-            continue
-        whole += 1
-        for label, a, b in HOPS:
-            spans[label].append(times[b] - times[a])
-    return [(label, *percentiles(spans[label])) for label, _, _ in HOPS], whole
-
-
 def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
     with worker_service(directory, "--appendfsync", args.appendfsync,
                         shards=args.shards) as (service, redis_server):  # fmt: skip
@@ -585,7 +534,7 @@ def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
                             args.seconds)  # fmt: skip
         finally:
             listener.stop()
-        run["hops"], run["traced"] = hop_table(run, listener.stamps)
+        run["hops"], run["traced"] = hop_table(run["messages"], listener.stamps, HOPS)
         run["disk"] = disk
         return run
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 import stomp
 
 from engine.relay import RelayClient
@@ -275,6 +276,36 @@ def take_from_relay(relay: RelayClient, destination: str, count: int, within: fl
     while len(found) < count and time.monotonic() < deadline:
         found.extend(relay.deliveries(destination, count=count - len(found), wait=0.5))
     return found
+
+
+@contextmanager
+def trace_lines(service: Service) -> Iterator[Callable[[str], dict[str, float]]]:
+    """The store's trace channel (engine/relay/trace.py), subscribed before the messages
+    go: yields `read(mid)`, which waits (10 s at most) for the three lines of the traced
+    message `mid` (its inbox append, routing step and frame written) and gives {hop: time};
+    a line of any other message fails the test."""
+    from engine.relay.trace import parse_line, trace_channel
+
+    client = redis.Redis.from_url(service.env["XUMP_REDIS_URL"])
+    listening = client.pubsub(ignore_subscribe_messages=True)
+    listening.subscribe(trace_channel(service.env["XUMP_STORE"]))
+
+    def read(mid: str) -> dict[str, float]:
+        lines: dict[str, float] = {}
+        deadline = time.monotonic() + 10
+        while len(lines) < 3 and time.monotonic() < deadline:
+            found = listening.get_message(timeout=0.5)
+            if found is not None:
+                hop, at, mids = parse_line(found["data"])
+                assert mids == [mid], (hop, mids)
+                lines[hop] = at
+        return lines
+
+    try:
+        yield read
+    finally:
+        listening.close()
+        client.close()
 
 
 @pytest.fixture(scope="session")

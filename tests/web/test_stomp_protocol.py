@@ -30,7 +30,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.web.conftest import unique
+from tests.web.conftest import trace_lines, unique
 from tests.web.stomp_clients import queue_names
 from tests.web.test_subscribe import (  # noqa: F401 (xump: a fixture)
     Xump,
@@ -828,33 +828,18 @@ def test_a_traced_send_gathers_each_hops_stamp_and_an_untraced_one_none(service,
     the store's trace channel says when its inbox append and routing step came back and
     when its frame was written, in that order; a SEND without it has no such header and no
     line."""
-    import redis
-
-    from engine.relay.trace import TRACE, parse_header, parse_line, trace_channel
+    from engine.relay.trace import TRACE, parse_header
 
     queue, destination = unique(), unique("d")
     xump.deliver(queue, destination)
-    client = redis.Redis.from_url(service.env["XUMP_REDIS_URL"])
-    listening = client.pubsub(ignore_subscribe_messages=True)
-    listening.subscribe(trace_channel(service.env["XUMP_STORE"]))
-    try:
+    with trace_lines(service) as read_lines:
         with tcp(stomp_port, service.admin_token) as stomp:
             stomp.subscribe(f"/queue/{destination}", ack="auto")
             sent = time.time()
             stomp.publish(queue, b"plain")
             stomp.publish(queue, b"traced", **{TRACE: "on"})
             plain, traced = stomp.messages(2)
-        lines: dict[str, float] = {}
-        deadline = time.monotonic() + 10
-        while len(lines) < 3 and time.monotonic() < deadline:
-            found = listening.get_message(timeout=0.5)
-            if found is not None:
-                hop, at, mids = parse_line(found["data"])
-                assert mids == [traced.headers["mid"]], (hop, mids)
-                lines[hop] = at
-    finally:
-        listening.close()
-        client.close()
+        lines = read_lines(traced.headers["mid"])
     assert plain.body == b"plain" and TRACE not in plain.headers
     stamps = parse_header(traced.headers[TRACE])
     # the router learns of the append in the append's own Redis turn (its doorbell), so on

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,7 +17,7 @@ import redis
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.web.conftest import ROOT, unique
+from tests.web.conftest import ROOT, trace_lines, unique
 from tests.web.test_subscribe import bodies, issue_token, receive, send, subscribe, take, xump
 
 __all__ = ["xump"]  # the fixture
@@ -333,3 +334,34 @@ def test_a_publish_frame_carries_ttl_delay_and_priority(service, xump):
         shown = client.get(f"/api/queues/{queue}/waiting").json()["messages"]
     assert [m["mid"] for m in shown] == [urgent, plain]
     assert shown[0]["headers"] == {"priority": 9}
+
+
+# -- the bench's trace (engine/relay/trace.py) -------------------------------------------------
+def test_a_traced_publish_frame_gathers_each_hops_stamp_and_an_untraced_one_none(service, xump):
+    """bench/service_bench.py's hop table over the JSON WebSocket: a message published with
+    `xump-trace` is delivered with the web process's recv= and learn= stamps in order in
+    that header, and the store's trace channel says when its inbox append and routing step
+    came back and when its delivery frame was written; one without it has neither."""
+    from engine.relay.trace import TRACE, parse_header
+
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    with trace_lines(service) as read_lines:
+        with publisher(service) as socket, subscribe(service, destination) as sub:
+            send(sub, {"type": "credit", "n": 10})
+            sent = time.time()
+            send(socket, {"type": "publish", "queue": queue, "message": {"body": "plain"}})
+            send(socket, {"type": "publish", "queue": queue,
+                          "message": {"body": "traced", "headers": {TRACE: "on"}}})  # fmt: skip
+            assert [answer(socket)["type"] for _ in range(2)] == ["published"] * 2
+            plain, traced = take(sub, 2)
+        lines = read_lines(traced["message"]["mid"])
+    assert plain["message"]["body"] == "plain" and TRACE not in plain["message"]["headers"]
+    assert traced["message"]["body"] == "traced"
+    stamps = parse_header(traced["message"]["headers"][TRACE])
+    assert set(lines) == {"inbox", "step", "write"}, lines
+    # as on STOMP (test_stomp_protocol): the router and the subscriber's reader learn of a
+    # write in its own Redis turn, so they may note their times before its writer does
+    assert sent <= stamps["recv"] <= lines["inbox"]
+    assert stamps["recv"] <= lines["step"]
+    assert lines["inbox"] <= stamps["learn"] <= lines["write"] <= time.time()

@@ -34,6 +34,7 @@ from channels.exceptions import StopConsumer
 from uvicorn.protocols.utils import ClientDisconnected
 
 from engine.errors import InvalidName
+from engine.relay.trace import TRACE, stamped
 from engine.validation import check_name
 from xumpweb import access, metrics, redis_clients
 from xumpweb.live import monitor, registry
@@ -48,6 +49,7 @@ from xumpweb.live.security import (
     user_principal,
     watch,
 )
+from xumpweb.live.tracing import trace_later, traces_sent
 from xumpweb.runtime import service
 
 logger = logging.getLogger("xump.live")
@@ -392,18 +394,26 @@ class SubscribeConsumer(LiveSocket):
                 await asyncio.sleep(POP_WAIT)
             if not popped:
                 continue
+            learned = time.time()
             frames = []
+            traced: list[str] = []
             for raw in popped:
                 try:
                     frame = delivery_frame(raw)
                 except Undeliverable as problem:
                     await self._set_aside(problem)
                     continue
+                message = frame["message"]
+                if message["headers"] and TRACE in message["headers"]:  # bench-only
+                    message["headers"] = stamped(message["headers"], "learn", learned)
+                    traced.append(message["mid"])
                 frames.append(frame)
                 reader.unsettled[frame["tag"]] = None
             self.credit -= len(frames)
             if self.stopping or not await self._send_deliveries(frames):
                 return
+            if traced:  # engine/relay/trace.py: the frames were handed to the socket
+                trace_later(reader.redis, reader.store, "write", time.time(), traced)
 
     async def _set_aside(self, problem: Undeliverable) -> None:
         """A delivery no frame can carry goes to the dead letters with the reason (reject
@@ -483,6 +493,7 @@ class SubscribeConsumer(LiveSocket):
         self.stopping = True
         self.window_open.set()
         await self.reader.stop(self.pump, self.connection_id)
+        await traces_sent()  # a traced frame's "write" line goes out on this client
         await self.redis.aclose()
 
 

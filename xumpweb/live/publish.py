@@ -48,7 +48,6 @@ Rules this file keeps:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -57,7 +56,6 @@ from typing import Any
 
 import orjson
 import redis
-import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -65,7 +63,7 @@ from django.conf import settings
 from engine import errors as engine_errors
 from engine.errors import InboxFull, InvalidArgument, NotFound, NotWritten, XumpError
 from engine.relay import GUARDED_PUSH, Handed, call_outcome, store_failure
-from engine.relay.trace import TRACE, trace_channel, trace_line
+from engine.relay.trace import TRACE, stamped
 from engine.validation import MAX_INT, MAX_NAME, MIN_INT, check_text
 from xumpweb import access, redis_clients
 from xumpweb.api.errors import ENGINE_ERRORS, RETRY_AFTER
@@ -73,6 +71,7 @@ from xumpweb.api.jsonbody import MAX_DEPTH, too_deep
 from xumpweb.api.publishing import MAX_BATCH, message_from, messages_from
 from xumpweb.live.consumers import FrameError, LiveSocket
 from xumpweb.live.frames import encode
+from xumpweb.live.tracing import trace_later
 from xumpweb.runtime import MOVED, Router, Service, router_here, service
 
 logger = logging.getLogger("xump.live")
@@ -502,29 +501,6 @@ class ShardedCommit(Gathered):
             self.shards[store].submit_all(items)
 
 
-_tracing: set[asyncio.Task] = set()  # trace lines on their way (held until sent)
-
-
-def trace_later(client: aioredis.Redis, store: str, hop: str, at: float, mids: list[str]) -> None:
-    """Publish a trace line (engine/relay/trace.py) beside the path, not on it: a task of
-    its own, which nothing waits for; lost if Redis refuses it (a bench sees it missing)."""
-
-    async def send() -> None:
-        with contextlib.suppress(redis.RedisError):
-            await client.publish(trace_channel(store), trace_line(hop, at, mids))
-
-    task = asyncio.create_task(send())
-    _tracing.add(task)
-    task.add_done_callback(_tracing.discard)
-
-
-async def traces_sent(within: float = 1.0) -> None:
-    """Wait (at most `within` seconds) for the trace lines on their way: a connection that
-    ends closes the Redis client they go out on (bench-only; nothing waits without them)."""
-    if _tracing:
-        await asyncio.wait(set(_tracing), timeout=within)
-
-
 def _schedule_router(running: Service) -> None:
     """One routing task for this burst (as runtime.Service.kick does)."""
     from kombu.exceptions import OperationalError
@@ -614,6 +590,10 @@ class PublishConsumer(LiveSocket):
             slot.text = error_frame(frame_id, error)
             self.answered()
             return
+        if any(TRACE in message.headers for message in messages):  # bench-only (trace.py)
+            messages = [message._replace(headers=stamped(message.headers, "recv"))
+                        if TRACE in message.headers else message
+                        for message in messages]  # fmt: skip
         group_commit().submit(FramePending(self, frame_id, queue, messages, slot))
 
     def _read(self, frame: dict[str, Any]) -> tuple[str, list]:

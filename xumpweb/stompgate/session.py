@@ -69,10 +69,9 @@ from xumpweb.live.publish import (
     RouterAnswers,
     error_code,
     group_commit,
-    trace_later,
-    traces_sent,
 )
 from xumpweb.live.security import find_token, unwatch, user_principal, watch
+from xumpweb.live.tracing import trace_later, traces_sent
 from xumpweb.runtime import service
 from xumpweb.stomp.connection import (
     Action,
