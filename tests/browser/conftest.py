@@ -14,7 +14,7 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,44 @@ def axe_scan(page) -> list[dict[str, Any]]:
         " nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))"
     )
     return [v for v in found if v["impact"] in ("serious", "critical")]
+
+
+_CSP_WATCH = """() => {
+  window.__violations = [];
+  document.addEventListener('securitypolicyviolation', e => window.__violations.push(
+    e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline') + ' at ' + e.sourceFile
+    + ':' + e.lineNumber));
+}"""
+
+
+def csp_visit(page, path: str) -> Callable[[], list[str]]:
+    """Open `path` watching the Content-Security-Policy (xumpweb/security.py): the header
+    must be sent, and the page's own work must have run (the dashboard's live feed and an
+    htmx swap, the topology drawn, Swagger UI's API); returns a function that says what the
+    page broke (`securitypolicyviolation` events and CSP console errors), read when the
+    caller is done with the page."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.add_init_script(script=f"({_CSP_WATCH})()")
+    answer = page.goto(path)
+    assert answer.status < 400, (path, answer.status)
+    policy = answer.headers.get("content-security-policy", "")
+    assert "script-src 'self'" in policy and "'unsafe-eval'" not in policy, policy
+    page.wait_for_load_state("load")
+    if path == "/topology/":
+        page.wait_for_function("() => window.xumpTopology && window.xumpTopology.nodes().length")
+    if path == "/":  # the live feed and a poll of the rows (htmx swaps) have run
+        page.locator("#live-state", has_text="live").wait_for()
+        page.evaluate("() => htmx.trigger('#queue-table', 'refresh')")
+        page.wait_for_function("() => !document.querySelector('#queue-table.htmx-request')")
+    if path == "/api/docs":  # Swagger UI drew the API, not a blank page
+        page.get_by_text("/api/queues/{queue}/publish", exact=True).first.wait_for()
+
+    def broken() -> list[str]:
+        found = page.evaluate("() => window.__violations")
+        return found + [e for e in errors if "Content Security Policy" in e]
+
+    return broken
 
 
 def make_queue(relay: RelayClient, name: str | None = None, **settings: Any) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine.message import Message
-from tests.browser.conftest import axe_scan, make_queue, publish, unique
+from tests.browser.conftest import axe_scan, csp_visit, make_queue, publish, unique
 
 PAGES = [
     "/", "/queues/{queue}/", "/queues/{queue}/?filter=priority+%3E%3E+1",
@@ -56,14 +56,17 @@ def wiring(relay, console):
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_every_field_is_labelled_and_axe_finds_nothing_serious(page, wiring, path):
-    page.goto(path.format(**wiring))
+def test_every_field_is_labelled_axe_finds_nothing_serious_and_the_csp_holds(page, wiring, path):
+    """One visit a page: its labels, axe-core, and its Content-Security-Policy (the header
+    sent and nothing broken while the page did its work: test_csp.py has the rest)."""
+    broken = csp_visit(page, path.format(**wiring))
     assert page.locator("h1").count() == 1
     if path == "/topology/":
         page.wait_for_function("() => document.getElementById('cy').dataset.ready === 'yes'")
     page.wait_for_load_state("networkidle")  # htmx's requests on load have been answered
     assert page.evaluate(UNLABELLED) == []
     assert axe_scan(page) == []
+    assert broken() == []
     assert not page.errors
 
 
