@@ -23,7 +23,9 @@ measures:
    (4 keep-alive connections, a lean HTTP/1.1 client: LeanHttp), each body carrying its
    send time; p50/p99 of send -> delivery frame at the subscriber, the rate actually sent
    (a publisher waits for each 202, so a slow service is sent less), publish -> 202, and
-   send -> routed (the router's timestamp) and routed -> delivery frame.
+   send -> routed (the router's timestamp) and routed -> delivery frame. Its messages
+   carry the trace header (engine/relay/trace.py): the run also prints each hop's p50/p99
+   (POST sent -> read by the web process -> inbox append durable -> ... as in 5.).
 
 5. the JSON WebSocket publish path (/ws/publish/, one message a frame, each confirmed):
    one publisher pipelining with a window of WS_WINDOW frames in flight (publishes/s), and
@@ -102,6 +104,7 @@ def hops(sent: str, reader: str, delivered: str) -> tuple:
 
 
 WS_HOPS = hops("publish frame sent", "web process", "delivery")
+HTTP_HOPS = hops("POST sent", "web process", "delivery")
 
 
 def body(serial: int) -> str:
@@ -274,7 +277,8 @@ async def paced_single_publishes(base: str, token: str, queue: str, total: int) 
                 if delay > 0:
                     await asyncio.sleep(delay)
                 sent = time.perf_counter()
-                status, text = await http.post(path, orjson.dumps({"body": body(n)}))
+                payload = {"body": body(n), "headers": {TRACE: "on"}}
+                status, text = await http.post(path, orjson.dumps(payload))
                 answered.append(time.perf_counter() - sent)
                 assert status == 202, text
 
@@ -503,6 +507,18 @@ def print_latency(run: str, rate: float, until: str, answered: list[float]) -> N
           f"p99 {p99:.1f} ms)", flush=True)  # fmt: skip
 
 
+def print_hops(found: tuple | None) -> None:
+    """A paced run's hop table (hop_table's rows, how many had every stamp, of how many)."""
+    if found is None:
+        return
+    hops, whole, counted = found
+    print(f"  its hops ({whole} of {counted} traced messages after the first tenth had "
+          "every stamp; each hop's percentiles are its own):")  # fmt: skip
+    print(f"    {'hop':50} {'p50 ms':>8} {'p99 ms':>8}")
+    for label, p50, p99 in hops:
+        print(f"    {label:50} {p50:>8.2f} {p99:>8.2f}")
+
+
 def percentiles(latencies: list[float]) -> tuple[float, float]:
     if len(latencies) < 2:
         return float("nan"), float("nan")
@@ -553,7 +569,8 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
                       (service.url, service.admin_token, router, *publisher_args))  # fmt: skip
             private = [f"{router}:{worker}" for worker in workers]
             listener = None
-            if publisher is paced_ws_publisher:  # its messages are traced: the hop table
+            traced = {paced_ws_publisher: "ws_hops", paced_publisher: "http_hops"}.get(publisher)
+            if traced:  # its messages are traced: the hop table
                 listener = TraceListener(redis_server.url, service.env["XUMP_STORE"])
                 listener.start()
             meter.start()
@@ -567,8 +584,9 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
                     listener.stop()
             if listener is not None:
                 counted = [record for record in run.traced if record[0] >= total // 10]
-                hops, whole = hop_table(counted, listener.stamps, WS_HOPS)
-                results["ws_hops"] = (hops, whole, len(counted))
+                table = WS_HOPS if publisher is paced_ws_publisher else HTTP_HOPS
+                hops, whole = hop_table(counted, listener.stamps, table)
+                results[traced] = (hops, whole, len(counted))
             check_once(serials, total, "Xump wolfpack")
             if publisher in (paced_publisher, paced_ws_publisher):
                 (p50, p99), (d50, d99) = (
@@ -805,13 +823,7 @@ def main() -> None:
           f"p99 {xump['ws_one_p99']:.2f} ms)")  # fmt: skip
     print(f"  WebSocket publish latency at {RATE} msg/s, send -> delivery: p50 "
           f"{xump['ws_p50']:.1f} ms, p99 {xump['ws_p99']:.1f} ms")  # fmt: skip
-    if "ws_hops" in xump:
-        hops, whole, counted = xump["ws_hops"]
-        print(f"  its hops ({whole} of {counted} traced messages after the first tenth had "
-              "every stamp; each hop's percentiles are its own):")  # fmt: skip
-        print(f"    {'hop':50} {'p50 ms':>8} {'p99 ms':>8}")
-        for label, p50, p99 in hops:
-            print(f"    {label:50} {p50:>8.2f} {p99:>8.2f}")
+    print_hops(xump.get("ws_hops"))
     header = f"  {'':44} {'Xump':>12} {'RabbitMQ':>12} {'ratio':>7}"
     print(header)
     rows = [
@@ -823,6 +835,9 @@ def main() -> None:
         theirs = shape.format(rabbit[key]) if rabbit else f"{'-':>12}"
         ratio = f"{xump[key] / rabbit[key]:>7.2f}" if rabbit and rabbit[key] else f"{'-':>7}"
         print(f"  {label:44} {shape.format(xump[key])} {theirs} {ratio}")
+    if "http_hops" in xump:
+        print(f"  the HTTP latency run's hops (single POSTs paced at {RATE} msg/s):")
+        print_hops(xump["http_hops"])
     if rabbit is None and args.only != "xump":
         print(f"  (no RabbitMQ answers on {RABBIT[0]}:{RABBIT[1]}: its column is empty)")
     print(f"  (latency rows: paced at {RATE} msg/s, but 4 publishers that wait for each 202 fall")

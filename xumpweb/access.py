@@ -171,6 +171,11 @@ def for_token(token: ApiToken) -> Principal:
     return found
 
 
+def known_principal(token: ApiToken) -> Principal | None:
+    """The token's principal if for_token worked it out already (no database), else None."""
+    return getattr(token, "_xump_principal", None)
+
+
 def for_request(request: HttpRequest) -> Principal:
     """The API token the request authenticated with, else its session's user."""
     token = getattr(request, "xump_token", None)

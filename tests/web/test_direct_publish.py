@@ -14,7 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.web.conftest import start_service, unique
+from tests.web.conftest import start_service, trace_lines, unique
+from tests.web.test_subscribe import send, subscribe, take, xump
+
+__all__ = ["xump"]  # the fixture
 
 SAME_HEADERS = (
     "content-type",
@@ -136,3 +139,90 @@ def test_the_direct_path_serves_token_publishes_and_hands_on_the_rest(direct) ->
         assert time.monotonic() < deadline, "Django logged nothing"
         time.sleep(0.05)
     assert f"Not Found: /api/queues/{queue}/publish" not in log.read_text()
+
+
+def test_requests_at_once_are_each_answered_with_their_own_mids_in_order(direct) -> None:
+    """Many requests at once, single and batched, on connections of their own: the direct
+    path gathers what arrives together into its appends (the group commit), and each
+    request is still answered with its own mids, and the queue holds every message, each
+    connection's in the order it sent them."""
+    import concurrent.futures
+
+    queue = unique("many")
+    with direct.client() as client:
+        assert client.post("/api/queues", json={"name": queue}).status_code == 201
+
+    def sender(n: int) -> list[tuple[str, str]]:
+        sent = []
+        with httpx.Client(base_url=direct.url, timeout=30, headers={
+                "Authorization": f"Bearer {direct.admin_token}"}) as client:  # fmt: skip
+            for k in range(10):
+                if k % 3 == 2:
+                    bodies = [f"{n}-{k}-a", f"{n}-{k}-b"]
+                    batch = {"messages": [{"body": b} for b in bodies]}
+                    answer = client.post(f"/api/queues/{queue}/publish-batch", json=batch)
+                    assert answer.status_code == 202, answer.text
+                    sent += zip(answer.json()["mids"], bodies, strict=True)
+                else:
+                    answer = client.post(f"/api/queues/{queue}/publish", json={"body": f"{n}-{k}"})
+                    assert answer.status_code == 202, answer.text
+                    sent.append((answer.json()["mid"], f"{n}-{k}"))
+        return sent
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        sent = list(pool.map(sender, range(20)))
+    with direct.client() as client:
+        waiting = client.get(f"/api/queues/{queue}/waiting", params={"count": 1000}).json()
+    held = [(m["mid"], m["body"]) for m in waiting["messages"]]
+    assert sorted(held) == sorted(pair for one in sent for pair in one)
+    for one in sent:  # each connection's messages in the order it sent them
+        mine = set(one)
+        assert [pair for pair in held if pair in mine] == one
+
+
+def test_a_revoked_token_is_refused_at_its_next_publish(direct) -> None:
+    """The direct path remembers what a token stood for until any token changes."""
+    queue = unique("rev")
+    with direct.client() as client:
+        assert client.post("/api/queues", json={"name": queue}).status_code == 201
+        rights = {queue: ["publish"]}
+        issued = client.post("/api/tokens", json={"name": unique("t"), "rights": rights}).json()
+    headers = {"Authorization": f"Bearer {issued['secret']}"}
+    url = f"{direct.url}/api/queues/{queue}/publish"
+    assert httpx.post(url, json={"body": "1"}, headers=headers).status_code == 202
+    assert httpx.post(url, json={"body": "2"}, headers=headers).status_code == 202  # remembered
+    with direct.client() as client:
+        assert client.delete(f"/api/tokens/{issued['token']['id']}").status_code in (200, 204)
+    refused = httpx.post(url, json={"body": "3"}, headers=headers)
+    assert refused.status_code == 401, refused.text
+
+
+# -- the bench's trace (engine/relay/trace.py) -------------------------------------------------
+def test_a_traced_http_publish_gathers_each_hops_stamp_and_an_untraced_one_none(service, xump):
+    """bench/service_bench.py's hop table for the HTTP single publish: a message published
+    with `xump-trace` is delivered with the web process's recv= and learn= stamps, and the
+    store's trace channel says when its inbox append and routing step came back and when
+    its delivery frame was written; one without it has neither."""
+    from engine.relay.trace import TRACE, parse_header
+
+    queue, destination = unique(), unique("d")
+    xump.deliver(queue, destination)
+    headers = {"Authorization": f"Bearer {service.admin_token}"}
+    url = f"{service.url}/api/queues/{queue}/publish"
+    with trace_lines(service) as read_lines:
+        with subscribe(service, destination) as sub:
+            send(sub, {"type": "credit", "n": 10})
+            sent = time.time()
+            assert httpx.post(url, json={"body": "plain"}, headers=headers).status_code == 202
+            answer = httpx.post(url, json={"body": "traced", "headers": {TRACE: "on"}},
+                                headers=headers)  # fmt: skip
+            assert answer.status_code == 202, answer.text
+            plain, traced = take(sub, 2)
+        assert traced["message"]["mid"] == answer.json()["mid"]
+        lines = read_lines(traced["message"]["mid"])
+    assert plain["message"]["body"] == "plain" and TRACE not in plain["message"]["headers"]
+    stamps = parse_header(traced["message"]["headers"][TRACE])
+    assert set(lines) == {"inbox", "step", "write"}, lines
+    assert sent <= stamps["recv"] <= lines["inbox"]
+    assert stamps["recv"] <= lines["step"]
+    assert lines["inbox"] <= stamps["learn"] <= lines["write"] <= time.time()

@@ -69,7 +69,7 @@ def find_token(presented: str, request: HttpRequest | None = None) -> ApiToken |
             version = _redis().get(tokens_version_key())
         except redis.RedisError:
             return ApiToken.find(presented)
-        return _remembered_token(presented, version)
+        return remembered_or_found(presented, version)
     token, wiring = token_and_wiring(presented)
     request.xump_wiring = wiring  # type: ignore[attr-defined]
     return token
@@ -84,19 +84,35 @@ def token_and_wiring(presented: str) -> tuple[ApiToken | None, int | None]:
         version, *wiring = redis_clients.get_many(_redis(), keys)
     except redis.RedisError:
         return ApiToken.find(presented), None
-    return _remembered_token(presented, version), sum(int(found or 0) for found in wiring)
+    return remembered_or_found(presented, version), sum(int(found or 0) for found in wiring)
 
 
-def _remembered_token(presented: str, version: bytes | None) -> ApiToken | None:
+def remembered_or_found(presented: str, version: bytes | None) -> ApiToken | None:
+    """What `presented` stands for as of the tokens' `version`: from memory, else from the
+    database (and remembered)."""
+    found = remembered_token(presented, version)
+    if found is not NOT_REMEMBERED:
+        return found  # type: ignore[return-value]
     now = time.monotonic()
-    found = _remembered.get(presented)
-    if found is not None and found[0] == version and now - found[1] < REMEMBER_FOR:
-        return found[2]
     token = ApiToken.find(presented)
     if len(_remembered) >= REMEMBER_AT_MOST:
         _remembered.clear()
     _remembered[presented] = (version, now, token)
     return token
+
+
+NOT_REMEMBERED = object()  # remembered_token's answer when the database must be asked
+
+
+def remembered_token(presented: str, version: bytes | None) -> ApiToken | object | None:
+    """What `presented` stood for when last looked up, if that is still true as of the
+    tokens' `version` (the value of tokens_version_key) and a minute old at most (the
+    token, or None: no such live token); NOT_REMEMBERED otherwise. No I/O: for asyncio
+    callers (api/direct.py), which look it up in a thread when it is not remembered."""
+    found = _remembered.get(presented)
+    if found is not None and found[0] == version and time.monotonic() - found[1] < REMEMBER_FOR:
+        return found[2]
+    return NOT_REMEMBERED
 
 
 def forget_tokens(created: bool = False, **_: Any) -> None:
@@ -152,10 +168,15 @@ class TokenOrSession(HttpBearer):
 token_or_session = TokenOrSession()
 
 
+def due_for_use_mark(token: ApiToken) -> bool:
+    """Whether mark_used would write (no I/O)."""
+    return token.last_used is None or timezone.now() - token.last_used >= LAST_USED_EVERY
+
+
 def mark_used(token: ApiToken) -> None:
     """Record when the token was last used (at most once a minute: it is a write)."""
-    now = timezone.now()
-    if token.last_used is None or now - token.last_used >= LAST_USED_EVERY:
+    if due_for_use_mark(token):
+        now = timezone.now()
         ApiToken.objects.filter(pk=token.pk).update(last_used=now)
         token.last_used = now
 

@@ -1,24 +1,35 @@
-"""Token-authenticated publishes answered without Django's request machinery.
+"""Token-authenticated publishes answered without Django's request machinery, on the
+event loop, through the process's group commit.
 
-A single publish's own work (the token, the right, the message's checks, one inbox push)
-costs about 0.45 ms of CPU here; Django's handler around it (the request object, eight
-middleware, URL resolution, django-ninja's operation and response) costs about 0.9 ms
-more. So the ASGI application (asgi.py) hands the two publish endpoints here when they
-are called the way programs call them: `POST /api/queues/<queue>/publish` or
-`.../publish-batch` with `Authorization: Bearer <token>`, a Host in ALLOWED_HOSTS and a
-Content-Length within DATA_UPLOAD_MAX_MEMORY_SIZE.
+Django's handler around a single publish (the request object, eight middleware, URL
+resolution, django-ninja's operation and response) costs more than the publish's own work,
+and a sync view is a hop to a thread and a Redis round trip of its own. So the ASGI
+application (asgi.py) hands the two publish endpoints here when they are called the way
+programs call them: `POST /api/queues/<queue>/publish` or `.../publish-batch` with
+`Authorization: Bearer <token>`, a Host in ALLOWED_HOSTS and a Content-Length within
+DATA_UPLOAD_MAX_MEMORY_SIZE.
 
-This path does the same work with the same functions as the django-ninja views in
-messages.py (publishing.publish_one / publish_batch, auth.token_and_wiring, mark_used,
-access.may, refusal) and gives the same answers: status, JSON body and headers. Whatever it does not
-serve itself goes to Django unchanged (the body it read is handed on): any other request,
-a token it does not know (Django answers the 401), a bad Host, a chunked or oversized
-body, the console's session-authenticated publishes. tests/web/test_direct_publish.py
-sends the same requests down both paths and compares the answers.
+Theory of operation. The token is found as auth.find_token finds it (one GET of the tokens'
+version; what a presented token stood for is remembered until any token changes), on the
+loop when it is remembered and in a thread when the database must be asked (and once a
+minute for its last use). The body is read with the views' functions (publishing.
+read_messages), and the messages go to the process's group commit (live/publish.py), as a
+/ws/publish/ frame's do: the publishes of every request that arrive while an append is on
+its way go together in the next, one round trip and one fsync for all, and the 202 is
+answered once the append came back, durable (a queue that drops what does not fit: once
+the router answered, as publish_applied). A request with the bench-only trace header gets
+its `recv` stamp here (engine/relay/trace.py), and the group commit's `inbox` line.
+
+The answers are the views' (messages.py): status, JSON body and headers. Whatever this does
+not serve itself goes to Django unchanged (the body it read is handed on): any other
+request, a token it does not know (Django answers the 401), a bad Host, a chunked or
+oversized body, the console's session-authenticated publishes. tests/web/
+test_direct_publish.py sends the same requests down both paths and compares the answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -32,21 +43,22 @@ from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 
 from engine.errors import XumpError
-from xumpweb import access
-from xumpweb.api.auth import mark_used, refusal, token_and_wiring
+from engine.relay.trace import TRACE, stamped
+from xumpweb import access, redis_clients
+from xumpweb.api import auth
 from xumpweb.api.errors import (
     ApiError,
     engine_error_response,
     error_response,
     redis_error_response,
 )
-from xumpweb.api.publishing import publish_batch, publish_one
-from xumpweb.runtime import service
+from xumpweb.api.publishing import answer, read_messages
+from xumpweb.live.publish import Pending, group_commit, router_answer
+from xumpweb.wiring.models import ApiToken
 
 logger = logging.getLogger("xump.api")
 
 ENDPOINT = re.compile(r"/api/queues/(?P<queue>.+)/(?P<kind>publish|publish-batch)")
-PUBLISHERS = {"publish": publish_one, "publish-batch": publish_batch}
 # what SecurityMiddleware and XFrameOptionsMiddleware add to Django's answers
 SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
@@ -56,6 +68,8 @@ SECURITY_HEADERS = [
 ]
 ACCEPTED_TYPE = b"application/json; charset=utf-8"  # django-ninja's, for the 202
 ERROR_TYPE = b"application/json"  # JsonResponse's, for the errors
+# an answer: (status, content type, content, more headers)
+Answer = tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]
 
 
 class DirectPublish:
@@ -63,7 +77,7 @@ class DirectPublish:
 
     def __init__(self, django: ASGI3Application) -> None:
         self.django = django
-        self._serve = sync_to_async(_serve, thread_sensitive=False)
+        self._redis: Any = None  # asyncio client of the tokens' version (made on the loop)
 
     async def __call__(
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
@@ -82,10 +96,10 @@ class DirectPublish:
                 break
         if len(body) != length:  # not what the header said: Django decides
             return await self.django(scope, _replay(bytes(body), receive), send)
-        answer = await self._serve(kind, queue, presented, bytes(body))
-        if answer is None:
+        answered = await self._serve(kind, queue, presented, bytes(body))
+        if answered is None:
             return await self.django(scope, _replay(bytes(body), receive), send)
-        status, content_type, content, extra = answer
+        status, content_type, content, extra = answered
         headers = [
             (b"content-type", content_type),
             (b"content-length", str(len(content)).encode()),
@@ -94,6 +108,105 @@ class DirectPublish:
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
+
+    async def _serve(self, kind: str, queue: str, presented: str, body: bytes) -> Answer | None:
+        """(status, content type, content, more headers), or None for Django to answer (an
+        unknown token)."""
+        try:
+            token = await self._token(presented)
+            if token is None:
+                return None
+            principal = access.known_principal(token)
+            if principal is None or auth.due_for_use_mark(token):
+                principal = await _look_closer(token)
+            if not access.may(principal, "publish", queue):
+                raise auth.refusal(queue, ("publish",))
+            messages = read_messages(kind, body)
+            if any(TRACE in message.headers for message in messages):  # bench-only
+                messages = [message._replace(headers=stamped(message.headers, "recv"))
+                            if TRACE in message.headers else message
+                            for message in messages]  # fmt: skip
+            publish = RequestPending(queue, messages)
+            group_commit().submit(publish)
+            await publish.outcome
+            return 202, ACCEPTED_TYPE, json.dumps(answer(kind, publish.mids)).encode(), []
+        except ApiError as error:
+            return _error(error_response(error.status, error.code, error.detail, **error.extra))
+        except XumpError as error:
+            return _error(engine_error_response(error))
+        except redis.RedisError as error:
+            return _error(redis_error_response(error))
+        except Exception:
+            logger.exception("API request POST %s failed", f"/api/queues/{queue}/{kind}")
+            return _error(
+                error_response(500, "internal_error", "internal error; see the server log")
+            )
+
+    async def _token(self, presented: str) -> ApiToken | None:
+        """auth.find_token's answer: from memory when it still holds (one GET of the
+        tokens' version), else from the database, in a thread."""
+        if self._redis is None:
+            self._redis = redis_clients.general(socket_timeout=5)
+        try:
+            version = await self._redis.get(auth.tokens_version_key())
+        except redis.RedisError:
+            return await _in_thread(ApiToken.find, presented)
+        found = auth.remembered_token(presented, version)
+        if found is auth.NOT_REMEMBERED:
+            return await _in_thread(auth.remembered_or_found, presented, version)
+        return found  # type: ignore[return-value]
+
+
+class RequestPending(Pending):
+    """A request's publish on its way to the inbox (the group commit): the request awaits
+    `outcome`, which holds the error when it is refused."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, queue: str, messages: list) -> None:
+        super().__init__(queue, messages)
+        self.outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(self) -> None:
+        self.finished = True
+        if not self.outcome.done():
+            self.outcome.set_result(None)
+
+    def fail(self, error: XumpError) -> None:
+        self.finished = True
+        if not self.outcome.done():
+            self.outcome.set_exception(error)
+
+    def await_router(self) -> None:
+        _answering.add(task := asyncio.create_task(router_answer(self)))
+        task.add_done_callback(_answering.discard)
+
+
+_answering: set[asyncio.Task] = set()  # router answers being waited for (held until told)
+
+
+async def _in_thread(function: Any, *arguments: Any) -> Any:
+    """`function(*arguments)` in a thread, its database connection closed after, as Django
+    closes a request's."""
+
+    def run() -> Any:
+        try:
+            return function(*arguments)
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(run, thread_sensitive=False)()
+
+
+async def _look_closer(token: ApiToken) -> access.Principal:
+    """The token's principal, worked out with the database, and its use marked (at most
+    once a minute), in a thread."""
+
+    def closer() -> access.Principal:
+        auth.mark_used(token)
+        return access.for_token(token)
+
+    return await _in_thread(closer)
 
 
 def _wanted(scope: Scope) -> tuple[str, str, str, int] | None:
@@ -127,34 +240,6 @@ def _wanted(scope: Scope) -> tuple[str, str, str, int] | None:
     if not 0 <= size <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
         return None
     return found["kind"], found["queue"], presented, size
-
-
-Answer = tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]
-
-
-def _serve(kind: str, queue: str, presented: str, body: bytes) -> Answer | None:
-    """(status, content type, content, more headers), or None for Django to answer (an
-    unknown token)."""
-    try:
-        token, wiring = token_and_wiring(presented)
-        if token is None:
-            return None
-        mark_used(token)
-        if not access.may(access.for_token(token), "publish", queue):
-            raise refusal(queue, ("publish",))
-        answer = PUBLISHERS[kind](service(), queue, body, wiring)
-        return 202, ACCEPTED_TYPE, json.dumps(answer).encode(), []
-    except ApiError as error:
-        return _error(error_response(error.status, error.code, error.detail, **error.extra))
-    except XumpError as error:
-        return _error(engine_error_response(error))
-    except redis.RedisError as error:
-        return _error(redis_error_response(error))
-    except Exception:
-        logger.exception("API request POST %s failed", f"/api/queues/{queue}/{kind}")
-        return _error(error_response(500, "internal_error", "internal error; see the server log"))
-    finally:
-        close_old_connections()  # as Django does when a request ends
 
 
 def _error(response: Any) -> Answer:

@@ -184,16 +184,28 @@ def messages_from(payload: Any) -> list[Message]:
     return out
 
 
-def publish_one(running: Service, queue: str, raw: bytes, wiring: int | None) -> dict[str, str]:
+def publish_one(running: Service, queue: str, raw: bytes, wiring: int | None) -> dict[str, Any]:
     """POST /api/queues/{queue}/publish after authentication: the answer's JSON."""
-    message = message_from(read_json(raw), settings.XUMP_MAX_BODY)
-    [mid] = running.publish_many(queue, [message], wiring)
-    return {"mid": mid}
+    return answer("publish", running.publish_many(queue, read_messages("publish", raw), wiring))
 
 
-def publish_batch(
-    running: Service, queue: str, raw: bytes, wiring: int | None
-) -> dict[str, list[str]]:
+def publish_batch(running: Service, queue: str, raw: bytes, wiring: int | None) -> dict[str, Any]:
     """POST /api/queues/{queue}/publish-batch after authentication: the answer's JSON."""
-    messages = messages_from(read_json(raw))
-    return {"mids": running.publish_many(queue, messages, wiring)}
+    messages = read_messages("publish-batch", raw)
+    return answer("publish-batch", running.publish_many(queue, messages, wiring))
+
+
+def read_messages(kind: str, raw: bytes) -> list[Message]:
+    """The messages of a `publish` (one) or `publish-batch` request body; ApiError or
+    InvalidArgument when it holds none that may be published."""
+    if kind == "publish":
+        return [message_from(read_json(raw), settings.XUMP_MAX_BODY)]
+    return messages_from(read_json(raw))
+
+
+def answer(kind: str, mids: list[str]) -> dict[str, Any]:
+    """The 202's JSON for a `publish` or `publish-batch` whose messages got `mids`."""
+    if kind == "publish":
+        [mid] = mids
+        return {"mid": mid}
+    return {"mids": mids}

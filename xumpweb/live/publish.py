@@ -184,19 +184,22 @@ class RouterAnswers:
             self.task.cancel()
 
     async def _run(self) -> None:
-        timeout = settings.XUMP_CALL_TIMEOUT
-        client = group_commit().answers
         while True:
-            item = await self.waiting.get()
-            try:
-                found = await client.blpop([item.reply], timeout=timeout)  # type: ignore[list-item]
-                call_outcome("publish", timeout, found[1] if found else None)
-            except XumpError as error:
-                item.fail(error)
-            except redis.RedisError as error:
-                item.fail(store_failure(error, "reading the router's answer"))
-            else:
-                item.done()
+            await router_answer(await self.waiting.get())
+
+
+async def router_answer(item: Pending) -> None:
+    """Wait for the router's answer to a publish it answers (`item.reply`), and tell it."""
+    timeout = settings.XUMP_CALL_TIMEOUT
+    try:
+        found = await group_commit().answers.blpop([item.reply], timeout=timeout)  # type: ignore[list-item]
+        call_outcome("publish", timeout, found[1] if found else None)
+    except XumpError as error:
+        item.fail(error)
+    except redis.RedisError as error:
+        item.fail(store_failure(error, "reading the router's answer"))
+    else:
+        item.done()
 
 
 class Gathered:
