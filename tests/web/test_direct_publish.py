@@ -87,6 +87,8 @@ def requests(queue: str) -> list[tuple[str, str, str, bytes]]:
         ("admin", "lone surrogate address", one, b'{"body": "p", "address": "a\\udfff"}'),
         ("admin", "lone surrogate in a batch", batch,
          b'{"messages": [{"body": "1"}, {"body": "\\ud800"}]}'),
+        ("admin", "a batch over 64 KiB (read in a thread) with a bad message at its end", batch,
+         b'{"messages": [' + b'{"body": "' + b"y" * 100 + b'"}, ' * 700 + b'{"body": 5}]}'),
         ("admin", "JSON nested 5,000 deep", one, b'{"json": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
         ("admin", "unknown queue", f"/api/queues/{queue}-nope/publish", b'{"body": "x"}'),
         ("admin", "full queue", f"/api/queues/{queue}-full/publish-batch",

@@ -13,12 +13,13 @@ Theory of operation. The token is found as auth.find_token finds it (one GET of 
 version; what a presented token stood for is remembered until any token changes), on the
 loop when it is remembered and in a thread when the database must be asked (and once a
 minute for its last use). The body is read with the views' functions (publishing.
-read_messages), and the messages go to the process's group commit (live/publish.py), as a
-/ws/publish/ frame's do: the publishes of every request that arrive while an append is on
-its way go together in the next, one round trip and one fsync for all, and the 202 is
-answered once the append came back, durable (a queue that drops what does not fit: once
-the router answered, as publish_applied). A request with the bench-only trace header gets
-its `recv` stamp here (engine/relay/trace.py), and the group commit's `inbox` line.
+read_messages; a big one in a thread, so the loop's WebSockets are not held up), and the
+messages go to the process's group commit (live/publish.py), as a /ws/publish/ frame's do:
+the publishes of every request that arrive while an append is on its way go together in the
+next, one round trip and one fsync for all, and the 202 is answered once the append came
+back, durable (a queue that drops what does not fit: once the router answered, as
+publish_applied). A request with the bench-only trace header gets its `recv` stamp here
+(engine/relay/trace.py), and the group commit's `inbox` line.
 
 The answers are the views' (messages.py): status, JSON body and headers. Whatever this does
 not serve itself goes to Django unchanged (the body it read is handed on): any other
@@ -68,6 +69,10 @@ SECURITY_HEADERS = [
 ]
 ACCEPTED_TYPE = b"application/json; charset=utf-8"  # django-ninja's, for the 202
 ERROR_TYPE = b"application/json"  # JsonResponse's, for the errors
+# bodies up to this size are read on the event loop (a single publish: tens of µs); a
+# bigger one (a batch of thousands takes milliseconds) in a thread, so that the process's
+# WebSockets and other requests are served meanwhile
+READ_ON_LOOP = 64 * 1024
 # an answer: (status, content type, content, more headers)
 Answer = tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]
 
@@ -121,7 +126,10 @@ class DirectPublish:
                 principal = await _look_closer(token)
             if not access.may(principal, "publish", queue):
                 raise auth.refusal(queue, ("publish",))
-            messages = read_messages(kind, body)
+            if len(body) > READ_ON_LOOP:  # a big batch: the loop serves WebSockets meanwhile
+                messages = await _in_thread(read_messages, kind, body)
+            else:
+                messages = read_messages(kind, body)
             if any(TRACE in message.headers for message in messages):  # bench-only
                 messages = [message._replace(headers=stamped(message.headers, "recv"))
                             if TRACE in message.headers else message
