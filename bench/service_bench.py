@@ -2,7 +2,7 @@
 
     python bench/service_bench.py [--http N] [--messages N] [--latency-seconds S]
                                   [--single-seconds S] [--only xump|rabbitmq]
-                                  [--latency-only] [--ws-only]
+                                  [--latency-only] [--ws-only] [--rate R]
 
 Starts its own private redis-server (AOF, appendfsync always: a 202 means on disk), the
 ASGI server (uvicorn, one process, as the Procfile runs it) and one Celery worker that
@@ -80,7 +80,9 @@ PAD = "x" * 73  # a body: 17 characters of send time, 10 of serial number, 73 of
 BATCH = 5000
 SUBSCRIBER_CREDIT, SUBSCRIBER_BATCH = 1000, 100
 PATTERN_CREDIT = 1000  # the wolfpack's MOVE credit per worker
-RATE = 1000  # msg/s for the latency run
+# msg/s of the paced (latency) runs: --rate, which the client processes (spawned, so
+# importing this module again) read from the environment
+RATE = float(os.environ.get("SERVICE_BENCH_RATE", "1000"))
 SINGLE_CONNECTIONS = 8  # connections of the single-publish run
 WS_WINDOW = 1000  # publish frames in flight on the pipelined WebSocket run
 RABBIT = ("127.0.0.1", 5672)
@@ -615,7 +617,7 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
                 ws_publishes(ws_url, token, held, args.single_seconds, 1)
             )
             results["ws_one_p50"], results["ws_one_p99"] = percentiles(confirms)
-            total = int(RATE * args.latency_seconds)
+            total = round(RATE * args.latency_seconds)
             _, seen, results["cpu"]["ws latency"] = wolfpack_run(
                 total, paced_ws_publisher, (total,)
             )
@@ -623,7 +625,7 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
             if args.ws_only:
                 return results
         if args.latency_only:
-            total = int(RATE * args.latency_seconds)
+            total = round(RATE * args.latency_seconds)
             _, seen, results["cpu"]["latency"] = wolfpack_run(total, paced_publisher, (total,))
             results["p50"], results["p99"] = percentiles(seen)
             return results
@@ -652,7 +654,7 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
         results["e2e"], _, results["cpu"]["e2e"] = wolfpack_run(
             args.messages, ws_publisher, (args.messages, 1000)
         )
-        total = int(RATE * args.latency_seconds)
+        total = round(RATE * args.latency_seconds)
         _, seen, results["cpu"]["latency"] = wolfpack_run(total, paced_publisher, (total,))
         results["p50"], results["p99"] = percentiles(seen)
         return results
@@ -744,7 +746,7 @@ def bench_rabbit(args: argparse.Namespace) -> dict | None:
             connection.close()
 
     results["e2e"], _ = run(args.messages, paced=False)
-    _, seen = run(int(RATE * args.latency_seconds), paced=True)
+    _, seen = run(round(RATE * args.latency_seconds), paced=True)
     results["p50"], results["p99"] = percentiles(seen)
     return results
 
@@ -777,6 +779,13 @@ def single_publishes(base: str, token: str, queue: str, seconds: float) -> float
     return asyncio.run(run())
 
 
+def set_rate(rate: float) -> None:
+    """The paced runs' rate, here and in the client processes started from now on."""
+    global RATE
+    RATE = rate
+    os.environ["SERVICE_BENCH_RATE"] = repr(rate)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, default=100_000, help="messages per HTTP run")
@@ -790,7 +799,11 @@ def main() -> None:
         "--ws-only", action="store_true", help="only the JSON WebSocket publish runs (Xump)"
     )
     parser.add_argument("--only", choices=("xump", "rabbitmq"), help="run one side only")
+    parser.add_argument(
+        "--rate", type=float, default=RATE, help="msg/s of the paced latency runs (1000)"
+    )
     args = parser.parse_args()
+    set_rate(args.rate)
     args.http = max(args.http - args.http % (2 * BATCH), 2 * BATCH)
     args.messages = max(args.messages - args.messages % 1000, 1000)
     load_before = load()
@@ -821,26 +834,26 @@ def main() -> None:
     print(f"  WebSocket publish, one at a time (confirmed)  {xump['ws_one']:>10,.0f} msg/s")
     print(f"    (send -> confirm p50 {xump['ws_one_p50']:.2f} ms, "
           f"p99 {xump['ws_one_p99']:.2f} ms)")  # fmt: skip
-    print(f"  WebSocket publish latency at {RATE} msg/s, send -> delivery: p50 "
+    print(f"  WebSocket publish latency at {RATE:g} msg/s, send -> delivery: p50 "
           f"{xump['ws_p50']:.1f} ms, p99 {xump['ws_p99']:.1f} ms")  # fmt: skip
     print_hops(xump.get("ws_hops"))
     header = f"  {'':44} {'Xump':>12} {'RabbitMQ':>12} {'ratio':>7}"
     print(header)
     rows = [
         ("wolfpack end to end, 2 subscribers (msg/s)", "e2e", "{:>12,.0f}"),
-        (f"latency p50 at {RATE} msg/s (ms)", "p50", "{:>12.1f}"),
-        (f"latency p99 at {RATE} msg/s (ms)", "p99", "{:>12.1f}"),
+        (f"latency p50 at {RATE:g} msg/s (ms)", "p50", "{:>12.1f}"),
+        (f"latency p99 at {RATE:g} msg/s (ms)", "p99", "{:>12.1f}"),
     ]
     for label, key, shape in rows:
         theirs = shape.format(rabbit[key]) if rabbit else f"{'-':>12}"
         ratio = f"{xump[key] / rabbit[key]:>7.2f}" if rabbit and rabbit[key] else f"{'-':>7}"
         print(f"  {label:44} {shape.format(xump[key])} {theirs} {ratio}")
     if "http_hops" in xump:
-        print(f"  the HTTP latency run's hops (single POSTs paced at {RATE} msg/s):")
+        print(f"  the HTTP latency run's hops (single POSTs paced at {RATE:g} msg/s):")
         print_hops(xump["http_hops"])
     if rabbit is None and args.only != "xump":
         print(f"  (no RabbitMQ answers on {RABBIT[0]}:{RABBIT[1]}: its column is empty)")
-    print(f"  (latency rows: paced at {RATE} msg/s, but 4 publishers that wait for each 202 fall")
+    print(f"  (latency rows: paced at {RATE:g} msg/s, but 4 publishers that wait for each 202 fall")
     print("  behind when a publish takes more than 4 ms: the rate sent is printed above)")
     print("  every message delivered exactly once in every run (checked by serial number);")
     print("  Xump's end to end stops when the router has applied the last ack, RabbitMQ's")
