@@ -7,7 +7,12 @@
 test_basic, test_s10, test_s11, test_s12, test_nonascii, test_threading, test_context,
 test_override_threading; not test_timeout, which dials an address outside this machine)
 run with that checkout's own `stomp` package, configured as its tests read it: STD_HOST,
-STD_PORT, STD_USER, STD_PASSWORD (for Xump: any login, an API token as the password).
+STD_PORT, STD_USER, STD_PASSWORD (for Xump: any login, an API token as the password). Two
+of them (test_basic's test_default_to_localhost and test_host_bind_port) dial STOMP's
+default address, localhost:61613, as RabbitMQ's guest: against Xump a `sitecustomize` in a
+temporary directory sends those connections to Xump's port, and RABBITMQ_USER and
+RABBITMQ_PASSWORD give them the token (without it they would test whatever broker listens
+on 61613, the local RabbitMQ, or fail when none does).
 
 --rabbitmq: a checkout of github.com/rabbitmq/rabbitmq-server; the Python tests of its
 STOMP plugin (`deps/rabbitmq_stomp/test/python_SUITE_data/src/`), the nine generic
@@ -23,7 +28,11 @@ either broker here (and test_broadcast would count the local RabbitMQ's bindings
 
 Xump is started as deployed: a private redis-server (AOF, appendfsync always), the ASGI
 server, a Celery worker that routes, and `manage.py stomp_server` (tests/web/conftest.py's
-start_service, as bench/stomp_bench.py does), with an API token holding every right. The
+start_service, as bench/stomp_bench.py does), with an API token holding every right, and
+one setting raised: XUMP_MAX_BODY to 17 MiB (PEER_MAX_BODY), as RabbitMQ's own harness for
+these tests (test/python_SUITE.erl) raises its STOMP `max_frame_size` to 17 MiB for
+destinations' test_send_multiple_with_a_large_message (16 MiB bodies): neither broker takes
+them by default (Xump's bodies 1 MiB, RabbitMQ's frames 4 MiB). The
 local RabbitMQ's STOMP plugin is on 127.0.0.1:61613 (`rabbitmq-plugins enable
 rabbitmq_stomp`); when it does not answer, its column is left out.
 
@@ -63,6 +72,8 @@ RABBIT_MODULES = (
 )  # fmt: skip
 RABBIT_SRC = "deps/rabbitmq_stomp/test/python_SUITE_data/src"
 PER_FILE_TIMEOUT = 900
+# RabbitMQ's harness: `max_frame_size, 17 * 1024 * 1024` (python_SUITE.erl); see the doc
+PEER_MAX_BODY = 17 * 1024 * 1024
 
 # put the token where the RabbitMQ suite sends guest's passcode (stomp.py and raw sockets)
 SITECUSTOMIZE = """
@@ -75,6 +86,21 @@ def _swap(data):
     return data
 socket.socket.send = lambda self, data, *a: _send(self, _swap(data), *a)
 socket.socket.sendall = lambda self, data, *a: _sendall(self, _swap(data), *a)
+"""
+
+# send what dials STOMP's default address, localhost:61613, to Xump's port (stomp.py's
+# test_default_to_localhost and test_host_bind_port, which log in with RabbitMQ's
+# guest/guest: RABBITMQ_USER and RABBITMQ_PASSWORD give them the token)
+REDIRECT = """
+import os, socket
+_port = int(os.environ["XUMP_PEER_PORT"])
+_connect = socket.socket.connect
+def _redirected(self, address):
+    if isinstance(address, tuple) and address[0] in ("127.0.0.1", "::1", "localhost") \
+            and address[1] == 61613:
+        address = (address[0], _port, *address[2:])
+    return _connect(self, address)
+socket.socket.connect = _redirected
 """
 
 
@@ -109,9 +135,16 @@ def run_file(cwd: Path, target: str, env: dict[str, str], report: Path, *more: s
 
 def stomppy_suite(checkout: Path, port: int, user: str, password: str, work: Path,
                   libs: Path | None = None) -> dict:  # fmt: skip
-    path = os.pathsep.join([str(checkout)] + ([str(libs)] if libs else []))
+    path = [str(checkout)] + ([str(libs)] if libs else [])
     env = {**os.environ, "STD_HOST": HOST, "STD_PORT": str(port), "STD_USER": user,
-           "STD_PASSWORD": password, "PYTHONPATH": path}  # fmt: skip
+           "STD_PASSWORD": password}  # fmt: skip
+    if port != RABBIT_STOMP:  # Xump: what dials the default address reaches it too
+        shim = work / "redirect"
+        shim.mkdir(exist_ok=True)
+        (shim / "sitecustomize.py").write_text(REDIRECT)
+        path.insert(0, str(shim))
+        env.update(XUMP_PEER_PORT=str(port), RABBITMQ_USER=user, RABBITMQ_PASSWORD=password)
+    env["PYTHONPATH"] = os.pathsep.join(path)
     return {
         # test_timeout dials 192.0.2.0, an address outside this machine
         name: run_file(
@@ -200,7 +233,9 @@ def main() -> None:
             redis_server.start()
             service = None
             try:
-                service = start_service(redis_server.url, work / "service", "worker")
+                service = start_service(
+                    redis_server.url, work / "service", "worker", XUMP_MAX_BODY=str(PEER_MAX_BODY)
+                )
                 service.start_worker()
                 start_stomp_server(service, args.xump_port, work / "service")
                 token = service.admin_token

@@ -78,6 +78,7 @@ from engine.relay import (
     store_failure,
 )
 from engine.stores.redis import RedisStore
+from engine.validation import DEFAULT_MAX_BODY
 from xumpweb import redis_clients, redis_health, series, shard_calls
 from xumpweb import shards as shard_map
 from xumpweb.analytics.journal import append_commands, journal_key
@@ -798,7 +799,10 @@ class Router:
 
         catalog = DjangoCatalog() if self.shards is None else ShardCatalog(self.store)
         catalog.save_store(StoreSpec("redis", self.store, self.url))
-        engine = Engine(catalog=catalog, stores=(store,), journal=True)
+        # the router takes every body a door took (XUMP_MAX_BODY): one larger than the
+        # engine's own limit would otherwise be refused here, after its 202 or RECEIPT
+        max_body = max(settings.XUMP_MAX_BODY, DEFAULT_MAX_BODY)
+        engine = Engine(catalog=catalog, stores=(store,), journal=True, max_body=max_body)
         engine.set_default_store(self.store)
         if self.shards is not None:
             engine.set_local_shard(self.store, self.shards)

@@ -21,7 +21,8 @@ XUMP_SHARDS          how many Redis stores (shards, SPEC §10) the queues are pl
                      (default 1: the one store XUMP_STORE, its data as before)
 XUMP_ROUTING         "worker" (default): Celery workers route; "inline": the web process
                      routes in a thread of its own (one process, the embedded case)
-XUMP_MAX_BODY        largest message body the API accepts, in bytes (default 1 MiB)
+XUMP_MAX_BODY        largest message body the API, the WebSocket and STOMP accept, in bytes
+                     (default 1 MiB); the router takes any body they took
 XUMP_DIRECT_PUBLISH  "0" to send token publishes through Django's whole request handling
                      too (default on: api/direct.py answers them, the same way, faster)
 XUMP_DELIVERY_TIMEOUT  seconds before an unconfirmed delivery is returned (default 60)

@@ -25,8 +25,8 @@ def subscribe(**headers: str) -> bytes:
 CASES = [
     ("malformed header", b"SEND\nno-colon\nreceipt:r\n\n\x00", "malformed header"),
     ("bad escape", b"SEND\ndestination:/queue/a\\tb\nreceipt:r\n\n\x00", "bad escape in header"),
-    ("unknown command", b"PUBLISH\nreceipt:r\n\n\x00", "unknown command"),
-    ("server command", b"MESSAGE\nreceipt:r\n\n\x00", "unknown command"),
+    ("unknown command", b"PUBLISH\nreceipt:r\n\n\x00", "Bad command"),
+    ("server command", b"MESSAGE\nreceipt:r\n\n\x00", "Bad command"),
     (
         "content-length without nul",
         b"SEND\ndestination:/queue/a\ncontent-length:1\nreceipt:r\n\nab\x00",

@@ -93,7 +93,15 @@ def test_malformed_header_lines_are_errors(line: bytes) -> None:
 
 @pytest.mark.parametrize("command", [b"PUBLISH", b"send", b"MESSAGE", b"\xff"])
 def test_unknown_commands_are_errors(command: bytes) -> None:
-    assert parse_error(command + b"\n\n\x00").message == "unknown command"
+    error = parse_error(command + b"\n\n\x00")
+    shown = command.decode("utf-8", errors="replace")
+    assert error.message == "Bad command"
+    assert error.detail == f'Could not interpret command "{shown}"\n'  # RabbitMQ's words
+
+
+def test_an_unknown_command_is_quoted_short_and_printable() -> None:
+    error = parse_error(b"X\tY" + b"Z" * 100 + b"\n\n\x00")
+    assert error.detail == 'Could not interpret command "X\\tY' + "Z" * 37 + '..."\n'
 
 
 def test_an_eol_before_the_nul_of_a_frame_without_a_body_is_no_body() -> None:

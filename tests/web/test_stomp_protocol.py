@@ -296,7 +296,7 @@ def _mistakes(queue: str) -> dict[str, tuple[bytes, str, str | None]]:
             "r1",
         ),
         "bad header escape": (send.encode() + b"x-tab:a\\tb\n\nx\x00", "bad escape", "r1"),
-        "unknown command": (b"PUBLISH\nreceipt:r1\n\nx\x00", "unknown command", "r1"),
+        "unknown command": (b"PUBLISH\nreceipt:r1\n\nx\x00", "Bad command", "r1"),
         "SEND without destination": (b"SEND\nreceipt:r1\n\nx\x00", "Missing destination", "r1"),
         "CONNECT twice": (connect_frame("x"), "CONNECT", None),
     }
@@ -311,6 +311,16 @@ def test_a_broken_frame_answers_error_closes_and_publishes_nothing(opener, xump,
         client.hurl(data)
         refused(client, message, receipt)
     assert published(xump, queue) == 1
+
+
+def test_an_unknown_command_is_answered_in_rabbitmqs_words(opener, xump, queue):
+    with opener() as client:
+        client.hurl(b"WRONGCOMMAND\ndestination:/queue/" + queue.encode() + b"\n\nx\x00")
+        error = refused(client, "Bad command")
+    assert error.message == "Bad command"
+    assert error.headers["version"] == "1.0,1.1,1.2"  # the commands of these versions
+    assert error.body == b'Could not interpret command "WRONGCOMMAND"\n'
+    assert published(xump, queue) == 0
 
 
 def test_a_message_ending_inside_a_frame_is_an_error_on_websocket(service, xump, queue):

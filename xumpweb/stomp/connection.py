@@ -436,7 +436,7 @@ class StompConnection:
         headers = [("message", error.message)]
         if error.receipt is not None:
             headers.append(("receipt-id", error.receipt))
-        if error.message == "unsupported version":
+        if error.message in ("unsupported version", "Bad command"):  # as RabbitMQ says
             headers.append(("version", ",".join(sorted(VERSIONS))))
         headers.append(("content-type", "text/plain"))
         body = error.detail.encode("utf-8", errors="replace")

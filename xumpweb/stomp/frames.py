@@ -93,6 +93,14 @@ def _shown(text: str | bytes, limit: int = 40) -> str:
     return repr(shown)
 
 
+def _quoted(text: bytes, limit: int = 40) -> str:
+    """A command line as an ERROR body quotes it: in double quotes, short and printable."""
+    shown = text.decode("utf-8", errors="replace")
+    shown = shown[:limit] + ("..." if len(shown) > limit else "")
+    printable = "".join(c if c.isprintable() else repr(c)[1:-1] for c in shown)
+    return f'"{printable}"'
+
+
 def unescape(text: str) -> str:
     """A header name or value with the 1.2 escapes decoded; undefined escapes are errors."""
     if "\\" not in text:
@@ -415,10 +423,10 @@ class FrameParser:
             command = ""
         problem: ProtocolError | None = None
         if command not in self.commands:
+            # RabbitMQ's words, which programs written for it compare; the connection adds
+            # `version:1.0,1.1,1.2`: the commands accepted are those of these versions
             problem = ProtocolError(
-                "unknown command",
-                f"{_shown(command_line)} is not a STOMP command this side accepts "
-                f"({', '.join(sorted(self.commands))})",
+                "Bad command", f"Could not interpret command {_quoted(command_line)}\n"
             )
         elif len(lines) - 1 > self.max_headers:
             problem = ProtocolError(
