@@ -8,11 +8,13 @@ the routing rules (rules.py) append one plain tuple per event, fields in `EVENT_
 order, to a deque. Nothing else happens per event: no lock of its own (routing runs under
 the engine lock), no I/O, no formatting.
 
-Memory is bounded by `capacity`, checked once per public engine call rather than per event:
-when a call leaves more than `capacity` events waiting, the oldest are dropped and counted
-(`dropped`). The caller is expected to `drain()` often enough that this never happens (the
-service's archive task does); a drop is reported, never silent. So memory holds at most
-`capacity` events plus those of one call.
+Memory is bounded by `capacity`, checked once per public engine call rather than per event
+(at its start, so a call pays one length test) and by every reader before it looks (`len`,
+`drain`, `peek`, `dropped`, `position`, `trace`): when more than `capacity` events wait, the
+oldest are dropped and counted (`dropped`), so a reader sees what it would had the call
+that left them trimmed at its end. The caller is expected to `drain()` often enough that
+this never happens (the service's archive task does); a drop is reported, never silent. So
+memory holds at most `capacity` events plus those of one call.
 
 Positions: every event the journal ever recorded has an ordinal, 1, 2, 3 ... in recording
 order; drops come off the front. `drain()` returns a `JournalBatch` that knows the position
@@ -121,20 +123,26 @@ class EventJournal:
     @property
     def dropped(self) -> int:
         """Events dropped because the buffer was full, over the journal's life."""
-        return self._dropped_total
+        with self._lock:
+            self.enforce_capacity()
+            return self._dropped_total
 
     @property
     def position(self) -> int:
         """The position the next drained event will have."""
         with self._lock:
+            self.enforce_capacity()
             return self._taken + 1
 
     def __len__(self) -> int:
-        return len(self.buffer)
+        with self._lock:
+            self.enforce_capacity()
+            return len(self.buffer)
 
     def drain(self, limit: int | None = None) -> JournalBatch:
         """Take the waiting events, oldest first (at most `limit`), out of the journal."""
         with self._lock:
+            self.enforce_capacity()
             buffer = self.buffer
             count = len(buffer) if limit is None else max(0, min(limit, len(buffer)))
             if count == len(buffer):
@@ -152,13 +160,15 @@ class EventJournal:
         """The waiting events as `drain()` would return them, left in the journal: a
         writer that may fail drains them (`drain(len(batch))`) once they are written."""
         with self._lock:
+            self.enforce_capacity()
             return JournalBatch(
                 self.epoch, self._taken + 1, list(self.buffer), self._dropped_since_drain
             )
 
     # -- called by the engine, under its lock ---------------------------------------------
     def enforce_capacity(self) -> None:
-        """Drop the oldest events beyond `capacity` (one check per public call)."""
+        """Drop the oldest events beyond `capacity` (at the start of each public call, and
+        by each reader before it looks)."""
         excess = len(self.buffer) - self.capacity
         if excess > 0:
             popleft = self.buffer.popleft
