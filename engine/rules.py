@@ -192,7 +192,7 @@ class Rules:
             self._clock = _now()  # one time for the events of one call: cheaper than each
             buffer = journal.buffer
             mark = len(buffer)
-            if mark > journal.capacity:  # the previous call's excess (event_journal.py)
+            if mark > journal.full_at:  # the previous call's excess (event_journal.py)
                 journal.enforce_capacity()
                 mark = len(buffer)
         forwards, settles = self._forwards, self._settles  # forwarding.py
@@ -210,7 +210,7 @@ class Rules:
             for store in transactional:
                 store.rollback()
             if journal is not None:
-                journal.take_back(mark)
+                journal.forget_after(mark)
             del forwards[crossed[0] :], settles[crossed[1] :]
             raise
         finally:
