@@ -14,8 +14,10 @@ CPython's free list. A kept tuple would be one more object for the cyclic garbag
 to visit (four per wolfpack message; about a seventh of what recording cost, measured with
 callgrind), while a list of strings, floats, ints and None gives it nothing to follow.
 Readers never see the rows: `drain()` and `peek()` return a `JournalBatch` whose `events`
-are the same tuples as ever, made when first asked for (zip over the row), and whose
-`columns()` give an exporter each field's values without making them (archive.py).
+are the same tuples as ever (zip over the row): a drained batch makes them when first asked
+for, and its `columns()` give an exporter each field's values without making them
+(archive.py); a peeked one makes them at once, for the service's router, which writes every
+step's events to Redis and then `forget`s them.
 
 Memory is bounded by `capacity`, checked once per public engine call rather than per event
 (at its start, so a call pays one length test) and by every reader before it looks (`len`,
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from itertools import islice
 from typing import NamedTuple
 
 EVENT_FIELDS = (
@@ -92,9 +95,9 @@ def widened(event: tuple | list) -> tuple:
     return event + (None,) * missing if missing > 0 and len(event) >= OLD_WIDTH else event
 
 
-def _rows(fields: list) -> list[tuple]:
-    """Flat fields, WIDTH per event, as one tuple per event."""
-    row = iter(fields)
+def _rows(fields: list, start: int = 0) -> list[tuple]:
+    """Flat fields from `start` on, WIDTH per event, as one tuple per event."""
+    row = iter(fields) if not start else islice(fields, start, None)
     return list(zip(*(row,) * WIDTH, strict=True))
 
 
@@ -205,27 +208,32 @@ class EventJournal:
             batch = JournalBatch(
                 self.epoch, self._taken + 1, None, self._dropped_since_drain, fields=fields
             )
-            if count == waiting:
+            self.forget(count)
+            return batch
+
+    def peek(self) -> JournalBatch:
+        """The waiting events as `drain()` would return them, left in the journal: a
+        writer that may fail forgets them (`forget(len(batch))`) once they are written.
+        Its events are made at once, straight from the buffer (a writer reads them all)."""
+        with self._lock:
+            self.enforce_capacity()
+            events = _rows(self.buffer, self.head)
+            return JournalBatch(self.epoch, self._taken + 1, events, self._dropped_since_drain)
+
+    def forget(self, count: int) -> None:
+        """Take the oldest `count` waiting events out, as `drain(count)` does, without
+        handing them over: a writer that peeked has written them."""
+        with self._lock:
+            self.enforce_capacity()
+            buffer, head = self.buffer, self.head
+            count = max(0, min(count, (len(buffer) - head) // WIDTH))
+            if head + count * WIDTH == len(buffer):
                 buffer.clear()
                 self._moved(0)
             else:
                 self._moved(head + count * WIDTH)
             self._taken += count
             self._dropped_since_drain = 0
-            return batch
-
-    def peek(self) -> JournalBatch:
-        """The waiting events as `drain()` would return them, left in the journal: a
-        writer that may fail drains them (`drain(len(batch))`) once they are written."""
-        with self._lock:
-            self.enforce_capacity()
-            return JournalBatch(
-                self.epoch,
-                self._taken + 1,
-                None,
-                self._dropped_since_drain,
-                fields=self.buffer[self.head :],
-            )
 
     def events_of(self, mid: str) -> list[tuple]:
         """The waiting events of message `mid`, oldest first (for `trace`)."""

@@ -274,3 +274,16 @@ def test_a_journal_nobody_drains_keeps_the_newest_in_order():
     batch = eng.journal.drain()
     assert [e[7] for e in batch] == ["995", "996", "997", "998", "999"]
     assert (batch.first, batch.dropped, eng.journal.position) == (996, 995, 1001)
+
+
+def test_a_writer_peeks_then_forgets_what_it_wrote():
+    # the service's router: peek, write the events elsewhere, then forget exactly those
+    eng = Engine(journal=True)
+    eng.queue_create("q")
+    eng.publish_many("q", [Message(address="a"), Message(address="b")])
+    seen = eng.journal.peek()
+    eng.publish("q", Message(address="c"))  # recorded after the peek: not forgotten
+    eng.journal.forget(len(seen))
+    assert [e[7] for e in seen] == ["a", "b"] and eng.journal.position == 3
+    rest = eng.journal.drain()
+    assert (rest.first, [e[7] for e in rest]) == (3, ["c"])
