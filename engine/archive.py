@@ -243,28 +243,32 @@ class Archive:
         if isinstance(batch, JournalBatch):
             epoch = batch.epoch if epoch is None else epoch
             first = batch.first if first is None else first
-            events = batch.events
+            columns = batch.columns()  # the engine's own: its fields, made into no tuples
         else:
             events = batch if isinstance(batch, list) else list(batch)
         if not isinstance(epoch, str) or not epoch:
             raise InvalidArgument("events need the journal epoch they came from (epoch=...)")
         if not isinstance(first, int) or isinstance(first, bool) or first < 1:
             raise InvalidArgument(f"first must be the position of the first event, not {first!r}")
-        width = len(EVENT_FIELDS)
-        for event in events:
-            if not isinstance(event, tuple) or len(event) != width:
-                raise InvalidArgument(f"an event is a tuple of {width} fields, not {event!r}")
+        if not isinstance(batch, JournalBatch):
+            width = len(EVENT_FIELDS)
+            for event in events:
+                if not isinstance(event, tuple) or len(event) != width:
+                    raise InvalidArgument(f"an event is a tuple of {width} fields, not {event!r}")
+            columns = [list(column) for column in zip(*events, strict=True)] or [
+                [] for _ in EVENT_FIELDS
+            ]
         with self._locked():
             manifest = self._manifest()
             mark = int(manifest["events"].get(epoch, 0))
             skip = max(0, mark - first + 1)
-            events = events[skip:]
-            if not events:
+            time, kind, mid, queue, selector, target, detail, address, tag = (
+                column[skip:] for column in columns
+            )
+            count = len(time)
+            if not count:
                 return 0
             start = first + skip
-            time, kind, mid, queue, selector, target, detail, address, tag = zip(
-                *events, strict=True
-            )
             table = pa.table(
                 {
                     "time": pa.array(time, pa.float64()),
@@ -275,8 +279,8 @@ class Archive:
                     "detail": pa.array(detail, pa.string()),
                     "address": pa.array(address, pa.string()),
                     "tag": pa.array(tag, pa.string()),
-                    "epoch": pa.array([epoch] * len(events), pa.string()),
-                    "position": pa.array(range(start, start + len(events)), pa.int64()),
+                    "epoch": pa.array([epoch] * count, pa.string()),
+                    "position": pa.array(range(start, start + count), pa.int64()),
                 },
                 schema=EVENTS_SCHEMA,
             )
@@ -285,7 +289,7 @@ class Archive:
             for value in pc.unique(queues).to_pylist():
                 part = table.filter(pc.equal(queues, value))
                 self._write_partitioned(part, "time", self.events_path, value, name)
-            manifest["events"][epoch] = start + len(events) - 1
+            manifest["events"][epoch] = start + count - 1
             self._save_manifest(manifest)
             return table.num_rows
 

@@ -3,16 +3,31 @@
 Theory of operation: an Engine made with `Engine(journal=True)` (or `journal=<capacity>`)
 has an `EventJournal` at `eng.journal`; without it `eng.journal` is None and routing pays
 one `is None` test per place that could record. Every queue whose spec says
-`journal=True` (the default) gets the journal's buffer `append` as its `journal` attribute;
-the routing rules (rules.py) append one plain tuple per event, fields in `EVENT_FIELDS`
-order, to a deque. Nothing else happens per event: no lock of its own (routing runs under
-the engine lock), no I/O, no formatting.
+`journal=True` (the default) gets the journal's `append` as its `journal` attribute; the
+routing rules (rules.py) pass it one plain tuple per event, fields in `EVENT_FIELDS` order.
+Nothing else happens per event: no lock of its own (routing runs under the engine lock), no
+I/O, no formatting.
 
-Memory is bounded by `capacity`, checked once per public engine call rather than per event:
-when a call leaves more than `capacity` events waiting, the oldest are dropped and counted
-(`dropped`). The caller is expected to `drain()` often enough that this never happens (the
-service's archive task does); a drop is reported, never silent. So memory holds at most
-`capacity` events plus those of one call.
+Flat fields, not tuples: `append` is the `extend` of one list, `buffer`, so an event is
+kept as its WIDTH fields in a row and the tuple the rules built goes straight back to
+CPython's free list. A kept tuple would be one more object for the cyclic garbage collector
+to visit (four per wolfpack message; about a seventh of what recording cost, measured with
+callgrind), while a list of strings, floats, ints and None gives it nothing to follow.
+Readers never see the rows: `drain()` and `peek()` return a `JournalBatch` whose `events`
+are the same tuples as ever (zip over the row): a drained batch makes them when first asked
+for, and its `columns()` give an exporter each field's values without making them
+(archive.py); a peeked one makes them at once, for the service's router, which writes every
+step's events to Redis and then `forget`s them.
+
+Memory is bounded by `capacity`, checked once per public engine call rather than per event
+(at its start, so a call pays one length test) and by every reader before it looks (`len`,
+`drain`, `peek`, `dropped`, `position`, `trace`): when more than `capacity` events wait, the
+oldest are dropped and counted (`dropped`), so a reader sees what it would had the call
+that left them trimmed at its end. The caller is expected to `drain()` often enough that
+this never happens (the service's archive task does); a drop is reported, never silent. So
+memory holds at most `capacity` events plus those of one call. Dropping moves `head`, the
+index of the first waiting field, and gives the space back once half the list is dropped,
+so a journal nobody drains costs no more per call than one that is drained.
 
 Positions: every event the journal ever recorded has an ordinal, 1, 2, 3 ... in recording
 order; drops come off the front. `drain()` returns a `JournalBatch` that knows the position
@@ -27,13 +42,13 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections import deque
-from dataclasses import dataclass, field
+from itertools import islice
 from typing import NamedTuple
 
 EVENT_FIELDS = (
     "time", "kind", "mid", "queue", "selector", "target", "detail", "address", "tag",
 )  # fmt: skip
+WIDTH = len(EVENT_FIELDS)  # fields an event keeps in the journal's buffer
 # events recorded before "tag" was a field (a journal list or an archive written then) have
 # the first OLD_WIDTH fields only; `widened` gives them the rest as None
 OLD_WIDTH = 8
@@ -59,7 +74,7 @@ DEFAULT_CAPACITY = 1_000_000
 
 class JournalEvent(NamedTuple):
     """One event, for readers: `JournalEvent._make(t)` over a drained tuple. The engine
-    itself appends plain tuples with the same fields in the same order."""
+    itself records plain tuples with the same fields in the same order."""
 
     time: float  # seconds since the epoch
     kind: str  # one of EVENT_KINDS
@@ -80,29 +95,70 @@ def widened(event: tuple | list) -> tuple:
     return event + (None,) * missing if missing > 0 and len(event) >= OLD_WIDTH else event
 
 
-@dataclass(frozen=True, slots=True)
+def _rows(fields: list, start: int = 0) -> list[tuple]:
+    """Flat fields from `start` on, WIDTH per event, as one tuple per event."""
+    row = iter(fields) if not start else islice(fields, start, None)
+    return list(zip(*(row,) * WIDTH, strict=True))
+
+
 class JournalBatch:
     """Events drained at once, oldest first, plain tuples in `EVENT_FIELDS` order.
 
     `first` is the position of `events[0]` (positions count every event the journal ever
     recorded, from 1), `epoch` names the journal, `dropped` counts the events lost to the
-    capacity bound since the previous drain (they came before `first`)."""
+    capacity bound since the previous drain (they came before `first`). A journal hands
+    over its flat fields (`fields=`); the tuples are made when `events` is first read."""
 
-    epoch: str
-    first: int
-    events: list[tuple] = field(default_factory=list)
-    dropped: int = 0
+    __slots__ = ("_events", "_fields", "dropped", "epoch", "first")
+
+    def __init__(
+        self,
+        epoch: str,
+        first: int,
+        events: list[tuple] | None = None,
+        dropped: int = 0,
+        *,
+        fields: list | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.first = first
+        self.dropped = dropped
+        self._events = events if events is not None or fields is not None else []
+        self._fields = fields
+
+    @property
+    def events(self) -> list[tuple]:
+        if self._events is None:
+            self._events = _rows(self._fields)  # type: ignore[arg-type]
+        return self._events
+
+    def columns(self) -> list[list]:
+        """Each field's values, in EVENT_FIELDS order: the events transposed."""
+        if self._fields is not None:
+            fields = self._fields
+            return [fields[index::WIDTH] for index in range(WIDTH)]
+        if not self._events:
+            return [[] for _ in range(WIDTH)]
+        return [list(column) for column in zip(*self._events, strict=True)]
 
     def __len__(self) -> int:
-        return len(self.events)
+        if self._fields is not None:
+            return len(self._fields) // WIDTH
+        return len(self._events)  # type: ignore[arg-type]
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.events)
 
+    def __repr__(self) -> str:
+        return (
+            f"JournalBatch(epoch={self.epoch!r}, first={self.first}, events={len(self)}, "
+            f"dropped={self.dropped})"
+        )
+
     @property
     def last(self) -> int:
         """The position of the last event (first - 1 when empty)."""
-        return self.first + len(self.events) - 1
+        return self.first + len(self) - 1
 
 
 class EventJournal:
@@ -111,8 +167,12 @@ class EventJournal:
     def __init__(self, capacity: int = DEFAULT_CAPACITY, lock: threading.RLock | None = None):
         self.capacity = capacity
         self.epoch = secrets.token_hex(6)
-        self.buffer: deque[tuple] = deque()
-        self.append = self.buffer.append  # what the queues call
+        # the waiting events' fields from `head` on, WIDTH each (see the module doc)
+        self.buffer: list = []
+        self.head = 0
+        self.append = self.buffer.extend  # what the queues call, with one event tuple
+        # the buffer length past which the bound is exceeded: the engine's one test a call
+        self.full_at = capacity * WIDTH
         self._lock = lock if lock is not None else threading.RLock()
         self._taken = 0  # events drained or dropped so far: the position before the buffer
         self._dropped_total = 0
@@ -121,55 +181,98 @@ class EventJournal:
     @property
     def dropped(self) -> int:
         """Events dropped because the buffer was full, over the journal's life."""
-        return self._dropped_total
+        with self._lock:
+            self.enforce_capacity()
+            return self._dropped_total
 
     @property
     def position(self) -> int:
         """The position the next drained event will have."""
         with self._lock:
+            self.enforce_capacity()
             return self._taken + 1
 
     def __len__(self) -> int:
-        return len(self.buffer)
+        with self._lock:
+            self.enforce_capacity()
+            return (len(self.buffer) - self.head) // WIDTH
 
     def drain(self, limit: int | None = None) -> JournalBatch:
         """Take the waiting events, oldest first (at most `limit`), out of the journal."""
         with self._lock:
-            buffer = self.buffer
-            count = len(buffer) if limit is None else max(0, min(limit, len(buffer)))
-            if count == len(buffer):
-                events = list(buffer)
-                buffer.clear()
-            else:
-                popleft = buffer.popleft
-                events = [popleft() for _ in range(count)]
-            batch = JournalBatch(self.epoch, self._taken + 1, events, self._dropped_since_drain)
-            self._taken += count
-            self._dropped_since_drain = 0
+            self.enforce_capacity()
+            buffer, head = self.buffer, self.head
+            waiting = (len(buffer) - head) // WIDTH
+            count = waiting if limit is None else max(0, min(limit, waiting))
+            fields = buffer[head : head + count * WIDTH]
+            batch = JournalBatch(
+                self.epoch, self._taken + 1, None, self._dropped_since_drain, fields=fields
+            )
+            self.forget(count)
             return batch
 
     def peek(self) -> JournalBatch:
         """The waiting events as `drain()` would return them, left in the journal: a
-        writer that may fail drains them (`drain(len(batch))`) once they are written."""
+        writer that may fail forgets them (`forget(len(batch))`) once they are written.
+        Its events are made at once, straight from the buffer (a writer reads them all)."""
         with self._lock:
-            return JournalBatch(
-                self.epoch, self._taken + 1, list(self.buffer), self._dropped_since_drain
-            )
+            self.enforce_capacity()
+            events = _rows(self.buffer, self.head)
+            return JournalBatch(self.epoch, self._taken + 1, events, self._dropped_since_drain)
+
+    def forget(self, count: int) -> None:
+        """Take the oldest `count` waiting events out, as `drain(count)` does, without
+        handing them over: a writer that peeked has written them."""
+        with self._lock:
+            self.enforce_capacity()
+            buffer, head = self.buffer, self.head
+            count = max(0, min(count, (len(buffer) - head) // WIDTH))
+            if head + count * WIDTH == len(buffer):
+                buffer.clear()
+                self._moved(0)
+            else:
+                self._moved(head + count * WIDTH)
+            self._taken += count
+            self._dropped_since_drain = 0
+
+    def events_of(self, mid: str) -> list[tuple]:
+        """The waiting events of message `mid`, oldest first (for `trace`)."""
+        with self._lock:
+            self.enforce_capacity()
+            buffer, head = self.buffer, self.head
+            return [
+                tuple(buffer[head + n * WIDTH : head + (n + 1) * WIDTH])
+                for n, found in enumerate(buffer[head + 2 :: WIDTH])
+                if found == mid
+            ]
 
     # -- called by the engine, under its lock ---------------------------------------------
     def enforce_capacity(self) -> None:
-        """Drop the oldest events beyond `capacity` (one check per public call)."""
-        excess = len(self.buffer) - self.capacity
+        """Drop the oldest events beyond `capacity` (at the start of each public call, and
+        by each reader before it looks)."""
+        if len(self.buffer) <= self.full_at:
+            return
+        excess = (len(self.buffer) - self.head) // WIDTH - self.capacity
         if excess > 0:
-            popleft = self.buffer.popleft
-            for _ in range(excess):
-                popleft()
+            self._moved(self.head + excess * WIDTH)
             self._taken += excess
             self._dropped_total += excess
             self._dropped_since_drain += excess
 
+    def _moved(self, head: int) -> None:
+        """The first waiting field is now at `head`: give the space before it back once it
+        is half the buffer (so each dropped field is moved at most once)."""
+        if head and head * 2 >= len(self.buffer):
+            del self.buffer[:head]
+            head = 0
+        self.head = head
+        self.full_at = head + self.capacity * WIDTH
+
     def take_back(self, mark: int) -> None:
-        """Forget the events recorded after the buffer held `mark` (a failed call)."""
-        pop = self.buffer.pop
-        for _ in range(len(self.buffer) - mark):
-            pop()
+        """Forget the events recorded after the journal held `mark` (its `len`): a failed
+        call."""
+        del self.buffer[self.head + mark * WIDTH :]
+
+    def forget_after(self, length: int) -> None:
+        """Forget the fields past `length` (`len(buffer)` when a call began): it failed."""
+        del self.buffer[length:]

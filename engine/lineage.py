@@ -51,7 +51,7 @@ class Lineage:
                 "make it with Engine(journal=True)"
             )
         with self._lock:
-            events = [event for event in journal.buffer if event[2] == mid]
+            events = journal.events_of(mid)
         if not events:
             raise NotFound(
                 f"no events of message {mid!r} in the journal (an unknown mid, a queue with "

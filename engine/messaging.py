@@ -43,17 +43,13 @@ def _parse_tag(tag: object) -> tuple[str, int]:
     return parts[0], int(parts[1])
 
 
-def _publish_event(qrt: QueueRuntime, message: Message, unknown: str | None) -> tuple:
-    """The journal event of a publish, its detail the seq the message will get (None when it
-    will get none: delayed, or arriving at a full queue); when `unknown` names a queue that
-    does not exist, the dead-lettering (rule 14) into `qrt`, the engine's dead-letter queue."""
-    queue = qrt.name
+def _publish_event(message: Message, queue: str, unknown: str | None) -> tuple:
+    """The journal event of a publish that `Rules._arrive` does not record (it records the
+    others where their seq is given): a delayed one, published into `queue` with no seq yet;
+    or, when `unknown` names a queue that does not exist, the dead-lettering (rule 14) into
+    `queue`, the engine's dead-letter queue."""
     if unknown is None:
-        state = qrt.state
-        seq = None
-        if not message.delay and (qrt.limit is None or state.depth() < qrt.limit):
-            seq = str(state.last_seq() + 1)
-        return (message.timestamp, "publish", message.mid, queue, None, None, seq,
+        return (message.timestamp, "publish", message.mid, queue, None, None, None,
                 message.address, None)  # fmt: skip
     return (
         message.timestamp,
@@ -96,15 +92,15 @@ class Messaging(Rules):
             return self._run(self._publish, qrt, message)
 
     def _publish(self, qrt: QueueRuntime, message: Message, unknown: str | None = None) -> None:
+        self._visited.add((message.mid, qrt.name))
+        if unknown is None and not message.delay:
+            # the common case: _arrive records the publish event where the seq is given
+            # (arguments by position: this is the hot path; direct=True, published=True)
+            self._arrive(qrt, message, None, 0, True, True)
+            return
         journal = qrt.journal
         if journal is not None:
-            if unknown is None and qrt.limit is None and not message.delay:
-                # the common case, inline: the seq it gets is the next one
-                journal((message.timestamp, "publish", message.mid, qrt.name, None, None,
-                         str(qrt.state.last_seq() + 1), message.address, None))  # fmt: skip
-            else:
-                journal(_publish_event(qrt, message, unknown))
-        self._visited.add((message.mid, qrt.name))
+            journal(_publish_event(message, qrt.name, unknown))
         if message.delay:
             self._schedule_entry(qrt, Entry(0, message, None), message.timestamp + message.delay,
                                  False)  # fmt: skip
@@ -157,18 +153,14 @@ class Messaging(Rules):
     ) -> None:
         visited, arrive, name = self._visited, self._arrive, qrt.name
         journal = qrt.journal
-        # the common case's publish events inline, as in _publish: the seq each gets is the
-        # next one (no limit, no delay, a queue that exists)
-        inline = unknown is None and qrt.limit is None
-        state = qrt.state
         for message in messages:
-            if journal is not None:
-                if inline and not message.delay:
-                    journal((message.timestamp, "publish", message.mid, name, None, None,
-                             str(state.last_seq() + 1), message.address, None))  # fmt: skip
-                else:
-                    journal(_publish_event(qrt, message, unknown))
             visited.add((message.mid, name))
+            if unknown is None and not message.delay:
+                # as in _publish: _arrive records the publish event where the seq is given
+                arrive(qrt, message, None, 0, False, True)  # published=True, by position
+                continue
+            if journal is not None:
+                journal(_publish_event(message, qrt.name, unknown))
             if message.delay:
                 self._schedule_entry(qrt, Entry(0, message, None),
                                      message.timestamp + message.delay, False)  # fmt: skip

@@ -192,6 +192,9 @@ class Rules:
             self._clock = _now()  # one time for the events of one call: cheaper than each
             buffer = journal.buffer
             mark = len(buffer)
+            if mark > journal.full_at:  # the previous call's excess (event_journal.py)
+                journal.enforce_capacity()
+                mark = len(buffer)
         forwards, settles = self._forwards, self._settles  # forwarding.py
         crossed = (len(forwards), len(settles))
         try:
@@ -202,14 +205,12 @@ class Rules:
                 self._drain()
             for store in transactional:
                 store.commit()
-            if journal is not None and len(buffer) > journal.capacity:
-                journal.enforce_capacity()
             return self._out
         except BaseException:
             for store in transactional:
                 store.rollback()
             if journal is not None:
-                journal.take_back(mark)
+                journal.forget_after(mark)
             del forwards[crossed[0] :], settles[crossed[1] :]
             raise
         finally:
@@ -420,11 +421,14 @@ class Rules:
         origin: tuple[str, int, str] | None,
         delivery_count: int = 0,
         direct: bool = False,
+        published: bool = False,
     ) -> Entry | None:
         """A message arrives at `qrt` (rule 7 when full). Returns its entry, or None when it
         was not kept there (overflow: dropped, dead-lettered or taken at once; or it went
         to another shard: forwarding.py). A MOVE passes on the deliveries the message had
-        (`delivery_count`: work given back to a pack is redelivered, as a requeue is)."""
+        (`delivery_count`: work given back to a pack is redelivered, as a requeue is).
+        `published`: an application published it into `qrt` (a local queue); its publish
+        event is recorded here, where its seq is given and before anything routes it."""
         if qrt.remote is not None:
             self._forward(qrt, message, origin, delivery_count)
             return None
@@ -432,8 +436,16 @@ class Rules:
         limit = qrt.limit
         depth = state.depth()
         if limit is not None and depth >= limit:
+            if published and qrt.journal is not None:  # full: it gets no seq of its own
+                qrt.journal((message.timestamp, "publish", message.mid, qrt.name, None, None,
+                             None, message.address, None))  # fmt: skip
             return self._overflow(qrt, message, origin, direct)
         entry = Entry(state.next_seq(), message, origin)
+        if published:
+            journal = qrt.journal
+            if journal is not None:
+                journal((message.timestamp, "publish", message.mid, qrt.name, None, None,
+                         str(entry.seq), message.address, None))  # fmt: skip
         entry.delivery_count = delivery_count
         qrt.counters["published"] += 1
         if not (depth or qrt.busy or qrt.scheduled) and self._nesting < _MAX_NESTING:

@@ -653,7 +653,7 @@ class _RelayRouter(RelayRouter):
             self._bumping = False
             self.wiring_version += 1
         if self._journaled:
-            self.engine.journal.drain(self._journaled)  # type: ignore[union-attr]
+            self.engine.journal.forget(self._journaled)  # type: ignore[union-attr]
             self._journaled = 0
         # as they are: the console's items are made from them at the snapshot (_recent_items),
         # not for every delivery
