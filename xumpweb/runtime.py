@@ -688,7 +688,7 @@ _taking_handoffs: dict[str, Router] = {}  # store -> this process's router drain
 
 def router_here(store: str) -> Router | None:
     """This process's router of `store` while it drains it and takes handoffs (SPEC §11's
-    co-located path: xumpweb/live/publish.py hands it the process's publishes)."""
+    co-located path: xumpweb/live/group_commit.py hands it the process's publishes)."""
     return _taking_handoffs.get(store)
 
 

@@ -14,7 +14,7 @@ version; what a presented token stood for is remembered until any token changes)
 loop when it is remembered and in a thread when the database must be asked (and once a
 minute for its last use). The body is read with the views' functions (publishing.
 read_messages; a big one in a thread, so the loop's WebSockets are not held up), and the
-messages go to the process's group commit (live/publish.py), as a /ws/publish/ frame's do:
+messages go to the process's group commit (live/group_commit.py), as a /ws/publish/ frame's do:
 the publishes of every request that arrive while an append is on its way go together in the
 next, one round trip and one fsync for all, and the 202 is answered once the append came
 back, durable (a queue that drops what does not fit: once the router answered, as
@@ -54,7 +54,7 @@ from xumpweb.api.errors import (
     redis_error_response,
 )
 from xumpweb.api.publishing import answer, read_messages
-from xumpweb.live.publish import Pending, group_commit, router_answer
+from xumpweb.live.group_commit import Pending, group_commit, router_answer
 from xumpweb.wiring.models import ApiToken
 
 logger = logging.getLogger("xump.api")

@@ -10,7 +10,7 @@ carries out the actions it returns, the same way for both transports:
   stands in when the passcode is empty. CONNECTED, or ERROR and close.
 * **Publish** (SEND): the publish right on the queue (`access.may`), the message built as
   the HTTP API builds one (size limit, lifetime fields), then handed to the process's
-  group commit (live/publish.py), which appends many publishes in one round trip. Its
+  group commit (live/group_commit.py), which appends many publishes in one round trip. Its
   RECEIPT goes out once the message is durable in the inbox (a 202's promise).
 * **Subscribe**: the consume right; a `selector` compiled here first, so a bad one is
   refused with its column. /queue/<d> reads destination d's outbox (live/outbox.py's
@@ -62,14 +62,9 @@ from engine.relay.trace import TRACE, stamped
 from engine.validation import check_optional_seconds
 from xumpweb import access, metrics, redis_clients
 from xumpweb.live import registry
+from xumpweb.live.group_commit import Pending, RouterAnswers, group_commit
 from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader, home
-from xumpweb.live.publish import (
-    Forbidden,
-    Pending,
-    RouterAnswers,
-    error_code,
-    group_commit,
-)
+from xumpweb.live.publish import Forbidden, error_code
 from xumpweb.live.security import find_token, unwatch, user_principal, watch
 from xumpweb.live.tracing import trace_later, traces_sent
 from xumpweb.runtime import service
