@@ -37,10 +37,9 @@ import re
 from typing import Any
 
 import redis
-from asgiref.sync import sync_to_async
 from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
+from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 
 from engine.errors import XumpError
@@ -194,16 +193,10 @@ _answering: set[asyncio.Task] = set()  # router answers being waited for (held u
 
 
 async def _in_thread(function: Any, *arguments: Any) -> Any:
-    """`function(*arguments)` in a thread, its database connection closed after, as Django
-    closes a request's."""
-
-    def run() -> Any:
-        try:
-            return function(*arguments)
-        finally:
-            close_old_connections()
-
-    return await sync_to_async(run, thread_sensitive=False)()
+    """`function(*arguments)` in a thread of its own (not the one shared sync thread), its
+    database connections closed around it as Django closes a request's (Channels'
+    database_sync_to_async)."""
+    return await database_sync_to_async(function, thread_sensitive=False)(*arguments)
 
 
 async def _look_closer(token: ApiToken) -> access.Principal:
