@@ -281,7 +281,7 @@ def take_from_relay(relay: RelayClient, destination: str, count: int, within: fl
 @contextmanager
 def trace_lines(service: Service) -> Iterator[Callable[[str], dict[str, float]]]:
     """The store's trace channel (engine/relay/trace.py), subscribed before the messages
-    go: yields `read(mid)`, which waits (10 s at most) for the three lines of the traced
+    go: yields `read(mid)`, which waits (30 s at most) for the three lines of the traced
     message `mid` (its inbox append, routing step and frame written) and gives {hop: time};
     a line of any other message fails the test."""
     from engine.relay.trace import parse_line, trace_channel
@@ -292,7 +292,7 @@ def trace_lines(service: Service) -> Iterator[Callable[[str], dict[str, float]]]
 
     def read(mid: str) -> dict[str, float]:
         lines: dict[str, float] = {}
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while len(lines) < 3 and time.monotonic() < deadline:
             found = listening.get_message(timeout=0.5)
             if found is not None:

@@ -227,4 +227,7 @@ def test_a_traced_http_publish_gathers_each_hops_stamp_and_an_untraced_one_none(
     assert set(lines) == {"inbox", "step", "write"}, lines
     assert sent <= stamps["recv"] <= lines["inbox"]
     assert stamps["recv"] <= lines["step"]
-    assert lines["inbox"] <= stamps["learn"] <= lines["write"] <= time.time()
+    # the append's answer and the delivery reach the same process on two connections: on
+    # a busy event loop it may take up the delivery first, so learn follows recv, not
+    # the inbox stamp
+    assert stamps["recv"] <= stamps["learn"] <= lines["write"] <= time.time()
