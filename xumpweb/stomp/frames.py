@@ -60,8 +60,6 @@ _HEADER_END = re.compile(rb"\n\r?\n")
 _BETWEEN_FRAMES = frozenset(b"\r\n\x00")  # heart-beat EOLs and empty frames
 _ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
 _UNESCAPES = {"r": "\r", "n": "\n", "c": ":", "\\": "\\"}
-_NEEDS_ESCAPE = re.compile(r"[\\\r\n:]")
-_ESCAPES = str.maketrans({"\\": "\\\\", "\r": "\\r", "\n": "\\n", ":": "\\c"})
 
 
 class ProtocolError(Exception):
@@ -121,11 +119,12 @@ def unescape(text: str) -> str:
 
 
 def escape(text: str) -> str:
-    return text.translate(_ESCAPES) if _NEEDS_ESCAPE.search(text) else text
+    """A header name or value with the 1.2 escapes applied (backslash first)."""
+    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
 
 
 def _unbroken(text: str) -> str:
-    return text.replace("\r", " ").replace("\n", " ") if _NEEDS_ESCAPE.search(text) else text
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 def serialize(frame: Frame) -> bytes:
@@ -141,24 +140,22 @@ def serialize_parts(
     `escaped=False` for STOMP 1.0, which has no escapes: a line break in a header (which
     1.0 cannot carry) becomes a space."""
     pairs = headers if isinstance(headers, list) else list(headers)  # type: ignore[call-overload]
-    lines = [f"{name}:{value}" for name, value in pairs if name != "content-length"]
-    text = "\n".join(lines)
-    # one look at all the text for anything to escape, instead of one per name and value:
-    # each line holds exactly one colon and no line break unless a name or value holds one
-    if (
-        lines
-        and command not in UNESCAPED_COMMANDS
-        and (
-            text.count(":") != len(lines)
-            or text.count("\n") != len(lines) - 1
-            or "\\" in text
-            or "\r" in text
-        )
-    ):
+    if command in UNESCAPED_COMMANDS:
+        lines = [f"{name}:{value}" for name, value in pairs if name != "content-length"]
+        text = "\n".join(lines)
+    else:
+        # all the names and values escaped at once, in C, rather than one by one: each name
+        # is joined to its value by \x01 and each pair to the next by \x00, which escaping
+        # leaves alone and which then become the colon and line break. A name or value that
+        # holds either sentinel itself (the counts tell) takes the one-by-one way instead.
+        lines = [f"{name}\x01{value}" for name, value in pairs if name != "content-length"]
+        text = "\x00".join(lines)
         clean = escape if escaped else _unbroken
-        text = "\n".join(
-            [f"{clean(name)}:{clean(value)}" for name, value in pairs if name != "content-length"]
-        )
+        if text.count("\x00") == len(lines) - 1 and text.count("\x01") == len(lines):
+            text = clean(text).replace("\x01", ":").replace("\x00", "\n")
+        elif lines:
+            pairs = [pair for pair in pairs if pair[0] != "content-length"]
+            text = "\n".join([f"{clean(name)}:{clean(value)}" for name, value in pairs])
     if body or command in BODY_COMMANDS:
         text = f"{text}\ncontent-length:{len(body)}" if lines else f"content-length:{len(body)}"
     head = f"{command}\n{text}\n\n" if text else f"{command}\n\n"
