@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xumpweb.stomp.frames import Frame, FrameParser, ProtocolError, escape, serialize, unescape
 
@@ -277,3 +279,29 @@ def test_a_header_block_ending_in_crlf_after_lf_only_lines_is_found() -> None:
     assert parsed == Frame("SEND", {"destination": "/queue/a"}, b"x\n\ny")
     (parsed,) = parse_all(b"SEND\ndestination:/queue/a\n\r\nx\n\ny\x00")
     assert parsed == Frame("SEND", {"destination": "/queue/a"}, b"x\n\ny")
+
+
+ESCAPE_PIECES = st.sampled_from(["\\", "\\\\", "\\c", "\\n", "\\r", "\\t", "c", "n", ":", "a", "é"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(name=st.lists(ESCAPE_PIECES, min_size=1, max_size=6).map("".join),
+       value=st.lists(ESCAPE_PIECES, max_size=8).map("".join))  # fmt: skip
+def test_a_head_with_escapes_reads_the_same_with_lf_or_crlf_ends(name: str, value: str) -> None:
+    """An LF-only head with escapes is read by the parser's fast path, a CRLF one line by
+    line: the same headers, or the same error (an undefined escape, a colon in a name)."""
+
+    def read(eol: bytes) -> Frame | str:
+        head = b"ACK" + eol + f"{name}:{value}".encode() + eol + b"id:1" + eol + eol
+        try:
+            return parse_all(head + b"\x00")[0]
+        except ProtocolError as error:
+            return f"{error.message}: {error.detail}"
+
+    assert read(b"\n") == read(b"\r\n")
+
+
+def test_an_escaped_ack_id_is_read_back() -> None:
+    """stomp.py escapes the colons of the ack ids it sends back."""
+    frame = parse_all(b"ACK\nid:q\\c1\\c17\\c5\nx\\\\c:\\\\\\c\n\n\x00")[0]
+    assert frame.headers == {"id": "q:1:17:5", "x\\c": "\\:"}

@@ -118,6 +118,23 @@ def unescape(text: str) -> str:
     return _ESCAPE_SEQUENCE.sub(replace, text)
 
 
+def _plain_unescape(text: str) -> str | None:
+    """`unescape` without the regular expression, for the parser's fast path: None when
+    `text` holds an undefined escape (the slow path then says which). Escaped backslashes
+    are split out first, left to right as escapes are read, so every backslash left in a
+    piece starts one of the other three escapes."""
+    if "\\" not in text:
+        return text
+    pieces = text.split("\\\\")
+    for index, piece in enumerate(pieces):
+        if "\\" in piece:
+            piece = piece.replace("\\c", ":").replace("\\n", "\n").replace("\\r", "\r")
+            if "\\" in piece:
+                return None
+            pieces[index] = piece
+    return "\\".join(pieces)
+
+
 def escape(text: str) -> str:
     """A header name or value with the 1.2 escapes applied (backslash first)."""
     return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
@@ -393,8 +410,7 @@ class FrameParser:
         then read line by line (`_checked_head`), which says what is wrong."""
         if len(head) > self.max_header_length or b"\r" in head:
             return None
-        if self.escapes and b"\\" in head:
-            return None
+        escaped = self.escapes and b"\\" in head
         try:
             lines = head.decode("utf-8").split("\n")
         except UnicodeDecodeError:
@@ -402,11 +418,17 @@ class FrameParser:
         command = lines[0]
         if command not in self.commands or len(lines) - 1 > self.max_headers:
             return None
+        if escaped and command in UNESCAPED_COMMANDS:
+            return None
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not name or not colon:
                 return None
+            if escaped and "\\" in line:  # a 1.2 client escapes the colons of an ack id
+                name, value = _plain_unescape(name), _plain_unescape(value)
+                if name is None or value is None:
+                    return None
             if name not in headers:  # the first of repeated headers counts
                 headers[name] = value
         return command, headers
