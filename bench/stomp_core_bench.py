@@ -33,7 +33,7 @@ def connected() -> StompConnection:
     connection.receive_data(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:l\npasscode:p\n\n\x00")
     connection.accept("principal", "session")
     connection.receive_data(
-        b"SUBSCRIBE\nid:1\ndestination:/queue/bench-out\nack:client-individual\n"
+        b"SUBSCRIBE\nid:1\ndestination:/queue/bench-in\\cout\nack:client-individual\n"
         b"prefetch-count:1000\n\n\x00"
     )
     return connection
@@ -53,8 +53,8 @@ def one_round(count: int) -> tuple[float, float, float]:
     send = b"SEND\ncontent-length:100\ndestination:/queue/bench-in\n\n" + BODY + b"\x00"
     sends = fed(connection, [send] * count)
     message = Message("", MappingProxyType({"content-type": "text/plain"}), BODY, None,
-                      "m-1a2b3c-1", 1, time.time(), "bench-out")  # fmt: skip
-    deliveries = [Delivery(f"t{n}", "bench-out", "bench-in", 1, message) for n in range(count)]
+                      "m-1a2b3c-1", 1, time.time(), "bench-in:out")  # fmt: skip
+    deliveries = [Delivery(f"t{n}", "bench-in:out", "bench-in", 1, message) for n in range(count)]
     first = connection._next_ack + 1
     started = time.process_time()
     for delivery in deliveries:
