@@ -53,6 +53,11 @@ class MessageTooLarge(InvalidArgument):
     """A body larger than the engine's `max_body`."""
 
 
+class InternalError(XumpError):
+    """A defect, not a refusal: something failed that should not have (the server log has
+    it). The web service answers it 500 internal_error."""
+
+
 class StoreError(XumpError):
     """A storage back-end failed or is unreachable."""
 

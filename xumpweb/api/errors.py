@@ -41,6 +41,7 @@ ENGINE_ERRORS: dict[type[engine_errors.XumpError], tuple[int, str]] = {
     engine_errors.InboxFull: (503, "inbox_full"),
     engine_errors.StoreFull: (503, "store_full"),
     engine_errors.StoreError: (503, "store_unavailable"),
+    engine_errors.InternalError: (500, "internal_error"),
     engine_errors.XumpError: (400, "invalid_request"),
 }
 

@@ -49,7 +49,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from engine import errors as engine_errors
-from engine.errors import InboxFull, NotFound, NotWritten, XumpError
+from engine.errors import InboxFull, InternalError, NotFound, NotWritten, XumpError
 from engine.relay import GUARDED_PUSH, Handed, call_outcome, store_failure
 from engine.relay.trace import TRACE
 from xumpweb import redis_clients
@@ -156,7 +156,9 @@ class Gathered:
                     await self.send(batch)
                 except Exception as problem:  # every publish in it must hear of it
                     logger.exception("publishing %d frame(s) failed", len(batch))
-                    failure = XumpError(f"internal error: {type(problem).__name__}")
+                    failure = InternalError(
+                        f"internal error ({type(problem).__name__}); see the server log"
+                    )
                     for item in batch:
                         if not item.finished:
                             item.fail(failure)

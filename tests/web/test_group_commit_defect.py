@@ -1,0 +1,74 @@
+"""A defect inside the group commit (an exception that is no refusal) is told to every
+publish of its batch as an internal error, which each door answers as one: HTTP 500
+internal_error, a WebSocket error frame `internal_error`, a STOMP ERROR "internal error".
+Before, it was a bare XumpError, which the doors answered 400 invalid_request, as if the
+client had erred.
+
+The check runs in a subprocess with Django set up (the test process does not set Django
+up, as in test_outbox_reader.py); it touches no Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.web.conftest import PYTHON, ROOT, _environment
+
+DEFECT = """
+import asyncio, json
+import django
+django.setup()
+from xumpweb.api.errors import engine_error_response
+from xumpweb.live.group_commit import Gathered, Pending
+from xumpweb.live.publish import error_frame
+from xumpweb.stompgate.session import _error_message
+
+
+class Told(Pending):
+    error = None
+
+    def done(self):
+        self.finished = True
+
+    def fail(self, error):
+        self.finished = True
+        self.error = error
+
+
+class Broken(Gathered):
+    async def send(self, batch):
+        raise KeyError("a defect")
+
+
+async def run():
+    gathered = Broken()
+    items = [Told("q", []), Told("q", [])]
+    gathered.submit_all(items)
+    await gathered.task
+    return items
+
+
+items = asyncio.run(run())
+response = engine_error_response(items[0].error)
+print(json.dumps({
+    "errors": [f"{type(item.error).__name__}: {item.error}" for item in items],
+    "http": [response.status_code, json.loads(response.content)["error"]],
+    "websocket": json.loads(error_frame(7, items[0].error))["error"],
+    "stomp": _error_message(items[1].error),
+}))
+"""
+
+
+def test_a_defect_in_the_group_commit_is_an_internal_error_at_every_door(
+    redis_server, tmp_path
+) -> None:
+    env = _environment(redis_server.url, tmp_path, "inline")
+    ran = subprocess.run([PYTHON, "-c", DEFECT], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    told = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert told["errors"] == ["InternalError: internal error (KeyError); see the server log"] * 2
+    assert told["http"] == [500, "internal_error"]
+    assert told["websocket"] == "internal_error"
+    assert told["stomp"] == "internal error"
