@@ -14,10 +14,10 @@ CPython's free list. A kept tuple would be one more object for the cyclic garbag
 to visit (four per wolfpack message; about a seventh of what recording cost, measured with
 callgrind), while a list of strings, floats, ints and None gives it nothing to follow.
 Readers never see the rows: `drain()` and `peek()` return a `JournalBatch` whose `events`
-are the same tuples as ever (zip over the row): a drained batch makes them when first asked
-for, and its `columns()` give an exporter each field's values without making them
-(archive.py); a peeked one makes them at once, for the service's router, which writes every
-step's events to Redis and then `forget`s them.
+are the same tuples as ever (zip over the row), made when first asked for; a batch's
+`columns()` give an exporter each field's values without making them (archive.py), and its
+`fields()` the row itself, which the service's router writes to Redis after every step
+(xumpweb/analytics/journal.py) before it `forget`s them.
 
 Memory is bounded by `capacity`, checked once per public engine call rather than per event
 (at its start, so a call pays one length test) and by every reader before it looks (`len`,
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import secrets
 import threading
-from itertools import islice
 from typing import NamedTuple
 
 EVENT_FIELDS = (
@@ -95,9 +94,9 @@ def widened(event: tuple | list) -> tuple:
     return event + (None,) * missing if missing > 0 and len(event) >= OLD_WIDTH else event
 
 
-def _rows(fields: list, start: int = 0) -> list[tuple]:
-    """Flat fields from `start` on, WIDTH per event, as one tuple per event."""
-    row = iter(fields) if not start else islice(fields, start, None)
+def _rows(fields: list) -> list[tuple]:
+    """Flat fields, WIDTH per event, as one tuple per event."""
+    row = iter(fields)
     return list(zip(*(row,) * WIDTH, strict=True))
 
 
@@ -131,6 +130,12 @@ class JournalBatch:
         if self._events is None:
             self._events = _rows(self._fields)  # type: ignore[arg-type]
         return self._events
+
+    def fields(self) -> list:
+        """The events' fields one after another, WIDTH per event (the journal's own form)."""
+        if self._fields is not None:
+            return self._fields
+        return [field for event in self._events for field in event]  # type: ignore[union-attr]
 
     def columns(self) -> list[list]:
         """Each field's values, in EVENT_FIELDS order: the events transposed."""
@@ -214,11 +219,11 @@ class EventJournal:
     def peek(self) -> JournalBatch:
         """The waiting events as `drain()` would return them, left in the journal: a
         writer that may fail forgets them (`forget(len(batch))`) once they are written.
-        Its events are made at once, straight from the buffer (a writer reads them all)."""
+        It holds a copy of their fields, as `drain()`'s does."""
         with self._lock:
             self.enforce_capacity()
-            events = _rows(self.buffer, self.head)
-            return JournalBatch(self.epoch, self._taken + 1, events, self._dropped_since_drain)
+            return JournalBatch(self.epoch, self._taken + 1, None, self._dropped_since_drain,
+                                fields=self.buffer[self.head :])  # fmt: skip
 
     def forget(self, count: int) -> None:
         """Take the oldest `count` waiting events out, as `drain(count)` does, without

@@ -90,3 +90,39 @@ def test_trace_of_an_unknown_or_bad_mid(service) -> None:
     with service.client() as client:
         assert client.get("/api/messages/nope-12345/trace").status_code == 404
         assert client.get(f"/api/messages/{'m' * 300}/trace").status_code == 400
+
+
+def test_trace_reads_journal_chunks_of_either_form(service) -> None:
+    """The router writes a step's events to the journal list as flat fields ("fields",
+    "width"); a chunk written before holds one list per event ("events"), of 8 fields when
+    older than delivery tags. A trace reads both forms."""
+    import orjson
+    import redis
+
+    from xumpweb.analytics.journal import journal_key
+
+    with service.client() as client:
+        queue = make_queue(client)
+        mid = client.post(f"/api/queues/{queue}/publish", json={"body": "x"}).json()["mid"]
+
+        def traced(count: int):
+            answer = client.get(f"/api/messages/{mid}/trace")
+            return answer.status_code == 200 and len(answer.json()["steps"]) >= count and answer
+
+        wait_for(lambda: traced(1))
+        store = redis.Redis.from_url(service.env["XUMP_REDIS_URL"])
+        key = journal_key(service.env["XUMP_STORE"])
+        written = [orjson.loads(item) for item in store.lrange(key, 0, -1)]
+        ours = [chunk for chunk in written if orjson.dumps(mid) in orjson.dumps(chunk)]
+        assert ours and all(set(chunk) == {"epoch", "first", "width", "fields"} for chunk in ours)
+        assert all(len(chunk["fields"]) % chunk["width"] == 0 for chunk in ours)
+        older = {"epoch": "older", "first": 1,
+                 "events": [[1.0, "route", mid, queue, 1, queue, "copy", "a"]]}  # fmt: skip
+        store.rpush(key, orjson.dumps(older))
+        store.close()
+        steps = wait_for(lambda: traced(2)).json()["steps"]
+    assert [(s["kind"], s["epoch"] == "older") for s in steps] == [
+        ("route", True),
+        ("publish", False),
+    ]
+    assert steps[0]["tag"] is None and steps[0]["target"] == queue

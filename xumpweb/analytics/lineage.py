@@ -21,7 +21,7 @@ import orjson
 
 from engine.archive import Archive
 from engine.lineage import check_mid, step_of
-from xumpweb.analytics.journal import journal_key
+from xumpweb.analytics.journal import chunk_events, journal_key
 from xumpweb.runtime import Service
 
 READ = 100  # journal chunks (up to 100,000 events) per Redis read
@@ -54,9 +54,9 @@ def trace(
                     continue  # most chunks: no JSON parse at all
                 chunk = orjson.loads(item)
                 epoch, first = chunk["epoch"], chunk["first"]
-                for offset, event in enumerate(chunk["events"]):
+                for offset, event in enumerate(chunk_events(chunk)):
                     if event[2] == mid:
-                        found[(epoch, first + offset)] = (tuple(event), "journal")
+                        found[(epoch, first + offset)] = (event, "journal")
             start += READ
     first_time: dict[str, float] = {}
     for (epoch, _), (event, _) in found.items():
