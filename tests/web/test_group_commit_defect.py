@@ -1,5 +1,6 @@
-"""A defect inside the group commit (an exception that is no refusal) is told to every
-publish of its batch as an internal error, which each door answers as one: HTTP 500
+"""The group commit's batches (xumpweb/live/group_commit.py's Gathered): in order, at
+most `batch_max` each. A defect inside it (an exception that is no refusal) is told to
+every publish of its batch as an internal error, which each door answers as one: HTTP 500
 internal_error, a WebSocket error frame `internal_error`, a STOMP ERROR "internal error".
 Before, it was a bare XumpError, which the doors answered 400 invalid_request, as if the
 client had erred.
@@ -72,3 +73,57 @@ def test_a_defect_in_the_group_commit_is_an_internal_error_at_every_door(
     assert told["http"] == [500, "internal_error"]
     assert told["websocket"] == "internal_error"
     assert told["stomp"] == "internal error"
+
+
+BATCHES = """
+import asyncio, json
+import django
+django.setup()
+from xumpweb.live.group_commit import Gathered, Pending
+
+
+class Told(Pending):
+    def done(self):
+        self.finished = True
+
+
+class Recorded(Gathered):
+    batch_max = 1000
+
+    def __init__(self):
+        super().__init__()
+        self.sent = []
+
+    async def send(self, batch):
+        self.sent.append([item.queue for item in batch])
+        if len(self.sent) == 1:  # publishes that come while the first batch is on its way
+            self.submit_all([Told(f"late-{n}", []) for n in range(3)])
+        await asyncio.sleep(0)
+        for item in batch:
+            item.done()
+
+
+async def run():
+    gathered = Recorded()
+    gathered.submit_all([Told(f"q-{n}", []) for n in range(2500)])
+    await gathered.task
+    return gathered.sent
+
+
+print(json.dumps(asyncio.run(run())))
+"""
+
+
+def test_waiting_publishes_go_in_order_in_batches_of_the_most(redis_server, tmp_path) -> None:
+    """2,500 publishes waiting go as batches of at most 1,000, in order; those handed over
+    while the first batch is on its way join the tail (the last batch)."""
+    env = _environment(redis_server.url, tmp_path, "inline")
+    ran = subprocess.run([PYTHON, "-c", BATCHES], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    sent = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert [len(batch) for batch in sent] == [1000, 1000, 503]
+    assert [queue for batch in sent for queue in batch] == [
+        *(f"q-{n}" for n in range(2500)),
+        *(f"late-{n}" for n in range(3)),
+    ]

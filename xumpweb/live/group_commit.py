@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 
 import redis
 from asgiref.sync import sync_to_async
@@ -131,7 +132,7 @@ class Gathered:
     batch_max: int | None = None
 
     def __init__(self) -> None:
-        self.pending: list[Pending] = []
+        self.pending: deque[Pending] = deque()
         self.task: asyncio.Task | None = None
 
     def submit(self, item: Pending) -> None:
@@ -149,21 +150,32 @@ class Gathered:
 
     async def _run(self) -> None:
         try:
-            while self.pending:
-                size = self.batch_max or len(self.pending)
-                batch, self.pending = self.pending[:size], self.pending[size:]
-                try:
-                    await self.send(batch)
-                except Exception as problem:  # every publish in it must hear of it
-                    logger.exception("publishing %d frame(s) failed", len(batch))
-                    failure = InternalError(
-                        f"internal error ({type(problem).__name__}); see the server log"
-                    )
-                    for item in batch:
-                        if not item.finished:
-                            item.fail(failure)
+            pending = self.pending
+            while pending:
+                # at most `batch_max` from the head at a time: what comes meanwhile joins
+                # the tail. (Slicing the rest off a list at every batch copied it each
+                # time: with tens of thousands of pipelined SENDs waiting, a sixth of the
+                # STOMP server's time.)
+                size = self.batch_max or len(pending)
+                if len(pending) <= size:
+                    batch = list(pending)
+                    pending.clear()
+                else:
+                    batch = [pending.popleft() for _ in range(size)]
+                await self._send_one(batch)
         finally:
             self.task = None
+
+    async def _send_one(self, batch: list[Pending]) -> None:
+        try:
+            await self.send(batch)
+        except Exception as problem:  # every publish in it must hear of it
+            logger.exception("publishing %d frame(s) failed", len(batch))
+            kind = type(problem).__name__
+            failure = InternalError(f"internal error ({kind}); see the server log")
+            for item in batch:
+                if not item.finished:
+                    item.fail(failure)
 
 
 class GroupCommit(Gathered):
