@@ -10,7 +10,11 @@ an archive that never runs costs bounded memory; what was trimmed shows as a gap
 positions, which the archive counts as lost events.
 
 A chunk: {"epoch": journal id, "first": position of events[0], "events": [[...], ...]};
-positions skip what the engine's own bound dropped. The archive reads chunks from the
+positions skip what the engine's own bound dropped. Each event is written as the engine
+keeps it, a record ([time, [kind, queue, selector, target], mid, detail, extra]: see
+engine/event_journal.py), not made into its nine fields first: that costs the router, and
+readers make the events with `widened`, which reads the nine (or, older, eight) fields
+lists of earlier routers as well. The archive reads chunks from the
 head, writes them (Archive.write_events skips an (epoch, position) it already holds) and
 only then removes exactly those chunks, so a task that dies in between loses nothing and
 writes nothing twice.
@@ -34,14 +38,14 @@ def journal_key(store: str) -> str:
 
 def chunks(batch: JournalBatch) -> list[bytes]:
     """A drained batch as list items, oldest first."""
-    events = batch.events
+    records = batch.records()  # as the engine keeps them: `widened` makes the events
     return [
         orjson.dumps({
             "epoch": batch.epoch,
             "first": batch.first + start,
-            "events": events[start : start + CHUNK],
+            "events": records[start : start + CHUNK],
         })
-        for start in range(0, len(events), CHUNK)
+        for start in range(0, len(records), CHUNK)
     ]  # fmt: skip
 
 
