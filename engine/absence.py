@@ -156,8 +156,7 @@ class Absence(Rules):
         if journal is not None:
             mid = entry.message.mid
             destination = sel.destination_of(entry.message)
-            journal((_time(), "expire", mid, qrt.name, sel.id, destination, "recalled", None,
-                     tag))  # fmt: skip
+            journal((_time(), ("expire", qrt.name, sel.id, destination), mid, "recalled", tag))
         self._credit_back(qrt, sel)
         count = entry.delivery_count
         destination = sel.destination_of(entry.message)

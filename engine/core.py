@@ -192,7 +192,7 @@ class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
 
     def _selector_runtime(self, qrt: QueueRuntime, spec: SelectorSpec) -> SelectorRuntime:
         sel = SelectorRuntime(spec, qrt.state.selector(spec.id), next(self._turns))
-        sel.tag_prefix = f"{qrt.name}:{spec.id}:{self._prefix}."
+        sel.place(qrt.name, f"{qrt.name}:{spec.id}:{self._prefix}.")
         qrt.selectors[spec.id] = sel
         return sel
 

@@ -17,7 +17,7 @@ from engine.errors import InvalidArgument, NotFound, QueueFull
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
 from engine.routing_table import SelectorRuntime
-from engine.rules import QueueRuntime, Rules, _new_message, by_seq, dead_lettered
+from engine.rules import _MID, QueueRuntime, Rules, _new_message, by_seq, dead_lettered
 from engine.stores.base import Entry
 from engine.validation import (
     check_body,
@@ -44,23 +44,19 @@ def _parse_tag(tag: object) -> tuple[str, int]:
 
 
 def _publish_event(message: Message, queue: str, unknown: str | None) -> tuple:
-    """The journal event of a publish that `Rules._arrive` does not record (it records the
-    others where their seq is given): a delayed one, published into `queue` with no seq yet;
-    or, when `unknown` names a queue that does not exist, the dead-lettering (rule 14) into
-    `queue`, the engine's dead-letter queue."""
+    """The journal record (event_journal.py) of a publish that `Rules._arrive` does not
+    record (it records the others where their seq is given): a delayed one, published into
+    `queue` with no seq yet; or, when `unknown` names a queue that does not exist, the
+    dead-lettering (rule 14) into `queue`, the engine's dead-letter queue."""
     if unknown is None:
-        return (message.timestamp, "publish", message.mid, queue, None, None, None,
-                message.address, None)  # fmt: skip
+        return (message.timestamp, ("publish", queue, None, None), message.mid, None,
+                message.address)  # fmt: skip
     return (
         message.timestamp,
-        "dead_letter",
+        ("dead_letter", unknown, None, queue),
         message.mid,
-        unknown,
-        None,
-        queue,
         "no-such-queue",
         message.address,
-        None,
     )
 
 
@@ -243,9 +239,10 @@ class Messaging(Rules):
         journal = qrt.journal
         if journal is not None:
             message = entry.message
-            destination = sel.target if sel.target_from is None else sel.destination_of(message)
-            journal((self._clock, event, message.mid, qrt.name, sel.id, destination, detail,
-                     None, tag))  # fmt: skip
+            site = sel.confirm_site if event == "confirm" else None
+            if site is None:
+                site = (event, qrt.name, sel.id, sel.destination_of(message))
+            journal((self._clock, site, message[_MID], detail, tag))
         return entry
 
     def _confirm(self, qrt: QueueRuntime, sel: SelectorRuntime, tag: str) -> None:
@@ -343,8 +340,8 @@ class Messaging(Rules):
             for tag in tags:
                 message = outstanding[tag].message
                 destination = sel.destination_of(message)
-                journal((now, "expire", message.mid, qrt.name, sel.id, destination, None,
-                         None, tag))  # fmt: skip
+                journal((now, ("expire", qrt.name, sel.id, destination), message.mid, None,
+                         tag))  # fmt: skip
         self._give_back(qrt, sel, [outstanding.pop(tag) for tag in tags], retry=True)
 
     def _give_back(
@@ -456,8 +453,7 @@ class Messaging(Rules):
             qrt.counters["dropped"] += 1
             journal = qrt.journal
             if journal is not None:
-                journal((self._clock, "drop", mid, qrt.name, None, None, "cancelled", None,
-                         None))  # fmt: skip
+                journal((self._clock, ("drop", qrt.name, None, None), mid, "cancelled", None))
             self._settle(entry.origin)
 
     def _outstanding(self, delivery: Delivery | str) -> tuple[QueueRuntime, SelectorRuntime, str]:

@@ -32,10 +32,12 @@ class SelectorRuntime:
     __slots__ = (
         "action",
         "conditions",
+        "confirm_site",
         "held",
         "id",
         "is_copy",
         "matches",
+        "queue",
         "ready",
         "registered",
         "replay_end",
@@ -46,6 +48,7 @@ class SelectorRuntime:
         "target",
         "target_from",
         "target_queue",
+        "took_site",
         "turn",
     )
 
@@ -71,6 +74,11 @@ class SelectorRuntime:
         self.replay_next: int | None = None  # next history seq to replay (start_at)
         self.replay_end = 0
         self.tag_prefix = ""  # "<queue>:<id>:<engine prefix>." for delivery tags
+        self.queue = ""  # the name of the queue it belongs to (set with tag_prefix)
+        # the journal sites (event_journal.py) of what it does with a fixed target and of a
+        # confirm; None when each message names its target
+        self.took_site: tuple | None = None
+        self.confirm_site: tuple | None = None
         self.refresh(None)
 
     def refresh(self, matches: Callable[[Message], bool] | None) -> None:
@@ -82,6 +90,19 @@ class SelectorRuntime:
         more = spec.more_matches if spec.when == "match" and spec.match is not None else ()
         self.conditions = conditions_matcher(more) if more else None
         self.target_from = field_reader(spec.target_from) if spec.target_from else None
+        self.place(self.queue, self.tag_prefix)
+
+    def place(self, queue: str, tag_prefix: str) -> None:
+        """Belong to queue `queue`, its delivery tags starting with `tag_prefix`; make the
+        journal sites of what it does (event_journal.py) once, not per event."""
+        self.queue, self.tag_prefix = queue, tag_prefix
+        if self.target_from is not None:
+            self.took_site = self.confirm_site = None
+            return
+        action, target = self.action, self.target
+        kind = "route" if action in QUEUE_ACTIONS else action
+        self.took_site = (kind, queue, self.id, target)
+        self.confirm_site = ("confirm", queue, self.id, target)
 
     def when_matcher(self) -> Callable[[Message], bool]:
         """Whether a message meets this selector's WHEN on its own (see `when_matcher`);

@@ -52,6 +52,9 @@ from engine.validation import check_name
 # NamedTuple constructors without the keyword-handling wrapper: the hot path builds a
 # Message and a Delivery for every delivery, always with every field given in order.
 _new_message = partial(tuple.__new__, Message)
+# Message fields by position, for journal records: CPython 3.11 does not specialise a
+# NamedTuple's attributes, and reading one by index costs about a third as much
+_ADDRESS, _MID, _TIMESTAMP = (Message._fields.index(f) for f in ("address", "mid", "timestamp"))
 _new_delivery = partial(tuple.__new__, Delivery)
 
 _now = time.time
@@ -81,6 +84,7 @@ class QueueRuntime:
         "limit",
         "max_deliveries",
         "name",
+        "publish_site",
         "recorder",
         "redelivery",
         "routing_table",
@@ -98,6 +102,7 @@ class QueueRuntime:
     ) -> None:
         self.name = spec.name
         self.recorder = recorder  # the engine's event journal append, if it keeps one
+        self.publish_site = ("publish", spec.name, None, None)  # its publishes' journal site
         self.spec = spec
         self.state = state
         self.counters = state.counters  # the store's counters, held here for speed
@@ -305,8 +310,8 @@ class Rules:
         if target is not None:
             journal = qrt.journal
             if journal is not None:
-                journal((self._clock, "route", message.mid, qrt.name, sel.id, target.name,
-                         "copy", None, None))  # fmt: skip
+                site = sel.took_site or ("route", qrt.name, sel.id, target.name)
+                journal((self._clock, site, message[_MID], "copy", None))
             self._visited.add((message.mid, target.name))
             self._arrive(target, message, None)
 
@@ -316,8 +321,8 @@ class Rules:
         if action == "delete":
             journal = qrt.journal
             if journal is not None:
-                journal((self._clock, "delete", entry.message.mid, qrt.name, sel.id, None,
-                         None, None, None))  # fmt: skip
+                site = sel.took_site or ("delete", qrt.name, sel.id, None)
+                journal((self._clock, site, entry.message[_MID], None, None))
             self._processed(qrt, entry)
             return
         message = entry.message
@@ -346,7 +351,8 @@ class Rules:
                     return
                 action = "move"
                 qrt.counters["delivered"] += 1  # through its delivery queue: acks settle back
-        if action != "deliver" and (message.mid, target.name) in self._visited:  # type: ignore
+        mid = message.mid
+        if action != "deliver" and (mid, target.name) in self._visited:  # type: ignore
             # a cycle of MOVEs brought it back within one step: stop it here
             self._dead_letter(qrt, entry, "unroutable")
             return
@@ -368,8 +374,8 @@ class Rules:
             qrt.counters["delivered"] += 1
             journal = qrt.journal
             if journal is not None:
-                journal((now, "deliver", message.mid, qrt.name, sel.id, destination,
-                         "redelivered" if count > 1 else None, None, tag))  # fmt: skip
+                site = sel.took_site or ("deliver", qrt.name, sel.id, destination)
+                journal((now, site, mid, count > 1, tag))  # True: "redelivered" when read
             self._out.append(
                 _new_delivery(
                     (
@@ -383,7 +389,7 @@ class Rules:
                                 message.headers,
                                 message.body,
                                 message.return_address,
-                                message.mid,
+                                mid,
                                 entry.seq,
                                 message.timestamp,
                                 destination,
@@ -401,11 +407,13 @@ class Rules:
         outstanding[tag] = entry
         journal = qrt.journal
         if journal is not None:
-            journal((self._clock, "route", message.mid, qrt.name, sel.id, target.name,
-                     action, None, None))  # fmt: skip
+            site = sel.took_site
+            if target is not sel.target_queue:  # named by the message, or another shard's
+                site = ("route", qrt.name, sel.id, target.name)  # type: ignore[union-attr]
+            journal((self._clock, site, mid, action, None))
         if action == "bounce":
             message = _bounced(message)
-        self._visited.add((message.mid, target.name))
+        self._visited.add((mid, target.name))
         moved = self._arrive(target, message, (qrt.name, sel.id, tag), entry.delivery_count)
         if moved is not None and tag in outstanding:
             entry.downstream = (target.name, moved.seq)
@@ -437,15 +445,15 @@ class Rules:
         depth = state.depth()
         if limit is not None and depth >= limit:
             if published and qrt.journal is not None:  # full: it gets no seq of its own
-                qrt.journal((message.timestamp, "publish", message.mid, qrt.name, None, None,
-                             None, message.address, None))  # fmt: skip
+                qrt.journal((message[_TIMESTAMP], qrt.publish_site, message[_MID], None,
+                             message[_ADDRESS]))  # fmt: skip
             return self._overflow(qrt, message, origin, direct)
         entry = Entry(state.next_seq(), message, origin)
         if published:
             journal = qrt.journal
-            if journal is not None:
-                journal((message.timestamp, "publish", message.mid, qrt.name, None, None,
-                         str(entry.seq), message.address, None))  # fmt: skip
+            if journal is not None:  # the seq as an int: made text when read
+                journal((message[_TIMESTAMP], qrt.publish_site, message[_MID], entry.seq,
+                         message[_ADDRESS]))  # fmt: skip
         entry.delivery_count = delivery_count
         qrt.counters["published"] += 1
         if not (depth or qrt.busy or qrt.scheduled) and self._nesting < _MAX_NESTING:
@@ -611,12 +619,11 @@ class Rules:
         if target is None or target is qrt or (message.mid, target.name) in self._visited:
             qrt.counters["dropped"] += 1
             if journal is not None:
-                journal((self._clock, "drop", message.mid, qrt.name, None, None, reason, None,
-                         None))  # fmt: skip
+                journal((self._clock, ("drop", qrt.name, None, None), message.mid, reason, None))
         else:
             if journal is not None:
-                journal((self._clock, "dead_letter", message.mid, qrt.name, None, target.name,
-                         reason, None, None))  # fmt: skip
+                journal((self._clock, ("dead_letter", qrt.name, None, target.name), message.mid,
+                         reason, None))  # fmt: skip
             self._visited.add((message.mid, target.name))
             qrt.counters["dead_lettered"] += 1
             letter = dead_lettered(message, reason, qrt.name, detail, extra)

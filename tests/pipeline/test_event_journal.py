@@ -287,3 +287,24 @@ def test_a_writer_peeks_then_forgets_what_it_wrote():
     assert [e[7] for e in seen] == ["a", "b"] and eng.journal.position == 3
     rest = eng.journal.drain()
     assert (rest.first, [e[7] for e in rest]) == (3, ["c"])
+
+
+def test_a_selector_given_a_new_target_records_the_new_one():
+    eng = Engine(journal=True)
+    for name in ("q", "first", "second"):
+        eng.queue_create(name)
+    selector = eng.selector_create("q")
+    selector.when_always().do_move("first").enable()
+    eng.publish("q", Message(body=b"1"))
+    selector.do_move("second")
+    eng.publish("q", Message(body=b"2"))
+    selector.do_deliver("app")
+    [delivery] = eng.publish("q", Message(body=b"3"))
+    eng.confirm(delivery)
+    routed = [e[1:2] + e[3:7] for e in eng.journal.drain() if e[3] == "q" and e[1] != "publish"]
+    assert routed == [
+        ("route", "q", selector.id, "first", "move"),
+        ("route", "q", selector.id, "second", "move"),
+        ("deliver", "q", selector.id, "app", None),
+        ("confirm", "q", selector.id, "app", None),
+    ]

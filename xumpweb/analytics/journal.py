@@ -9,17 +9,19 @@ again. The list is trimmed to the newest XUMP_JOURNAL_LIMIT events (in whole chu
 an archive that never runs costs bounded memory; what was trimmed shows as a gap in the
 positions, which the archive counts as lost events.
 
-A chunk: {"epoch": journal id, "first": position of its first event, "width": fields an
-event has, "fields": [...]}, the events' fields one after another (EVENT_FIELDS order,
-`width` of them per event, as the engine's journal keeps them): the router writes them as
-they lie in its buffer, with no tuple made per event (a tenth of the router's time went to
-making them). Chunks written before this form hold "events": [[...], ...], one list per
-event; `chunk_events` reads both. Positions skip what the engine's own bound dropped. The
-archive reads chunks from the head, writes them (Archive.write_events skips an (epoch,
-position) it already holds) and only then removes exactly those chunks, so a task that
-dies in between loses nothing and writes nothing twice. (A reader older than the "fields"
-form cannot read it: upgrade the processes that archive and answer traces with the
-routers.)
+A chunk: {"epoch": journal id, "first": position of its first event, "width": fields a
+record has, "fields": [...]}: the records' fields one after another, as the engine's journal
+keeps them (RECORD_FIELDS, `width` of them a record: [time, [kind, queue, selector,
+target], mid, detail, extra], see engine/event_journal.py). The router writes them as they
+lie in its buffer, neither made into events of nine fields nor into one tuple a record
+(making the tuples took a tenth of the router's time); readers make the events with
+`chunk_events`, which also reads the chunks of earlier routers: "events": [[...], ...], a
+list an event (of nine fields, or eight before delivery tags) or a record. Positions skip
+what the engine's own bound dropped. The archive reads chunks from the head, writes them
+(Archive.write_events skips an (epoch, position) it already holds) and only then removes
+exactly those chunks, so a task that dies in between loses nothing and writes nothing
+twice. (A reader older than the "fields" form cannot read it: upgrade the processes that
+archive and answer traces with the routers.)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from engine.event_journal import WIDTH, JournalBatch, widened
+from engine.event_journal import JournalBatch, widened
 
 CHUNK = 1000  # events per list item
 
@@ -40,13 +42,13 @@ def journal_key(store: str) -> str:
 
 def chunks(batch: JournalBatch) -> list[bytes]:
     """A drained batch as list items, oldest first."""
-    fields = batch.fields()
-    step = CHUNK * WIDTH
+    fields, width = batch.fields()
+    step = CHUNK * width
     return [
         orjson.dumps({
             "epoch": batch.epoch,
-            "first": batch.first + start // WIDTH,
-            "width": WIDTH,
+            "first": batch.first + start // width,
+            "width": width,
             "fields": fields[start : start + step],
         })
         for start in range(0, len(fields), step)
