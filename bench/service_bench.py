@@ -2,7 +2,7 @@
 
     python bench/service_bench.py [--http N] [--messages N] [--latency-seconds S]
                                   [--single-seconds S] [--only xump|rabbitmq]
-                                  [--latency-only] [--ws-only] [--rate R]
+                                  [--latency-only] [--ws-only] [--e2e-only] [--rate R]
 
 Starts its own private redis-server (AOF, appendfsync always: a 202 means on disk), the
 ASGI server (uvicorn, one process, as the Procfile runs it) and one Celery worker that
@@ -601,6 +601,11 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
                       f"routed -> frame received p50 {d50:.1f} ms, p99 {d99:.1f} ms)")  # fmt: skip
             return rate, latencies, (spent, total, client_cpu)
 
+        if args.e2e_only:
+            results["e2e"], _, results["cpu"]["e2e"] = wolfpack_run(
+                args.messages, ws_publisher, (args.messages, 1000)
+            )
+            return results
         if args.ws_only or not args.latency_only:
             held = f"bench-ws-{uuid.uuid4().hex[:6]}"
             api(service, "POST", "/api/queues", json={"name": held})
@@ -746,6 +751,8 @@ def bench_rabbit(args: argparse.Namespace) -> dict | None:
             connection.close()
 
     results["e2e"], _ = run(args.messages, paced=False)
+    if args.e2e_only:
+        return results
     _, seen = run(round(RATE * args.latency_seconds), paced=True)
     results["p50"], results["p99"] = percentiles(seen)
     return results
@@ -798,6 +805,10 @@ def main() -> None:
     parser.add_argument(
         "--ws-only", action="store_true", help="only the JSON WebSocket publish runs (Xump)"
     )
+    parser.add_argument(
+        "--e2e-only", action="store_true",
+        help="only the wolfpack end to end run (2.), beside RabbitMQ's unless --only xump",
+    )  # fmt: skip
     parser.add_argument("--only", choices=("xump", "rabbitmq"), help="run one side only")
     parser.add_argument(
         "--rate", type=float, default=RATE, help="msg/s of the paced latency runs (1000)"
@@ -845,8 +856,9 @@ def main() -> None:
         (f"latency p99 at {RATE:g} msg/s (ms)", "p99", "{:>12.1f}"),
     ]
     for label, key, shape in rows:
-        theirs = shape.format(rabbit[key]) if rabbit else f"{'-':>12}"
-        ratio = f"{xump[key] / rabbit[key]:>7.2f}" if rabbit and rabbit[key] else f"{'-':>7}"
+        their = rabbit.get(key, float("nan")) if rabbit else None
+        theirs = shape.format(their) if rabbit else f"{'-':>12}"
+        ratio = f"{xump[key] / their:>7.2f}" if rabbit and their else f"{'-':>7}"
         print(f"  {label:44} {shape.format(xump[key])} {theirs} {ratio}")
     if "http_hops" in xump:
         print(f"  the HTTP latency run's hops (single POSTs paced at {RATE:g} msg/s):")

@@ -90,7 +90,7 @@ django_application = OneHopHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from xumpweb import metrics, runtime  # noqa: E402
+from xumpweb import collector, metrics, runtime  # noqa: E402
 from xumpweb.api.direct import DirectPublish  # noqa: E402
 from xumpweb.live.security import origin_validator  # noqa: E402
 from xumpweb.live.websocket_urls import websocket_urlpatterns  # noqa: E402
@@ -114,3 +114,5 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+collector.settle()  # start-up is over: the server carries messages from here (collector.py)
