@@ -831,22 +831,27 @@ def main() -> None:
     print(f"service bench ({os.cpu_count()} cores; load average {load_before} before, "
           f"{load()} after; Redis with appendfsync always; 1 uvicorn, 1 Celery worker "
           f"routing)")  # fmt: skip
-    print(f"  HTTP batch publish, {BATCH} a request, 1 client   {xump['http1']:>10,.0f} msg/s")
-    print(f"  HTTP batch publish, {BATCH} a request, 2 clients  {xump['http2']:>10,.0f} msg/s")
-    if "http_routed_after" in xump:
-        print(
-            f"    (the router had taken in all {args.http:,} of the 2-client run "
-            f"{xump['http_routed_after']:.2f} s after its first request)"
-        )
-    print(f"  single publishes, {SINGLE_CONNECTIONS} connections      "
-          f"{xump['single']:>10,.0f} msg/s")  # fmt: skip
-    print(f"  WebSocket publish, one a frame, {WS_WINDOW} in flight  "
-          f"{xump['ws_window']:>10,.0f} msg/s")  # fmt: skip
-    print(f"  WebSocket publish, one at a time (confirmed)  {xump['ws_one']:>10,.0f} msg/s")
-    print(f"    (send -> confirm p50 {xump['ws_one_p50']:.2f} ms, "
-          f"p99 {xump['ws_one_p99']:.2f} ms)")  # fmt: skip
-    print(f"  WebSocket publish latency at {RATE:g} msg/s, send -> delivery: p50 "
-          f"{xump['ws_p50']:.1f} ms, p99 {xump['ws_p99']:.1f} ms")  # fmt: skip
+    lines = [  # a run this invocation left out (--e2e-only, --ws-only, ...) prints nothing
+        ("http1", f"  HTTP batch publish, {BATCH} a request, 1 client   "
+                  f"{xump['http1']:>10,.0f} msg/s"),
+        ("http2", f"  HTTP batch publish, {BATCH} a request, 2 clients  "
+                  f"{xump['http2']:>10,.0f} msg/s"),
+        ("http2", f"    (the router had taken in all {args.http:,} of the 2-client run "
+                  f"{xump.get('http_routed_after', NAN):.2f} s after its first request)"),
+        ("single", f"  single publishes, {SINGLE_CONNECTIONS} connections      "
+                   f"{xump['single']:>10,.0f} msg/s"),
+        ("ws_window", f"  WebSocket publish, one a frame, {WS_WINDOW} in flight  "
+                      f"{xump['ws_window']:>10,.0f} msg/s"),
+        ("ws_one", f"  WebSocket publish, one at a time (confirmed)  "
+                   f"{xump['ws_one']:>10,.0f} msg/s"),
+        ("ws_one", f"    (send -> confirm p50 {xump['ws_one_p50']:.2f} ms, "
+                   f"p99 {xump['ws_one_p99']:.2f} ms)"),
+        ("ws_p50", f"  WebSocket publish latency at {RATE:g} msg/s, send -> delivery: p50 "
+                   f"{xump['ws_p50']:.1f} ms, p99 {xump['ws_p99']:.1f} ms"),
+    ]  # fmt: skip
+    for key, line in lines:
+        if made(xump[key]) and "nan" not in line:
+            print(line)
     print_hops(xump.get("ws_hops"))
     header = f"  {'':44} {'Xump':>12} {'RabbitMQ':>12} {'ratio':>7}"
     print(header)
@@ -856,6 +861,8 @@ def main() -> None:
         (f"latency p99 at {RATE:g} msg/s (ms)", "p99", "{:>12.1f}"),
     ]
     for label, key, shape in rows:
+        if not made(xump[key]) and not (rabbit and made(rabbit.get(key, NAN))):
+            continue
         their = rabbit.get(key, float("nan")) if rabbit else None
         theirs = shape.format(their) if rabbit else f"{'-':>12}"
         ratio = f"{xump[key] / their:>7.2f}" if rabbit and their else f"{'-':>7}"
@@ -865,8 +872,10 @@ def main() -> None:
         print_hops(xump["http_hops"])
     if rabbit is None and args.only != "xump":
         print(f"  (no RabbitMQ answers on {RABBIT[0]}:{RABBIT[1]}: its column is empty)")
-    print(f"  (latency rows: paced at {RATE:g} msg/s, but 4 publishers that wait for each 202 fall")
-    print("  behind when a publish takes more than 4 ms: the rate sent is printed above)")
+    if made(xump["p50"]):
+        print(f"  (latency rows: paced at {RATE:g} msg/s, but 4 publishers that wait for each 202 "
+              "fall")  # fmt: skip
+        print("  behind when a publish takes more than 4 ms: the rate sent is printed above)")
     print("  every message delivered exactly once in every run (checked by serial number);")
     print("  Xump's end to end stops when the router has applied the last ack, RabbitMQ's")
     print("  when the last ack was sent (RabbitMQ: persistent messages, no publisher confirms)")
@@ -876,6 +885,14 @@ def main() -> None:
         extra = f", subscribers {clients * 1e6 / count:.0f}" if clients else ""
         print(f"  CPU us per message, {run}: {parts}{extra}")
     print("  targets: >= 20,000 msg/s HTTP batch, >= 20,000 msg/s end to end, p99 <= 20 ms")
+
+
+NAN = float("nan")
+
+
+def made(figure: float) -> bool:
+    """Whether a run gave this figure (NaN: the run was left out)."""
+    return figure == figure
 
 
 if __name__ == "__main__":
