@@ -75,6 +75,7 @@ _ADDED_COLUMNS = [
     ("xump_queue", "recalled", "BIGINT NOT NULL DEFAULT 0"),
 ]
 
+_SCHEMA_LOCK = 0x78756D70  # "xump": the advisory lock the making of the schema holds
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS xump_queue (
         store TEXT NOT NULL, queue TEXT NOT NULL, last_seq BIGINT NOT NULL DEFAULT 0,
@@ -183,16 +184,29 @@ class _Database:
         self.connection: Any = None
         try:
             self._connect()
-            counters = ", ".join(f"{name} BIGINT NOT NULL DEFAULT 0" for name in COUNTERS)
-            blob = "BLOB" if self.dialect == "sqlite" else "BYTEA"
-            for statement in _SCHEMA:
-                self.connection.execute(statement.format(counters=counters, blob=blob))
-            self._add_columns()
+            self._make_schema()
         except StoreError:
             raise
         except Exception as error:
             raise StoreError(f"cannot open the SQL store at {self.masked}: {self.text(error)}; "
                              f"{self.advice()}") from None  # fmt: skip
+
+    def _make_schema(self) -> None:
+        """The tables, when the database lacks them. On PostgreSQL two processes making them
+        at once can both fail a CREATE ... IF NOT EXISTS (a duplicate row in its catalog),
+        so it is done in one transaction under an advisory lock: one process at a time."""
+        counters = ", ".join(f"{name} BIGINT NOT NULL DEFAULT 0" for name in COUNTERS)
+        blob = "BLOB" if self.dialect == "sqlite" else "BYTEA"
+        if self.dialect != "postgresql":
+            for statement in _SCHEMA:
+                self.connection.execute(statement.format(counters=counters, blob=blob))
+            self._add_columns()
+            return
+        with self.connection.transaction():
+            self.connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            for statement in _SCHEMA:
+                self.connection.execute(statement.format(counters=counters, blob=blob))
+            self._add_columns()
 
     def _add_columns(self) -> None:
         """Columns a database made by an older release lacks (see _ADDED_COLUMNS)."""
