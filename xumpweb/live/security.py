@@ -125,6 +125,10 @@ async def _watch_versions() -> None:
     client = redis_clients.general(socket_timeout=5)
     try:
         seen = await client.get(auth.tokens_version_key())
+        # the connections watched so far were checked before this first look: a token
+        # revoked in between moved the version this look already sees, so they are checked
+        # once more now (a revoked token's connection stayed open for good otherwise)
+        await _recheck_all()
         while _watched:
             await asyncio.sleep(WATCH_EVERY)
             try:
@@ -134,12 +138,15 @@ async def _watch_versions() -> None:
                 continue
             if now != seen:
                 seen = now
-                checked = await asyncio.gather(
-                    *(connection.recheck() for connection in list(_watched)),
-                    return_exceptions=True,
-                )
-                for failed in checked:
-                    if isinstance(failed, Exception):
-                        logger.error("re-checking a WebSocket failed", exc_info=failed)
+                await _recheck_all()
     finally:
         await client.aclose()
+
+
+async def _recheck_all() -> None:
+    checked = await asyncio.gather(
+        *(connection.recheck() for connection in list(_watched)), return_exceptions=True
+    )
+    for failed in checked:
+        if isinstance(failed, Exception):
+            logger.error("re-checking a connection failed", exc_info=failed)
