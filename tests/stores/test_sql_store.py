@@ -513,43 +513,25 @@ def test_a_second_engine_writing_the_same_store_fences_the_first(sql_engine) -> 
     assert newer.stats("q")["published"] == 1
 
 
-def test_processes_opening_a_new_postgresql_database_at_once_all_open_it() -> None:
+def test_processes_opening_a_new_postgresql_database_at_once_all_open_it(
+    postgres_schema_url,
+) -> None:
     """The stores of several processes that start together on a database nobody used yet
     each make the tables (CREATE ... IF NOT EXISTS): on PostgreSQL two such statements at
     once can fail (a duplicate row in pg_type), so one process's start failed now and then
     (seen in the suite on a fresh database). The schema is made under an advisory lock."""
     import threading
-    import uuid
 
-    import psycopg
-
-    url = postgres_url()
-    if url is None:
-        pytest.skip("no PostgreSQL answers (tests/postgres.py)")
-    schema = f"xump_race_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in url else "?"
-    fresh = f"{url}{separator}options=-csearch_path%3D{schema}"
-    try:
-        for attempt in range(5):  # a new schema each time: the race is at the first making
-            where = fresh.replace(schema, f"{schema}_{attempt}")
-            with psycopg.connect(url, autocommit=True) as admin:
-                admin.execute(f"CREATE SCHEMA {schema}_{attempt}")
-            start = threading.Barrier(6)
-            failures: list[BaseException] = []
-            threads = [threading.Thread(target=_open_at_once, args=(n, where, start, failures))
-                       for n in range(6)]  # fmt: skip
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            assert not failures, failures
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
-            for attempt in range(5):
-                admin.execute(f"DROP SCHEMA IF EXISTS {schema}_{attempt} CASCADE")
+    start = threading.Barrier(8)
+    failures: list[BaseException] = []
+    threads = [threading.Thread(target=_open_at_once,
+                                args=(n, postgres_schema_url, start, failures))
+               for n in range(8)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
 
 
 def _open_at_once(n: int, url: str, start, failures: list) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import os
 import re
 import shutil
@@ -181,6 +182,18 @@ def _answers(url: str, process: subprocess.Popen, within: float = 30.0) -> bool:
         if time.monotonic() > deadline or process.poll() is not None:
             return False
         time.sleep(0.1)
+
+
+def django_script(redis_url: str, directory: Path, code: str) -> dict:
+    """Run `code` (a script that sets Django up, on the session's redis-server, as a client
+    only) in a Python process of its own, and read the JSON object its last printed line
+    holds: for tests of the service's parts that need Django, which the test process never
+    sets up."""
+    env = _environment(redis_url, directory, "inline")
+    ran = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0, f"the script did not run: {ran.stderr[-3000:]}"
+    return json.loads(ran.stdout.strip().splitlines()[-1])
 
 
 def _environment(redis_url: str, directory: Path, routing: str) -> dict[str, str]:

@@ -4,13 +4,10 @@ an operator asks, their unsettled deliveries going back."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from tests.web.conftest import PYTHON, ROOT, _environment, unique
+from tests.web.conftest import django_script, unique
 from tests.web.test_subscribe import issue_token, receive, send, subscribe, take, wait_for, xump
 
 __all__ = ["xump"]  # the fixture
@@ -170,10 +167,6 @@ def test_acks_that_came_before_the_client_went_are_applied_after_a_send_saw_it_g
     deliveries again to the destination's other subscriber (a fault-suite run: 50
     unexplained duplicates). Other frames of a client that is gone are not obeyed, and
     nothing is once the connection is finished. (In a subprocess with Django set up.)"""
-    env = _environment(redis_server.url, tmp_path, "inline")
-    ran = subprocess.run([PYTHON, "-c", ACKS_AFTER_THE_CLIENT_WENT], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    seen = django_script(redis_server.url, tmp_path, ACKS_AFTER_THE_CLIENT_WENT)
     assert seen == {"acked_while_closed": ["t1", "t2"], "credit_while_closed": 0,
                     "acked_after_finish": ["t1", "t2"]}  # fmt: skip

@@ -11,10 +11,7 @@ up, as in test_outbox_reader.py); it touches no Redis.
 
 from __future__ import annotations
 
-import json
-import subprocess
-
-from tests.web.conftest import PYTHON, ROOT, _environment
+from tests.web.conftest import django_script
 
 DEFECT = """
 import asyncio, json
@@ -64,11 +61,7 @@ print(json.dumps({
 def test_a_defect_in_the_group_commit_is_an_internal_error_at_every_door(
     redis_server, tmp_path
 ) -> None:
-    env = _environment(redis_server.url, tmp_path, "inline")
-    ran = subprocess.run([PYTHON, "-c", DEFECT], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    told = json.loads(ran.stdout.strip().splitlines()[-1])
+    told = django_script(redis_server.url, tmp_path, DEFECT)
     assert told["errors"] == ["InternalError: internal error (KeyError); see the server log"] * 2
     assert told["http"] == [500, "internal_error"]
     assert told["websocket"] == "internal_error"
@@ -117,11 +110,7 @@ print(json.dumps(asyncio.run(run())))
 def test_waiting_publishes_go_in_order_in_batches_of_the_most(redis_server, tmp_path) -> None:
     """2,500 publishes waiting go as batches of at most 1,000, in order; those handed over
     while the first batch is on its way join the tail (the last batch)."""
-    env = _environment(redis_server.url, tmp_path, "inline")
-    ran = subprocess.run([PYTHON, "-c", BATCHES], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    sent = json.loads(ran.stdout.strip().splitlines()[-1])
+    sent = django_script(redis_server.url, tmp_path, BATCHES)
     assert [len(batch) for batch in sent] == [1000, 1000, 503]
     assert [queue for batch in sent for queue in batch] == [
         *(f"q-{n}" for n in range(2500)),

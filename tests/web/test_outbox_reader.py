@@ -17,12 +17,7 @@ process does not set Django up), as a client only: no router reads the inbox mea
 
 from __future__ import annotations
 
-import json
-import subprocess
-
-import pytest
-
-from tests.web.conftest import PYTHON, ROOT, _environment
+from tests.web.conftest import django_script
 
 ACK_THEN_LEAVE = """
 import asyncio, json, os
@@ -67,11 +62,6 @@ asyncio.run(main())
 
 
 def test_acks_sent_just_before_the_connection_ends_reach_the_inbox(redis_server, tmp_path):
-    env = _environment(redis_server.url, tmp_path, "inline")
-    ran = subprocess.run([PYTHON, "-c", ACK_THEN_LEAVE], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    if ran.returncode != 0:
-        pytest.fail(f"the reader did not run: {ran.stderr[-2000:]}")
-    found = json.loads(ran.stdout.strip().splitlines()[-1])
+    found = django_script(redis_server.url, tmp_path, ACK_THEN_LEAVE)
     assert found["acked"] == 48
     assert found["lost"] == [], f"{len(found['lost'])} of 48 acks never reached the inbox"
