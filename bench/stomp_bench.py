@@ -450,12 +450,12 @@ def traced_consumer(broker: Broker, destination: str, total: int, results, ready
 
 
 def traced_publisher(broker: Broker, destination: str, rate: float, total: int, results,
-                     ready, go) -> None:  # fmt: skip
+                     ready, go, traced: bool = True) -> None:  # fmt: skip
     """SEND `total` persistent messages at `rate` a second, each with a receipt (not
     awaited) and the trace header; puts (SENDs/s, [(serial, SEND -> RECEIPT)]) on
     `results`."""
     connection, listener = connect(broker)
-    headers = {**dict(broker.send_headers), TRACE: "on"}
+    headers = {**dict(broker.send_headers), **({TRACE: "on"} if traced else {})}
     sent: dict[str, float] = {}
     receipted: list[tuple[int, float]] = []
     listener.on_receipted = lambda rid: (
@@ -476,7 +476,7 @@ def traced_publisher(broker: Broker, destination: str, rate: float, total: int, 
 
 
 def paced_run(broker: Broker, send_to: str, subscribe_to: str, rate: float,
-              seconds: float) -> dict:  # fmt: skip
+              seconds: float, traced: bool = True) -> dict:  # fmt: skip
     """The two client processes of a paced run: every MESSAGE seen (checked: each serial
     once), the publisher's rate and its receipts."""
     warm = int(rate * WARM_UP)
@@ -488,7 +488,8 @@ def paced_run(broker: Broker, send_to: str, subscribe_to: str, rate: float,
         target=traced_consumer, args=(broker, subscribe_to, total, results, ready_c)
     )
     publisher = context.Process(
-        target=traced_publisher, args=(broker, send_to, rate, total, results, ready_p, go)
+        target=traced_publisher,
+        args=(broker, send_to, rate, total, results, ready_p, go, traced),
     )
     consumer.start()
     publisher.start()
@@ -513,6 +514,7 @@ def paced_run(broker: Broker, send_to: str, subscribe_to: str, rate: float,
         "receipts": [seconds for serial, seconds in receipted if serial >= warm],
         "sent_rate": sent_rate,
         "counted": total - warm,
+        "total": total,
     }
 
 
@@ -529,12 +531,22 @@ def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
         disk = redis_round_trips(redis_server.url)
         listener = TraceListener(redis_server.url, service.env["XUMP_STORE"])
         listener.start()
+        pids = {name: process.pid for name, process in service.processes.items()}
+        meter = CpuMeter({**pids, "redis": redis_server.process.pid})
+        meter.start()
         try:
             run = paced_run(broker, f"/queue/{router}", f"/queue/{worker}", args.paced,
-                            args.seconds)  # fmt: skip
+                            args.seconds, not args.untraced)  # fmt: skip
         finally:
             listener.stop()
-        run["hops"], run["traced"] = hop_table(run["messages"], listener.stamps, HOPS)
+        # the whole run's CPU (warm-up, start and end of the clients included) over every
+        # message sent: how busy each process is at this pace
+        run["cpu"] = {name: spent * 1e6 / run["total"] for name, spent in meter.stop().items()}
+        if args.untraced:  # the whole path only, as the clients see it
+            whole = [client - send for _, send, client, _, _ in run["messages"]]
+            run["hops"], run["traced"] = [(HOPS[-1][0], *percentiles(whole))], 0
+        else:
+            run["hops"], run["traced"] = hop_table(run["messages"], listener.stamps, HOPS)
         run["disk"] = disk
         return run
 
@@ -591,10 +603,13 @@ def print_paced(args: argparse.Namespace, xump: dict | None, rabbit: dict | None
               f"{w99:.3f} ms, GET p50 {r50:.3f} / p99 {r99:.3f} ms")  # fmt: skip
         print(f"  {'hop':52} {'p50 ms':>8} {'p99 ms':>8}")
         for label, p50, p99 in xump["hops"]:
-            print(f"  {label:52} {p50:>8.3f} {p99:>8.3f}")
+            if not args.untraced or label.startswith("SEND -> MESSAGE"):
+                print(f"  {label:52} {p50:>8.3f} {p99:>8.3f}")
         p50, p99 = percentiles(xump["receipts"])
         print(f"  {'SEND -> RECEIPT':52} {p50:>8.3f} {p99:>8.3f}")
         print("  (each hop's percentiles are its own: they do not add up to the whole path's)")
+        parts = ", ".join(f"{name} {spent:,.0f}" for name, spent in xump["cpu"].items())
+        print(f"  Xump CPU us per message at this pace (the run over its messages): {parts}")
     if rabbit:
         whole = [client - send for _, send, client, _, _ in rabbit["messages"]]
         m50, m99 = percentiles(whole)
@@ -651,6 +666,9 @@ def main() -> None:
     parser.add_argument("--paced", type=float, metavar="RATE",
                         help="only the paced, traced run at RATE SENDs a second: the latency "
                         "of each hop (docs/live-path.md)")  # fmt: skip
+    parser.add_argument("--untraced", action="store_true",
+                        help="with --paced: SENDs without the trace header, so the path "
+                        "is seen without the trace lines' cost (the whole path only)")  # fmt: skip
     args = parser.parse_args()
     load_before = load()
     if args.paced:

@@ -38,9 +38,13 @@ import redis.asyncio.cluster as aiocluster
 from django.conf import settings
 from redis.exceptions import RedisClusterException
 
+from engine.relay import CLAIM_CHECK, GUARDED_PUSH, STAMP, TAKE
 from engine.stores.redis_connect import connect, split_cluster_options
 from xumpweb import redis_topology
+from xumpweb.live.lean_redis import LeanRedis
 
+# the relay's Lua scripts the live processes run on the lean client (by SHA1)
+LIVE_SCRIPTS = (GUARDED_PUSH, TAKE, STAMP, CLAIM_CHECK)
 _lookup: Any = None  # a sync cluster client, to find which node serves a slot
 
 
@@ -60,6 +64,13 @@ def for_store(store: str, **options: Any) -> aioredis.Redis:
     """An asyncio client of the server that holds store `store`'s keys (`options`:
     redis-py's, e.g. socket_timeout)."""
     return aioredis.Redis.from_url(node_url(store_url(), store), **options)
+
+
+def lean_for_store(store: str) -> LeanRedis:
+    """The live path's lean client (xumpweb/live/lean_redis.py) of the server that holds
+    store `store`'s keys, with the relay's scripts the live path runs: no time limit, as
+    `for_store`'s clients."""
+    return LeanRedis(node_url(store_url(), store), timeout=None, scripts=LIVE_SCRIPTS)
 
 
 def _forget_lookup() -> None:

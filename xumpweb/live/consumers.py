@@ -413,7 +413,7 @@ class SubscribeConsumer(LiveSocket):
             if self.stopping or not await self._send_deliveries(frames):
                 return
             if traced:  # engine/relay/trace.py: the frames were handed to the socket
-                trace_later(reader.redis, reader.store, "write", time.time(), traced)
+                trace_later(reader.lean, reader.store, "write", time.time(), traced)
 
     async def _set_aside(self, problem: Undeliverable) -> None:
         """A delivery no frame can carry goes to the dead letters with the reason (reject

@@ -55,6 +55,7 @@ from engine.relay import GUARDED_PUSH, Handed, call_outcome, store_failure
 from engine.relay.trace import TRACE
 from xumpweb import redis_clients
 from xumpweb.api.publishing import MAX_BATCH
+from xumpweb.live.lean_redis import evalsha
 from xumpweb.live.tracing import trace_later
 from xumpweb.runtime import MOVED, Router, Service, router_here, service
 
@@ -190,6 +191,7 @@ class GroupCommit(Gathered):
         self.keys = running.keys
         self.worker_routing = running.routing == "worker"
         self.redis = redis_clients.for_store(running.store)
+        self.lean = redis_clients.lean_for_store(running.store)  # the appends (lean_redis.py)
         # for the router's answers: its reads block up to the call timeout, longer than
         # redis-py's default socket timeout (5 s), which stays for the appends
         self.answers = redis_clients.for_store(
@@ -229,15 +231,22 @@ class GroupCommit(Gathered):
                     continue
                 if not going:
                     return
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.eval(GUARDED_PUSH, 2, self.keys["inbox"], self.keys["wiring"],
-                      self.version, self.relay.inbox_limit or 2**62,
-                      "b" * len(going), *[payload for _, payload in going])  # fmt: skip
-            pipe.publish(self.keys["doorbell"], b"")
+            commands: list[tuple] = [
+                evalsha(GUARDED_PUSH, [self.keys["inbox"], self.keys["wiring"]],
+                        [self.version, self.relay.inbox_limit or 2**62, "b" * len(going),
+                         *[payload for _, payload in going]]),
+                ("PUBLISH", self.keys["doorbell"], b""),
+            ]  # fmt: skip
             if self.worker_routing:
-                pipe.set(self.keys["kicked"], "1", nx=True, ex=30)
+                commands.append(("SET", self.keys["kicked"], "1", "NX", "EX", 30))
             try:
-                answers = await pipe.execute()
+                try:
+                    answers = await self.lean.execute(*commands)
+                except redis.exceptions.NoScriptError:
+                    # Redis's scripts were flushed: nothing was pushed (the doorbell and
+                    # the kick may go twice, which is harmless); the next connection
+                    # loads them again (lean_redis.py)
+                    answers = await self.lean.execute(*commands)
             except redis.RedisError as error:
                 self._refuse([item for items, _ in going for item in items],
                              store_failure(error, "appending to the inbox"))  # fmt: skip
@@ -282,7 +291,7 @@ class GroupCommit(Gathered):
                   for message, mid in zip(item.messages, item.mids, strict=False)
                   if TRACE in message.headers]  # fmt: skip
         if traced:  # bench-only (engine/relay/trace.py)
-            trace_later(self.redis, self.service.store, "inbox", appended, traced)
+            trace_later(self.lean, self.service.store, "inbox", appended, traced)
 
     async def _hand(
         self, router: Router, going: list[tuple[list[Pending], bytes]]

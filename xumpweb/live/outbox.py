@@ -76,6 +76,7 @@ from engine.relay import (
 from xumpweb import redis_clients
 from xumpweb.live import registry
 from xumpweb.live.frames import encode
+from xumpweb.live.lean_redis import LeanRedis, evalsha
 from xumpweb.runtime import Service
 
 logger = logging.getLogger("xump.live")
@@ -96,6 +97,13 @@ async def home(found: Service, destination: str) -> Service:
     if not found.sharded:
         return found
     return await sync_to_async(found.shard_for, thread_sensitive=False)(destination)
+
+
+def _answer(reply: Any) -> Any:
+    """A reply of the lean client's `send`, raised when Redis refused the command."""
+    if isinstance(reply, redis.RedisError):
+        raise reply
+    return reply
 
 
 def _tag(item: bytes) -> str | None:
@@ -137,11 +145,13 @@ class OutboxReader:
         self.registry_store = found.main.store  # who consumes: one list, on shard 0
         self.worker_routing = found.routing == "worker"
         self.redis = client
+        # the commands of a message's way (take, claim, stamps, acks) go on the lean client
+        # (lean_redis.py); the claims wait on a connection of their own (`blocking`)
+        self.lean = redis_clients.lean_for_store(found.store)
         # the registry's server: this one, but on a cluster shard 0's node may be another
         self.registry_redis = client
         if self.registry_store != self.store and redis_clients.clustered():
             self.registry_redis = redis_clients.for_store(self.registry_store)
-        self.take_script = client.register_script(TAKE)
         self.take_these = client.register_script(TAKE_THESE)
         self.untake_script = client.register_script(UNTAKE)
         self.claim_check = client.register_script(CLAIM_CHECK)
@@ -164,7 +174,7 @@ class OutboxReader:
         self.closed = False
         # the connection a claim waits on, its own (see _claim), and its Redis client id
         # while a BLMOVE waits there: `stop` ends the wait (CLIENT UNBLOCK)
-        self.blocking: Any = None
+        self.blocking: LeanRedis | None = None
         self.blocked_id: int | None = None
         self.stopping = False
 
@@ -180,16 +190,16 @@ class OutboxReader:
             keys = [self.outbox, self.taken, self.revoked]
             count = min(count, MAX_POP)
             if self.claimed or self.ring:  # the last claim was handed on: see the doc
-                pipe = self.redis.pipeline(transaction=False)
+                commands = []
                 if self.claimed:
-                    self._stamp(pipe)
+                    commands.append(self._stamp())
                 if self.ring:  # the router applies the settling claims (no write: no fsync)
                     self.ring = False
-                    pipe.publish(self.doorbell, b"")
-                pipe.eval(TAKE, 3, *keys, count)  # EVAL: no NOSCRIPT inside a pipeline
-                found = (await pipe.execute())[-1]
+                    commands.append(("PUBLISH", self.doorbell, b""))
+                commands.append(evalsha(TAKE, keys, [count]))
+                found = (await self.lean.execute(*commands))[-1]
             else:
-                found = await self.take_script(keys=keys, args=[count])
+                found = await self.lean.script(TAKE, keys, [count])
             if not found:
                 return await self._claim()
             return found  # type: ignore[no-any-return]
@@ -210,22 +220,22 @@ class OutboxReader:
             return []
         connection = self.blocking
         if connection is None:
-            connection = self.blocking = await self.redis.connection_pool.get_connection()
+            connection = self.blocking = redis_clients.lean_for_store(self.store)
+        answers = await connection.send(
+            ("CLIENT", "ID"),
+            ("BLMOVE", self.outbox, into, "LEFT", "RIGHT", POP_WAIT),
+            ("EXISTS", self.revoked),
+        )
         try:
-            await connection.send_packed_command(connection.pack_commands([
-                ("CLIENT", "ID"),
-                ("BLMOVE", self.outbox, into, "LEFT", "RIGHT", POP_WAIT),
-                ("EXISTS", self.revoked),
-            ]))  # fmt: skip
-            self.blocked_id = await connection.read_response()
+            self.blocked_id = _answer(await answers[0])
             if self.stopping:  # `stop` came before the id was known: end the wait here
                 await self._unblock()
-            item = await connection.read_response()
+            item = _answer(await answers[1])
             self.blocked_id = None
-            revoked = await connection.read_response()
+            revoked = _answer(await answers[2])
         except BaseException:
             self.blocked_id = None
-            await connection.disconnect()  # never reused half-read
+            connection.abort()  # never reused half-read
             raise
         if item is None:
             return []
@@ -241,10 +251,10 @@ class OutboxReader:
             self.claimed.append(item)
         return [item]
 
-    def _stamp(self, pipe: Any) -> None:
-        """Queue on `pipe` the STAMP of the items claimed and handed on since the last."""
+    def _stamp(self) -> tuple:
+        """The STAMP of the items claimed and handed on since the last, to send."""
         items, self.claimed = self.claimed, []
-        pipe.eval(STAMP, 2, self.claimed_key, self.taken, *items)
+        return evalsha(STAMP, [self.claimed_key, self.taken], items)
 
     async def _take_wanted(self, count: int) -> list[bytes]:
         head = await self.redis.lrange(self.outbox, 0, SCAN - 1)
@@ -349,20 +359,20 @@ class OutboxReader:
         commands, self.unsent = self.unsent + commands, []
         if not commands:
             return
-        pipe = self.redis.pipeline(transaction=False)
+        sending: list[tuple] = []
         if self.claimed:  # before their settlement: see the module doc
-            self._stamp(pipe)
-        pipe.rpush(self.inbox, *[encode(command) for command in commands])
-        pipe.publish(self.doorbell, b"")
-        kick = len(pipe)  # the answer of the kicked flag's SET, when there is one
+            sending.append(self._stamp())
+        sending.append(("RPUSH", self.inbox, *[encode(command) for command in commands]))
+        sending.append(("PUBLISH", self.doorbell, b""))
+        kick = len(sending)  # the answer of the kicked flag's SET, when there is one
         if self.worker_routing:
-            pipe.set(self.kicked, "1", nx=True, ex=30)
+            sending.append(("SET", self.kicked, "1", "NX", "EX", 30))
         # settled: their delivery timeout stops (the settlement is in the inbox already)
         settled = [tag for c in commands for tag in c.get("tags", [c.get("tag")]) if tag]
         if settled:
-            pipe.zrem(self.taken, *settled)
+            sending.append(("ZREM", self.taken, *settled))
         try:
-            answers = await pipe.execute()
+            answers = await self.lean.execute(*sending)
         except redis.RedisError as problem:
             self.unsent = commands + self.unsent
             if self.closed:  # close() says what is left unsent
@@ -451,7 +461,7 @@ class OutboxReader:
         if waiting is None:
             return
         try:
-            await self.redis.client_unblock(waiting)
+            await self.lean.execute(("CLIENT", "UNBLOCK", waiting))
         except redis.RedisError as problem:  # it ends by itself within POP_WAIT
             logger.warning("cannot end the claim of %r: %s", self.destination, problem)
 
@@ -462,9 +472,10 @@ class OutboxReader:
         self.closed = True
         self.stopping = True
         if self.blocking is not None:
-            if self.taking:  # a claim still waits there (stop gave up on it): not reused
-                await self.blocking.disconnect()
-            await self.redis.connection_pool.release(self.blocking)
+            if self.taking:  # a claim still waits there (stop gave up on it): dropped
+                self.blocking.abort()
+            else:
+                await self.blocking.aclose()
             self.blocking = None
         if self.ack_task is not None:  # a round trip in flight is never cancelled
             await asyncio.wait({self.ack_task}, timeout=POP_WAIT + 5)
@@ -475,7 +486,7 @@ class OutboxReader:
         if self.ring:
             self.ring = False
             try:
-                await self.redis.publish(self.doorbell, b"")
+                await self.lean.execute(("PUBLISH", self.doorbell, b""))
             except redis.RedisError:
                 pass  # the router looks at the autoacked list at every step anyway
         if self.unsettled:
@@ -486,9 +497,7 @@ class OutboxReader:
         if self.claimed:  # handed on and settled before: nothing else stamps them
             try:
                 async with self.send_lock:
-                    pipe = self.redis.pipeline(transaction=False)
-                    self._stamp(pipe)
-                    await pipe.execute()
+                    await self.lean.execute(self._stamp())
             except redis.RedisError:
                 pass  # the router's SWEEP stamps them; their settlement makes that moot
         if self.unsent:  # Redis is still away and the consumer is gone
@@ -503,3 +512,4 @@ class OutboxReader:
                 pass  # its registration expires by itself
         if self.registry_redis is not self.redis:
             await self.registry_redis.aclose()
+        await self.lean.aclose()

@@ -9,20 +9,20 @@ import asyncio
 import contextlib
 
 import redis
-import redis.asyncio as aioredis
 
 from engine.relay.trace import trace_channel, trace_line
+from xumpweb.live.lean_redis import LeanRedis
 
 _tracing: set[asyncio.Task] = set()  # trace lines on their way (held until sent)
 
 
-def trace_later(client: aioredis.Redis, store: str, hop: str, at: float, mids: list[str]) -> None:
+def trace_later(client: LeanRedis, store: str, hop: str, at: float, mids: list[str]) -> None:
     """Publish a trace line (engine/relay/trace.py) beside the path, not on it: a task of
     its own, which nothing waits for; lost if Redis refuses it (a bench sees it missing)."""
 
     async def send() -> None:
         with contextlib.suppress(redis.RedisError):
-            await client.publish(trace_channel(store), trace_line(hop, at, mids))
+            await client.execute(("PUBLISH", trace_channel(store), trace_line(hop, at, mids)))
 
     task = asyncio.create_task(send())
     _tracing.add(task)

@@ -265,7 +265,7 @@ class _Subscription:
                 if not await session.write(chunk):
                     return
             if traced:
-                trace_later(reader.redis, session.service.store, "write", time.time(), traced)
+                trace_later(reader.lean, session.service.store, "write", time.time(), traced)
             if auto:
                 await reader.ack(auto)
 
