@@ -294,7 +294,13 @@ def bench(broker: Broker, held: str, route, settled, args: argparse.Namespace,
     subscribe to, queue) each call, `settled(queue, total)` a check once a run is over."""
     results: dict = {"cpu": {}}
     publishes(broker, held, 1.0, WINDOW)  # warm up
+    if meter:
+        meter.start()
     one = publishes(broker, held, args.seconds, 1)
+    if meter:
+        results["cpu"]["publish, one at a time"] = (
+            meter.stop(), max(1, round(one["rate"] * args.seconds)), 0.0,
+        )  # fmt: skip
     results.update(one=one["rate"], one_p50=one["p50"], one_p99=one["p99"],
                    server=one["server"])  # fmt: skip
     if meter:

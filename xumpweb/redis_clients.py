@@ -73,6 +73,12 @@ def lean_for_store(store: str) -> LeanRedis:
     return LeanRedis(node_url(store_url(), store), timeout=None, scripts=LIVE_SCRIPTS)
 
 
+def lean_service(timeout: float | None = 5.0) -> LeanRedis:
+    """A lean client of the server of the service-wide keys (`service_key`): the store
+    URL's server, or on a cluster the node that serves shard 0's slot."""
+    return LeanRedis(node_url(store_url(), settings.XUMP_STORE), timeout=timeout)
+
+
 def _forget_lookup() -> None:
     global _lookup
     if _lookup is not None:

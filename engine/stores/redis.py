@@ -59,6 +59,8 @@ lease the store behaves as a private one.
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Iterable
 from itertools import islice
 from types import MappingProxyType
@@ -252,6 +254,9 @@ class RedisStore(JournaledStore):
         keys = (self._key("lease"), self._key("bodies"), self._key("fence"))
         self._apply_head = ("EVALSHA", self._apply.sha, len(keys), *keys)
         self._acquire = self.client.register_script(acquire_source)
+        # the connection the router's reads and commits go on (see _checkout)
+        self._own: tuple[Any, Any, int] | None = None  # (pool, connection, pid)
+        self._own_lock = threading.Lock()
         self.lease_token = ""  # set while this process holds the store's lease
         self._fence = ""  # the lease's fencing number (the token ends with "#<number>")
         self.lease_ms = 0
@@ -504,7 +509,7 @@ class RedisStore(JournaledStore):
         # on a cluster: the pool of the node that serves the store's slot
         node = node_client(self.client, self._apply_head[3])
         pool = node.connection_pool
-        connection = pool.get_connection()
+        connection, own = self._checkout(pool)
         try:
             try:
                 connection.send_packed_command((packed,))
@@ -519,7 +524,7 @@ class RedisStore(JournaledStore):
         except REDIRECTIONS:  # the slot moved (resharding): nothing was applied
             self._run_redirected(words)
         finally:
-            pool.release(connection)
+            self._checkin(pool, connection, own)
 
     def read_packed(self, commands: list[tuple]) -> list[Any]:
         """The answers to `commands` (reads of keys in the store's slot), sent in one round
@@ -531,7 +536,7 @@ class RedisStore(JournaledStore):
         packed = [pack_command(command) for command in commands]
         node = node_client(self.client, self._apply_head[3])
         pool = node.connection_pool
-        connection = pool.get_connection()
+        connection, own = self._checkout(pool)
 
         def send() -> list[Any]:
             connection.send_packed_command(packed)
@@ -550,8 +555,30 @@ class RedisStore(JournaledStore):
             connection.disconnect()  # not reused half-read
             raise
         finally:
-            pool.release(connection)
+            self._checkin(pool, connection, own)
         return answers
+
+    def _checkout(self, pool: Any) -> tuple[Any, bool]:
+        """A connection to `pool`'s server for one round trip, and whether it is the
+        store's own: the router's reads and commits, one thread's at a time, go on one
+        connection kept out of the pool (redis-py's checkout and return of a pooled
+        connection, with its health check and observability events, cost about as much
+        CPU as the round trip itself). Another thread meanwhile, or another process after
+        a fork, takes one from the pool."""
+        if not self._own_lock.acquire(blocking=False):
+            return pool.get_connection(), False
+        own = self._own
+        if own is None or own[0] is not pool or own[2] != os.getpid():
+            if own is not None and own[2] == os.getpid():
+                own[1].disconnect()
+            own = self._own = (pool, pool.make_connection(), os.getpid())
+        return own[1], True
+
+    def _checkin(self, pool: Any, connection: Any, own: bool) -> None:
+        if own:
+            self._own_lock.release()
+        else:
+            pool.release(connection)
 
     def _run_redirected(self, words: list[Any]) -> None:
         """_APPLY through the cluster client's generic path, which follows the cluster to
@@ -656,6 +683,10 @@ class RedisStore(JournaledStore):
             state.restore(entry, fields[0], selector_id, fields[8] or None)
 
     def close(self) -> None:
+        with self._own_lock:
+            own, self._own = self._own, None
+            if own is not None and own[2] == os.getpid():
+                own[1].disconnect()
         self.client.close()
 
 

@@ -152,10 +152,10 @@ class DirectPublish:
     async def _token(self, presented: str) -> ApiToken | None:
         """auth.find_token's answer: from memory when it still holds (one GET of the
         tokens' version), else from the database, in a thread."""
-        if self._redis is None:
-            self._redis = redis_clients.general(socket_timeout=5)
+        if self._redis is None:  # lean (xumpweb/live/lean_redis.py): once a request
+            self._redis = redis_clients.lean_service(timeout=5)
         try:
-            version = await self._redis.get(auth.tokens_version_key())
+            (version,) = await self._redis.execute(("GET", auth.tokens_version_key()))
         except redis.RedisError:
             return await _in_thread(ApiToken.find, presented)
         found = auth.remembered_token(presented, version)
