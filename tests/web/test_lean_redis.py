@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -20,7 +21,23 @@ from xumpweb.live.lean_redis import LeanRedis, evalsha
 
 
 def run(coroutine):  # type: ignore[no-untyped-def]
-    return asyncio.run(coroutine)
+    """`coroutine`'s result, run on a loop of its own in a thread of its own (a test
+    before it on this worker may have left a loop running in this thread: Playwright's)."""
+    outcome: list = []
+
+    def main() -> None:
+        try:
+            outcome.append((True, asyncio.run(coroutine)))
+        except BaseException as problem:  # handed to the test's thread
+            outcome.append((False, problem))
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    thread.join()
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
 
 
 def test_calls_made_at_once_are_answered_each_with_its_own_replies(redis_server) -> None:
@@ -75,37 +92,33 @@ def test_a_lost_connection_fails_the_calls_in_flight_and_the_next_call_connects(
     server = RedisServer(tmp_path)
     server.start()
 
-    loop = asyncio.new_event_loop()
-    try:
+    async def main() -> None:
         client = LeanRedis(server.url, timeout=None)
-
-        async def start() -> tuple[asyncio.Future, asyncio.Future]:
-            await client.execute(("DEL", "lean:wait"))
-            blocked = asyncio.ensure_future(client.execute(("BLPOP", "lean:wait", 0)))
-            behind = asyncio.ensure_future(client.execute(("PING",)))
-            await asyncio.sleep(0)
-            # the BLPOP is on the server when a second client sees it blocked
-            other = LeanRedis(server.url)
-            for _ in range(500):
-                (clients,) = await other.execute(("CLIENT", "LIST"))
-                if b"cmd=blpop" in clients:
-                    break
-                await asyncio.sleep(0.01)
-            await other.aclose()
-            return blocked, behind
-
-        blocked, behind = loop.run_until_complete(start())
+        await client.execute(("DEL", "lean:wait"))
+        blocked = asyncio.ensure_future(client.execute(("BLPOP", "lean:wait", 0)))
+        behind = asyncio.ensure_future(client.execute(("PING",)))
+        await asyncio.sleep(0)
+        # the BLPOP is on the server when a second client sees it blocked
+        other = LeanRedis(server.url)
+        for _ in range(500):
+            (clients,) = await other.execute(("CLIENT", "LIST"))
+            if b"cmd=blpop" in clients:
+                break
+            await asyncio.sleep(0.01)
+        await other.aclose()
         server.kill()
         for call in (blocked, behind):
             with pytest.raises(ConnectionError):
-                loop.run_until_complete(call)
+                await call
         with pytest.raises(ConnectionError):  # nobody listens: refused, not hung
-            loop.run_until_complete(client.execute(("PING",)))
+            await client.execute(("PING",))
         server.start()
-        assert loop.run_until_complete(client.execute(("PING",))) == [b"PONG"]
-        loop.run_until_complete(client.aclose())
+        assert await client.execute(("PING",)) == [b"PONG"]
+        await client.aclose()
+
+    try:
+        run(main())
     finally:
-        loop.close()
         server.stop()
 
 
