@@ -164,6 +164,7 @@ class OutboxReader:
         self.settle_on_claim = False
         self.preacked: set[str] = set()  # tags of such claims, until the consumer acks them
         self.ring = False  # the router must hear of settling claims: ring at the next take
+        self.drained = False  # the outbox was empty right after the last claim (see _claim)
         self.send_lock = asyncio.Lock()  # settlements go out one round trip at a time
         self.acks: list[str] = []
         self.acked = 0  # deliveries settled by an ack, for the consumers page's acks/s
@@ -189,52 +190,69 @@ class OutboxReader:
                 return await self._take_wanted(min(count, MAX_POP))
             keys = [self.outbox, self.taken, self.revoked]
             count = min(count, MAX_POP)
-            if self.claimed or self.ring:  # the last claim was handed on: see the doc
-                commands = []
-                if self.claimed:
-                    commands.append(self._stamp())
-                if self.ring:  # the router applies the settling claims (no write: no fsync)
-                    self.ring = False
-                    commands.append(("PUBLISH", self.doorbell, b""))
+            commands = []
+            if self.claimed:  # the last claim was handed on: see the doc
+                commands.append(self._stamp())
+            if self.ring:  # the router applies the settling claims (no write: no fsync)
+                self.ring = False
+                commands.append(("PUBLISH", self.doorbell, b""))
+            if self.drained:  # the outbox was empty right after the last claim: claim again
+                return await self._claim(commands)
+            if commands:
                 commands.append(evalsha(TAKE, keys, [count]))
                 found = (await self.lean.execute(*commands))[-1]
             else:
                 found = await self.lean.script(TAKE, keys, [count])
             if not found:
-                return await self._claim()
+                return await self._claim([])
             return found  # type: ignore[no-any-return]
         finally:
             self.taking = False
 
-    async def _claim(self) -> list[bytes]:
-        """Wait for the outbox's next item and claim it (see the module doc).
+    async def _claim(self, first: list[tuple]) -> list[bytes]:
+        """Wait for the outbox's next item and claim it (see the module doc), after
+        `first` (the stamps and the ring due, sent ahead on the same connection).
 
         The wait is on a connection of the reader's own, which first says its client id
         (Redis answers CLIENT ID at once, before the BLMOVE blocks): a consumer that ends
         while its claim waits ends the wait (`stop`: CLIENT UNBLOCK), so the claim takes
         nothing sent after it ended. An ack:auto claim taken after its consumer ended
         could not be given back (only the router takes items off the autoacked list):
-        before, such a claim waited on for up to POP_WAIT and lost what it took."""
+        before, such a claim waited on for up to POP_WAIT and lost what it took.
+
+        The length of the outbox right after the claim comes in the same round trip: when
+        nothing else waits there (a lone message), the next take claims at once instead
+        of first asking TAKE for what is not there (`drained`); when more waits (a burst),
+        the next take takes them together."""
         into = self.autoacked_key if self.settle_on_claim else self.claimed_key
         if self.stopping:
+            if first:  # nothing is claimed: the stamps and the ring go with the next take
+                await self.lean.execute(*first)
             return []
         connection = self.blocking
         if connection is None:
             connection = self.blocking = redis_clients.lean_for_store(self.store)
         answers = await connection.send(
+            *first,
             ("CLIENT", "ID"),
             ("BLMOVE", self.outbox, into, "LEFT", "RIGHT", POP_WAIT),
             ("EXISTS", self.revoked),
+            ("LLEN", self.outbox),
         )
         try:
+            for answer in answers[: len(first)]:
+                _answer(await answer)
+            answers = answers[len(first) :]
             self.blocked_id = _answer(await answers[0])
             if self.stopping:  # `stop` came before the id was known: end the wait here
                 await self._unblock()
             item = _answer(await answers[1])
             self.blocked_id = None
             revoked = _answer(await answers[2])
+            self.drained = _answer(await answers[3]) == 0
         except BaseException:
             self.blocked_id = None
+            self.drained = False
             connection.abort()  # never reused half-read
             raise
         if item is None:
