@@ -29,6 +29,8 @@ address and fail (MOVED) until the process is restarted.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -46,6 +48,8 @@ from xumpweb.live.lean_redis import LeanRedis
 # the relay's Lua scripts the live processes run on the lean client (by SHA1)
 LIVE_SCRIPTS = (GUARDED_PUSH, TAKE, STAMP, CLAIM_CHECK)
 _lookup: Any = None  # a sync cluster client, to find which node serves a slot
+# per event loop, per store: the outbox readers' shared lean client (shared_lean)
+_shared_lean: weakref.WeakKeyDictionary[Any, dict[str, LeanRedis]] = weakref.WeakKeyDictionary()
 
 
 def clustered() -> bool:
@@ -71,6 +75,17 @@ def lean_for_store(store: str) -> LeanRedis:
     store `store`'s keys, with the relay's scripts the live path runs: no time limit, as
     `for_store`'s clients."""
     return LeanRedis(node_url(store_url(), store), timeout=None, scripts=LIVE_SCRIPTS)
+
+
+def shared_lean(store: str) -> LeanRedis:
+    """The running event loop's lean client of store `store`'s server, which every outbox
+    reader of the process sends its takes, stamps and acks on (pipelined on one
+    connection: none of them blocks); their claims wait on connections of their own."""
+    clients = _shared_lean.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get(store)
+    if client is None:
+        client = clients[store] = lean_for_store(store)
+    return client
 
 
 def lean_service(timeout: float | None = 5.0) -> LeanRedis:

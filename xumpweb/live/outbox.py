@@ -145,9 +145,10 @@ class OutboxReader:
         self.registry_store = found.main.store  # who consumes: one list, on shard 0
         self.worker_routing = found.routing == "worker"
         self.redis = client
-        # the commands of a message's way (take, claim, stamps, acks) go on the lean client
-        # (lean_redis.py); the claims wait on a connection of their own (`blocking`)
-        self.lean = redis_clients.lean_for_store(found.store)
+        # the commands of a message's way (take, stamps, acks) go on the process's lean
+        # client (lean_redis.py), shared by its readers; the claims wait on a connection
+        # of their own (`blocking`)
+        self.lean = redis_clients.shared_lean(found.store)
         # the registry's server: this one, but on a cluster shard 0's node may be another
         self.registry_redis = client
         if self.registry_store != self.store and redis_clients.clustered():
@@ -530,4 +531,3 @@ class OutboxReader:
                 pass  # its registration expires by itself
         if self.registry_redis is not self.redis:
             await self.registry_redis.aclose()
-        await self.lean.aclose()
