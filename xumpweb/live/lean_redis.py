@@ -67,6 +67,13 @@ def evalsha(body: str, keys: list, args: list) -> tuple:
     return ("EVALSHA", sha, len(keys), *keys, *args)
 
 
+def answer(reply: Any) -> Any:
+    """A reply of `send`'s futures, raised when it is Redis's refusal."""
+    if isinstance(reply, RedisError):
+        raise reply
+    return reply
+
+
 class _Protocol(asyncio.Protocol):
     """One connection: writes packed commands, hands replies to the calls in order."""
 
@@ -157,15 +164,14 @@ class LeanRedis:
         self._connecting: asyncio.Task | None = None
 
     async def execute(self, *commands: tuple, timeout: float | None = -1.0) -> list:
-        """The replies of `commands`, sent at once; raises the first ResponseError among
-        them after all were read. `timeout`: this call's, instead of the client's."""
+        """The replies of `commands`, sent at once; raises the first refusal (a RedisError)
+        among them after all were read. `timeout`: this call's, instead of the client's."""
         (future,) = await self.send(*commands, each=False, timeout=timeout)
         replies = await future
         for reply in replies:
-            if isinstance(reply, RedisError):
-                if isinstance(reply, NoScriptError):  # flushed: reload on a new connection
-                    self.abort()
-                raise reply
+            if isinstance(reply, NoScriptError):  # flushed: reload on a new connection
+                self.abort()
+            answer(reply)
         return replies  # type: ignore[no-any-return]
 
     async def script(self, body: str, keys: list, args: list) -> Any:
@@ -181,7 +187,8 @@ class LeanRedis:
         self, *commands: tuple, each: bool = True, timeout: float | None = -1.0
     ) -> list[asyncio.Future]:
         """Write `commands`; futures of their replies: one a command (`each`), or one for
-        the list of them all. A reply Redis refused is a ResponseError, not raised."""
+        the list of them all. A reply Redis refused is its exception, not raised (`answer`
+        raises it)."""
         protocol = self._protocol
         if protocol is None or protocol.failure is not None:
             protocol = await self._connect()

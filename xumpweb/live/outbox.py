@@ -76,7 +76,7 @@ from engine.relay import (
 from xumpweb import redis_clients
 from xumpweb.live import registry
 from xumpweb.live.frames import encode
-from xumpweb.live.lean_redis import LeanRedis, evalsha
+from xumpweb.live.lean_redis import LeanRedis, answer, evalsha
 from xumpweb.runtime import Service
 
 logger = logging.getLogger("xump.live")
@@ -97,13 +97,6 @@ async def home(found: Service, destination: str) -> Service:
     if not found.sharded:
         return found
     return await sync_to_async(found.shard_for, thread_sensitive=False)(destination)
-
-
-def _answer(reply: Any) -> Any:
-    """A reply of the lean client's `send`, raised when Redis refused the command."""
-    if isinstance(reply, redis.RedisError):
-        raise reply
-    return reply
 
 
 def _tag(item: bytes) -> str | None:
@@ -241,16 +234,16 @@ class OutboxReader:
             ("LLEN", self.outbox),
         )
         try:
-            for answer in answers[: len(first)]:
-                _answer(await answer)
+            for reply in answers[: len(first)]:
+                answer(await reply)
             answers = answers[len(first) :]
-            self.blocked_id = _answer(await answers[0])
+            self.blocked_id = answer(await answers[0])
             if self.stopping:  # `stop` came before the id was known: end the wait here
                 await self._unblock()
-            item = _answer(await answers[1])
+            item = answer(await answers[1])
             self.blocked_id = None
-            revoked = _answer(await answers[2])
-            self.drained = _answer(await answers[3]) == 0
+            revoked = answer(await answers[2])
+            self.drained = answer(await answers[3]) == 0
         except BaseException:
             self.blocked_id = None
             self.drained = False
