@@ -17,8 +17,8 @@
     the same MOVE with a fixed target
 (h) the journal: (a) with the engine's event journal on (drained every 10,000 messages)
     against off; the lineage (eng.trace) reads only what it records. A wolfpack message
-    records four events (publish, route, deliver, confirm). Figures move by ±10 % and
-    more on a busy machine: run it several times (`--only h`) and compare medians.
+    records four events (publish, route, deliver, confirm). One pair of runs moves by ±10 %
+    even on a quiet machine, so (h) alternates off and on seven times and compares medians.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import gc
 import os
 import random
+import statistics
 import sys
 import threading
 import time
@@ -342,11 +343,19 @@ def figure_fg(scale: int, only: set[str]) -> None:
         )
 
 
-def figure_h(scale: int) -> None:
-    off, on = bench_wolfpack(300_000 // scale, False), bench_wolfpack(300_000 // scale, True)
+def figure_h(scale: int, rounds: int = 7) -> None:
+    """Off and on alternately, `rounds` times, so a busy moment costs both alike; the
+    medians compared (one pair of runs moved by +-10 % on a quiet machine)."""
+    runs: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for journal in (False, True):
+            runs[journal].append(bench_wolfpack(100_000 // scale, journal))
+    off, on = statistics.median(runs[False]), statistics.median(runs[True])
     print(
-        f"(h) wolfpack journal off: {off:>10,.0f} msg/s; on: {on:>10,.0f} msg/s "
-        f"({(1 - on / off) * 100:+.1f}% slower with it)"
+        f"(h) wolfpack journal off: {off:>10,.0f} msg/s; on: {on:>10,.0f} msg/s, medians of "
+        f"{rounds} runs alternating ({(1 - on / off) * 100:+.1f}% slower with it; "
+        f"on/off ranges {min(runs[True]):,.0f}-{max(runs[True]):,.0f} / "
+        f"{min(runs[False]):,.0f}-{max(runs[False]):,.0f})"
     )
 
 

@@ -3,6 +3,7 @@
     python bench/stomp_bench.py [--messages N] [--seconds S] [--only xump|rabbitmq]
                                 [--xump-port PORT] [--appendfsync always|everysec]
     python bench/stomp_bench.py --paced RATE [--seconds S] ...   (the hop table only)
+    ... --stomp-routes   the STOMP server routes the store itself (XUMP_STOMP_ROUTES=true)
 
 The same client code (stomp.py, `stomp.Connection12`, TCP_NODELAY, no heart-beats) runs
 against both brokers; only the connection settings differ. Xump: the bench starts its own
@@ -334,9 +335,9 @@ def bench(broker: Broker, held: str, route, settled, args: argparse.Namespace,
 
 
 # -- Xump -------------------------------------------------------------------------------------
-def start_stomp_server(service, port: int, directory: Path) -> None:
+def start_stomp_server(service, port: int, directory: Path, routes: bool = False) -> None:
     """`manage.py stomp_server` on `port` with the web process's environment; returns once
-    it accepts connections."""
+    it accepts connections. `routes`: XUMP_STOMP_ROUTES=true (it routes the store itself)."""
     try:
         with socket.create_connection((HOST, port), timeout=1):
             raise SystemExit(f"port {port} is taken already: choose another with --xump-port")
@@ -346,7 +347,8 @@ def start_stomp_server(service, port: int, directory: Path) -> None:
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             [PYTHON, "manage.py", "stomp_server"], cwd=ROOT,
-            env={**service.env, "XUMP_STOMP_PORT": str(port)},
+            env={**service.env, "XUMP_STOMP_PORT": str(port),
+                 "XUMP_STOMP_ROUTES": "true" if routes else "false"},
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     service.processes["stomp"] = process
@@ -368,7 +370,7 @@ def start_stomp_server(service, port: int, directory: Path) -> None:
 def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
     with worker_service(directory, "--appendfsync", args.appendfsync,
                         shards=args.shards) as (service, redis_server):  # fmt: skip
-        start_stomp_server(service, args.xump_port, directory / "service")
+        start_stomp_server(service, args.xump_port, directory / "service", args.stomp_routes)
         broker = Broker("Xump", args.xump_port, "bench", service.admin_token)
         pids = {name: process.pid for name, process in service.processes.items()}
         meter = CpuMeter({**pids, "redis": redis_server.process.pid})
@@ -527,7 +529,7 @@ def paced_run(broker: Broker, send_to: str, subscribe_to: str, rate: float,
 def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
     with worker_service(directory, "--appendfsync", args.appendfsync,
                         shards=args.shards) as (service, redis_server):  # fmt: skip
-        start_stomp_server(service, args.xump_port, directory / "service")
+        start_stomp_server(service, args.xump_port, directory / "service", args.stomp_routes)
         broker = Broker("Xump", args.xump_port, "bench", service.admin_token)
         router = f"bench-paced-{uuid.uuid4().hex[:6]}"
         worker = f"{router}-w1"
@@ -540,6 +542,8 @@ def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
         pids = {name: process.pid for name, process in service.processes.items()}
         meter = CpuMeter({**pids, "redis": redis_server.process.pid})
         meter.start()
+        stats = redis.Redis.from_url(redis_server.url)
+        stats.config_resetstat()
         try:
             run = paced_run(broker, f"/queue/{router}", f"/queue/{worker}", args.paced,
                             args.seconds, not args.untraced)  # fmt: skip
@@ -548,6 +552,8 @@ def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
         # the whole run's CPU (warm-up, start and end of the clients included) over every
         # message sent: how busy each process is at this pace
         run["cpu"] = {name: spent * 1e6 / run["total"] for name, spent in meter.stop().items()}
+        run["commands"] = redis_commands(stats, run["total"])
+        stats.close()
         if args.untraced:  # the whole path only, as the clients see it
             whole = [client - send for _, send, client, _, _ in run["messages"]]
             run["hops"], run["traced"] = [(HOPS[-1][0], *percentiles(whole))], 0
@@ -555,6 +561,22 @@ def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
             run["hops"], run["traced"] = hop_table(run["messages"], listener.stamps, HOPS)
         run["disk"] = disk
         return run
+
+
+def routing(args: argparse.Namespace) -> str:
+    """Who routes, as the figures' heading says it."""
+    return "the STOMP server routing" if args.stomp_routes else "the worker routing"
+
+
+def redis_commands(client: redis.Redis, total: int) -> list[tuple[str, float, float]]:
+    """What Redis ran for the run's messages, from INFO commandstats (reset just before):
+    (command, calls a message, microseconds a message), the costliest first. Commands a
+    script runs are counted apart from its EVALSHA, whose time includes theirs."""
+    found = [
+        (name.removeprefix("cmdstat_"), stat["calls"] / total, stat["usec"] / total)
+        for name, stat in client.info("commandstats").items()
+    ]
+    return sorted(found, key=lambda row: -row[2])
 
 
 def redis_round_trips(url: str, count: int = 500) -> dict[str, tuple[float, float]]:
@@ -600,8 +622,8 @@ def print_paced(args: argparse.Namespace, xump: dict | None, rabbit: dict | None
           f"{args.seconds:g} s, each with a receipt (not awaited), stomp.py over TCP; "
           f"a consumer with ack:auto")  # fmt: skip
     if xump:
-        print(f"  Xump: Redis with appendfsync {args.appendfsync}, 1 uvicorn, 1 Celery worker "
-              f"routing, 1 stomp_server; a wolfpack of one worker ({xump['counted']:,} "
+        print(f"  Xump: Redis with appendfsync {args.appendfsync}, 1 uvicorn, 1 Celery worker, "
+              f"1 stomp_server, {routing(args)}; a wolfpack of one worker ({xump['counted']:,} "
               f"messages counted, {xump['traced']:,} with every stamp; sent at "
               f"{xump['sent_rate']:,.0f}/s)")  # fmt: skip
         (w50, w99), (r50, r99) = xump["disk"]["INCR"], xump["disk"]["GET"]
@@ -616,6 +638,9 @@ def print_paced(args: argparse.Namespace, xump: dict | None, rabbit: dict | None
         print("  (each hop's percentiles are its own: they do not add up to the whole path's)")
         parts = ", ".join(f"{name} {spent:,.0f}" for name, spent in xump["cpu"].items())
         print(f"  Xump CPU us per message at this pace (the run over its messages): {parts}")
+        top = ", ".join(f"{name} {calls:.1f} ({usec:.0f} us)"
+                        for name, calls, usec in xump["commands"][:8])  # fmt: skip
+        print(f"  its Redis, calls a message (their us), costliest first: {top}")
     if rabbit:
         whole = [client - send for _, send, client, _, _ in rabbit["messages"]]
         m50, m99 = percentiles(whole)
@@ -675,6 +700,9 @@ def main() -> None:
     parser.add_argument("--untraced", action="store_true",
                         help="with --paced: SENDs without the trace header, so the path "
                         "is seen without the trace lines' cost (the whole path only)")  # fmt: skip
+    parser.add_argument("--stomp-routes", action="store_true",
+                        help="XUMP_STOMP_ROUTES=true: the STOMP server routes the store itself "
+                        "(SPEC 11's co-located path) instead of the Celery worker")  # fmt: skip
     args = parser.parse_args()
     load_before = load()
     if args.paced:
@@ -687,8 +715,8 @@ def main() -> None:
           f"both)")  # fmt: skip
     if xump:
         print(f"  Xump ({xump['server']}): Redis with appendfsync {args.appendfsync}, "
-              f"1 uvicorn, 1 Celery worker routing {args.shards} shard(s), 1 stomp_server "
-              f"on {args.xump_port}")  # fmt: skip
+              f"1 uvicorn, 1 Celery worker, 1 stomp_server on {args.xump_port}, "
+              f"{args.shards} shard(s), {routing(args)}")  # fmt: skip
     if rabbit:
         print(f"  RabbitMQ ({rabbit['server']}) on {HOST}:{RABBIT_STOMP}: durable queues, "
               f"persistent messages")  # fmt: skip

@@ -10,7 +10,7 @@ have every node that holds slots up; a node that goes down later pauses only its
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import redis
 
@@ -20,6 +20,7 @@ from engine.stores.redis_connect import (
     NODES,
     cluster_enabled,
     split_cluster_options,
+    unsplit,
 )
 from engine.stores.sql import mask_password
 
@@ -31,7 +32,7 @@ def with_cluster_flag(url: str) -> str:
     """`url` with `cluster=true` added to its query: how the engine opens a cluster."""
     parts = urlsplit(url)
     query = f"{parts.query}&{CLUSTER_FLAG}=true" if parts.query else f"{CLUSTER_FLAG}=true"
-    return urlunsplit(parts._replace(query=query))
+    return unsplit(parts._replace(query=query))
 
 
 def problem(url: str, cluster: bool) -> str | None:

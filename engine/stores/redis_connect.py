@@ -14,7 +14,7 @@ be answered MOVED for every slot that node does not serve); a cluster has databa
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
@@ -28,6 +28,15 @@ NODES = "nodes"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 Client = redis.Redis | RedisCluster
+
+
+def unsplit(parts: SplitResult) -> str:
+    """`urlunsplit`, except that a unix:// URL keeps its two slashes: urlunsplit writes
+    `unix:/path`, which redis-py does not read as a URL."""
+    url = urlunsplit(parts)
+    if parts.scheme == "unix" and not parts.netloc and not url.startswith("unix://"):
+        url = "unix://" + url.removeprefix("unix:")
+    return url
 
 
 def split_cluster_options(url: str) -> tuple[str, bool, list[ClusterNode]]:
@@ -57,7 +66,7 @@ def split_cluster_options(url: str) -> tuple[str, bool, list[ClusterNode]]:
     if nodes and not cluster:
         raise StoreError(f"nodes= in the Redis URL {mask_password(url)} needs cluster=true")
     query = urlencode([(name, value) for name, value in items if name not in (CLUSTER_FLAG, NODES)])
-    return urlunsplit(parts._replace(query=query)), cluster, nodes
+    return unsplit(parts._replace(query=query)), cluster, nodes
 
 
 def connect(url: str, check: bool = True, **options: object) -> tuple[Client, bool]:
