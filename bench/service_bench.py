@@ -530,19 +530,28 @@ def percentiles(latencies: list[float]) -> tuple[float, float]:
 
 @contextmanager
 def worker_service(
-    directory: Path, *redis_options: str, shards: int = 1
+    directory: Path, *redis_options: str, shards: int = 1, unix: bool = False
 ) -> Iterator[tuple[Any, RedisServer]]:
     """The service with routing in a Celery worker, on a redis-server of its own (started
     with `redis_options`), both under `directory`, its queues over `shards` shards
-    (XUMP_SHARDS); stopped on leaving the block."""
+    (XUMP_SHARDS); stopped on leaving the block. `unix`: the service reaches Redis by a
+    unix socket (XUMP_REDIS_URL=unix://...; Celery's broker still by TCP, it takes no
+    unix:// URL)."""
     (directory / "redis").mkdir()
     (directory / "service").mkdir()
+    socket_path = directory / "redis" / "redis.sock"
+    if unix:
+        redis_options = (*redis_options, "--unixsocket", str(socket_path),
+                         "--unixsocketperm", "700")  # fmt: skip
     redis_server = RedisServer(directory / "redis", *redis_options)
     redis_server.start()
     service = None
+    url, broker = redis_server.url, {}
+    if unix:
+        url, broker = f"unix://{socket_path}?db=0", {"XUMP_BROKER_URL": redis_server.url}
     try:
-        service = start_service(redis_server.url, directory / "service", "worker",
-                                XUMP_SHARDS=str(shards))  # fmt: skip
+        service = start_service(url, directory / "service", "worker",
+                                XUMP_SHARDS=str(shards), **broker)  # fmt: skip
         service.start_worker()
         yield service, redis_server
     finally:

@@ -4,6 +4,7 @@
                                 [--xump-port PORT] [--appendfsync always|everysec]
     python bench/stomp_bench.py --paced RATE [--seconds S] ...   (the hop table only)
     ... --stomp-routes   the STOMP server routes the store itself (XUMP_STOMP_ROUTES=true)
+    ... --redis-unix     Xump's processes reach Redis by a unix socket, not TCP
 
 The same client code (stomp.py, `stomp.Connection12`, TCP_NODELAY, no heart-beats) runs
 against both brokers; only the connection settings differ. Xump: the bench starts its own
@@ -368,8 +369,8 @@ def start_stomp_server(service, port: int, directory: Path, routes: bool = False
 
 
 def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
-    with worker_service(directory, "--appendfsync", args.appendfsync,
-                        shards=args.shards) as (service, redis_server):  # fmt: skip
+    with worker_service(directory, "--appendfsync", args.appendfsync, shards=args.shards,
+                        unix=args.redis_unix) as (service, redis_server):  # fmt: skip
         start_stomp_server(service, args.xump_port, directory / "service", args.stomp_routes)
         broker = Broker("Xump", args.xump_port, "bench", service.admin_token)
         pids = {name: process.pid for name, process in service.processes.items()}
@@ -527,8 +528,8 @@ def paced_run(broker: Broker, send_to: str, subscribe_to: str, rate: float,
 
 
 def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
-    with worker_service(directory, "--appendfsync", args.appendfsync,
-                        shards=args.shards) as (service, redis_server):  # fmt: skip
+    with worker_service(directory, "--appendfsync", args.appendfsync, shards=args.shards,
+                        unix=args.redis_unix) as (service, redis_server):  # fmt: skip
         start_stomp_server(service, args.xump_port, directory / "service", args.stomp_routes)
         broker = Broker("Xump", args.xump_port, "bench", service.admin_token)
         router = f"bench-paced-{uuid.uuid4().hex[:6]}"
@@ -563,9 +564,10 @@ def paced_xump(args: argparse.Namespace, directory: Path) -> dict:
         return run
 
 
-def routing(args: argparse.Namespace) -> str:
-    """Who routes, as the figures' heading says it."""
-    return "the STOMP server routing" if args.stomp_routes else "the worker routing"
+def arrangement(args: argparse.Namespace) -> str:
+    """Who routes and how Redis is reached, as the figures' heading says it."""
+    routes = "the STOMP server routing" if args.stomp_routes else "the worker routing"
+    return f"{routes}, Redis by {'a unix socket' if args.redis_unix else 'TCP'}"
 
 
 def redis_commands(client: redis.Redis, total: int) -> list[tuple[str, float, float]]:
@@ -623,7 +625,7 @@ def print_paced(args: argparse.Namespace, xump: dict | None, rabbit: dict | None
           f"a consumer with ack:auto")  # fmt: skip
     if xump:
         print(f"  Xump: Redis with appendfsync {args.appendfsync}, 1 uvicorn, 1 Celery worker, "
-              f"1 stomp_server, {routing(args)}; a wolfpack of one worker ({xump['counted']:,} "
+              f"1 stomp_server, {arrangement(args)}; a wolfpack of one worker ({xump['counted']:,} "
               f"messages counted, {xump['traced']:,} with every stamp; sent at "
               f"{xump['sent_rate']:,.0f}/s)")  # fmt: skip
         (w50, w99), (r50, r99) = xump["disk"]["INCR"], xump["disk"]["GET"]
@@ -700,6 +702,9 @@ def main() -> None:
     parser.add_argument("--untraced", action="store_true",
                         help="with --paced: SENDs without the trace header, so the path "
                         "is seen without the trace lines' cost (the whole path only)")  # fmt: skip
+    parser.add_argument("--redis-unix", action="store_true",
+                        help="Xump's processes reach its Redis by a unix socket "
+                        "(XUMP_REDIS_URL=unix://...) instead of TCP on 127.0.0.1")  # fmt: skip
     parser.add_argument("--stomp-routes", action="store_true",
                         help="XUMP_STOMP_ROUTES=true: the STOMP server routes the store itself "
                         "(SPEC 11's co-located path) instead of the Celery worker")  # fmt: skip
@@ -716,7 +721,7 @@ def main() -> None:
     if xump:
         print(f"  Xump ({xump['server']}): Redis with appendfsync {args.appendfsync}, "
               f"1 uvicorn, 1 Celery worker, 1 stomp_server on {args.xump_port}, "
-              f"{args.shards} shard(s), {routing(args)}")  # fmt: skip
+              f"{args.shards} shard(s), {arrangement(args)}")  # fmt: skip
     if rabbit:
         print(f"  RabbitMQ ({rabbit['server']}) on {HOST}:{RABBIT_STOMP}: durable queues, "
               f"persistent messages")  # fmt: skip
