@@ -535,8 +535,8 @@ def worker_service(
     """The service with routing in a Celery worker, on a redis-server of its own (started
     with `redis_options`), both under `directory`, its queues over `shards` shards
     (XUMP_SHARDS); stopped on leaving the block. `unix`: the service reaches Redis by a
-    unix socket (XUMP_REDIS_URL=unix://...; Celery's broker still by TCP, it takes no
-    unix:// URL)."""
+    unix socket (XUMP_REDIS_URL=unix://...; Celery's broker, off the messages' way, stays
+    on TCP, as when docs/live-path.md's figures were measured)."""
     (directory / "redis").mkdir()
     (directory / "service").mkdir()
     socket_path = directory / "redis" / "redis.sock"

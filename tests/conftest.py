@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,6 +77,21 @@ def redis_server(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def unix_redis():
+    """A private redis-server listening on a unix socket too (the socket's path at most
+    107 bytes: under /tmp); the server and the socket's path."""
+    with tempfile.TemporaryDirectory(prefix="xr", dir="/tmp") as directory:
+        socket_path = f"{directory}/redis.sock"
+        server = RedisServer(Path(directory), "--unixsocket", socket_path,
+                             "--unixsocketperm", "700")  # fmt: skip
+        server.start()
+        try:
+            yield server, socket_path
+        finally:
+            server.stop()
 
 
 class RedisCluster:

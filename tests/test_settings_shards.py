@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import redis
 
 from engine.stores.redis_connect import split_cluster_options
-from tests.conftest import RedisServer, start_cluster
+from tests.conftest import start_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SIDE = {"XUMP_BROKER_URL": "amqp://guest:guest@localhost:5672//"}
@@ -89,8 +88,8 @@ def test_a_cluster_needs_its_own_channels_url(tmp_path, redis_cluster) -> None:
 @pytest.mark.parametrize(
     ("name", "value", "line"),
     [
-        ("XUMP_BROKER_URL", "http://rabbit", "XUMP_BROKER_URL must be an amqp:// (RabbitMQ) or "
-         "redis:// URL, not 'http://rabbit'"),
+        ("XUMP_BROKER_URL", "http://rabbit", "XUMP_BROKER_URL must be an amqp:// (RabbitMQ), "
+         "redis:// or redis+socket:// URL, not 'http://rabbit'"),
         ("XUMP_CHANNELS_URL", "amqp://rabbit", "XUMP_CHANNELS_URL must be a redis:// URL of a "
          "single Redis server, not 'amqp://rabbit'"),
     ],
@@ -214,29 +213,12 @@ def test_a_redis_url_that_is_not_one_is_refused(tmp_path, url, line) -> None:
     assert refused(start("check", tmp_path, XUMP_REDIS_URL=url)) == line
 
 
-@pytest.fixture
-def unix_redis():
-    """A private redis-server listening on a unix socket too (its path short enough for
-    one: at most 107 bytes); the socket's path."""
-    with tempfile.TemporaryDirectory(prefix="xr", dir="/tmp") as directory:
-        socket_path = f"{directory}/redis.sock"
-        server = RedisServer(Path(directory), "--unixsocket", socket_path,
-                             "--unixsocketperm", "700")  # fmt: skip
-        server.start()
-        try:
-            yield server, socket_path
-        finally:
-            server.stop()
-
-
 def test_a_redis_url_of_a_unix_socket_starts(tmp_path, unix_redis) -> None:
     """unix:// is one of redis-py's URL forms; the start-up check once made it `unix:/...`,
-    which redis-py refused ("is not a Redis URL"). Celery's broker and the Channels layer
-    are given TCP URLs (the broker takes no unix:// URL)."""
-    server, socket_path = unix_redis
-    redis.Redis(unix_socket_path=socket_path, db=3).set("seen", "by the unix socket")
-    result = start("check", tmp_path, XUMP_REDIS_URL=f"unix://{socket_path}?db=3",
-                   XUMP_BROKER_URL=server.url, XUMP_CHANNELS_URL=server.url)  # fmt: skip
+    which redis-py refused ("is not a Redis URL"). (tests/web/test_unix_socket.py runs the
+    service on one.)"""
+    _, socket_path = unix_redis
+    result = start("check", tmp_path, XUMP_REDIS_URL=f"unix://{socket_path}?db=3")
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout
 

@@ -12,8 +12,9 @@ XUMP_REDIS_URL       the Redis server for messages, the Celery broker and the Ch
                      of a Redis Cluster, for messages only
 XUMP_REDIS_CLUSTER   "true" when XUMP_REDIS_URL is a Redis Cluster node (default false);
                      checked at start: every slot served, every node holding slots up
-XUMP_BROKER_URL      Celery's broker: amqp://... (RabbitMQ) or a single Redis server
-                     (default XUMP_REDIS_URL; required with XUMP_REDIS_CLUSTER)
+XUMP_BROKER_URL      Celery's broker: amqp://... (RabbitMQ) or a single Redis server,
+                     redis://... or redis+socket:///path (default XUMP_REDIS_URL, a unix://
+                     one as redis+socket://; required with XUMP_REDIS_CLUSTER)
 XUMP_CHANNELS_URL    the Channels layer's Redis, a single server (default XUMP_REDIS_URL;
                      required with XUMP_REDIS_CLUSTER)
 XUMP_STORE           name of the Redis store the service's queues live in (default "main")
@@ -76,7 +77,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qsl, unquote, urlparse
 
 from xumpweb import redis_topology
 from xumpweb.security import trusted_proxies
@@ -174,6 +175,18 @@ def _positive(name: str, default: int) -> int:
     return int(value)
 
 
+def _broker_of(url: str) -> str:
+    """Celery's broker on XUMP_REDIS_URL's server: kombu names a unix socket
+    redis+socket:///path, its database `virtual_host` (redis-py: unix:///path?db=N)."""
+    if not url.startswith("unix://"):
+        return url
+    parsed = urlparse(url)
+    options = dict(parse_qsl(parsed.query))
+    database = options.pop("db", "0")
+    extra = "".join(f"&{name}={value}" for name, value in options.items())
+    return f"redis+socket://{parsed.path}?virtual_host={database}{extra}"
+
+
 def _url(name: str, default: str, schemes: tuple[str, ...], what: str) -> str:
     value = os.environ.get(name, "").strip()
     if not value:
@@ -197,9 +210,10 @@ for _name, _what in _SEPARATE:
             + ("amqp://... (RabbitMQ) or " if _name == "XUMP_BROKER_URL" else "")
             + "a single Redis server's redis://... URL"
         )
+_REDIS_BROKERS = ("redis://", "rediss://", "redis+socket://")
 XUMP_BROKER_URL = _url(
-    "XUMP_BROKER_URL", XUMP_REDIS_URL, ("redis://", "rediss://", "amqp://", "amqps://"),
-    "an amqp:// (RabbitMQ) or redis:// URL",
+    "XUMP_BROKER_URL", _broker_of(XUMP_REDIS_URL), (*_REDIS_BROKERS, "amqp://", "amqps://"),
+    "an amqp:// (RabbitMQ), redis:// or redis+socket:// URL",
 )  # fmt: skip
 XUMP_CHANNELS_URL = _url(
     "XUMP_CHANNELS_URL", XUMP_REDIS_URL, ("redis://", "rediss://", "unix://"),
@@ -252,7 +266,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Redis may be away for any length of time: keep trying (the default gives up after 100
 # tries), through kombu's Redis transport with a fix for losing Redis mid-task (broker.py)
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
-if XUMP_BROKER_URL.startswith(("redis://", "rediss://")):
+if XUMP_BROKER_URL.startswith(_REDIS_BROKERS):
     CELERY_BROKER_TRANSPORT = "xumpweb.broker:Transport"
 CELERY_TASK_IGNORE_RESULT = True
 

@@ -447,6 +447,16 @@ def unique(prefix: str = "q") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def delivering_queue(relay: RelayClient) -> tuple[str, str]:
+    """A new queue whose one DELIVER selector feeds a new destination, made through the
+    relay (a router must be running): (queue, destination)."""
+    queue, destination = unique(), unique("d")
+    relay.call("queue_create", name=queue, timeout=60)
+    relay.call("selector_create", queue=queue, when="always", action="deliver",
+               target=destination, enabled=True)  # fmt: skip
+    return queue, destination
+
+
 CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')  # a console form's token
 
 

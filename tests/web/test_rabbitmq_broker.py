@@ -17,7 +17,7 @@ from celery import Celery
 
 from engine import Message
 from tests.conftest import RedisServer
-from tests.web.conftest import eventually, start_service, take_from_relay, unique
+from tests.web.conftest import delivering_queue, eventually, start_service, take_from_relay
 
 RABBITMQ = ("localhost", 5672)
 
@@ -79,10 +79,7 @@ def test_a_worker_routes_with_rabbitmq_as_celerys_broker(tmp_path, vhost) -> Non
                    within=120, every=0.5)  # fmt: skip
 
         with closing(service.relay()) as relay:
-            queue, destination = unique(), unique("d")
-            relay.call("queue_create", name=queue, timeout=60)
-            relay.call("selector_create", queue=queue, when="always", action="deliver",
-                       target=destination, enabled=True)  # fmt: skip
+            queue, destination = delivering_queue(relay)
             relay.publish_many(queue, [Message(body=b"%d" % n) for n in range(20)])
             app.send_task("xumpweb.router.tasks.route", args=[store])  # a kick, as the web's
             found = take_from_relay(relay, destination, 20, within=60)
