@@ -91,6 +91,10 @@ SNAPSHOT_EVERY = 0.5  # seconds between stats snapshots for the console
 RECENT = 50  # deliveries remembered for the console's live feed
 ARRIVAL = b"arrival"  # a doorbell ring that says a destination has a consumer again
 IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks anyway
+# seconds the settlements of ack:auto claims found alone (nothing in the inbox, no handoff)
+# wait for other work to ride with: a lone message's delivery is then settled in the commit
+# of the next one's step, not in a commit (and an fsync) of its own (see run_once)
+SETTLE_LATER = 0.05
 # a router does not let the lease go while a message is due (or expires) this soon; beat's
 # tick schedules one again before a later one is due (SPEC §8: due within 100 ms)
 SCHEDULED_HORIZON = 10.0
@@ -549,6 +553,10 @@ class _RelayRouter(RelayRouter):
     wiring_changed = False  # a wiring call ran in the current step (see _to_outboxes)
     _journaled = 0  # journal events the current step writes (drained once committed)
     steps = 0  # routing steps committed (the snapshot's steps per second)
+    # when the settlements found alone are applied anyway (time.monotonic()), None when none
+    # wait: Router.drain wakes for it
+    settle_due: float | None = None
+    settle_later = SETTLE_LATER
 
     def _carried_to(self, shard: str) -> None:
         """Ring the router of the shard that was sent commands (a standing one sleeps on
@@ -570,7 +578,15 @@ class _RelayRouter(RelayRouter):
         left unanswered (for the next step: Router.drain puts it back) when the inbox
         held more than `limit` commands, so nothing overtakes what its publisher
         appended before; the others are settled once the step's commit came back (or with
-        the step's StoreError)."""
+        the step's StoreError).
+
+        Settlements of ack:auto claims found alone (the autoacked list holds items, the
+        inbox nothing, no handoff) wait up to `settle_later` seconds (`settle_due`) for
+        other work, whose step applies them first, in the same commit: a message at a
+        time then costs one commit, not two. Nothing waits for them: the consumer had its
+        deliveries, the claims are durable (the autoacked list), and a publish that needs
+        the credit they give back is in the inbox, so its step settles them before
+        routing it. A full list is settled at once."""
         handed: list[Handed] = []
         taken: list[Handoff] = []
         if head or any(handoff.after_inbox for handoff in handoffs):
@@ -578,6 +594,12 @@ class _RelayRouter(RelayRouter):
             self.full = len(raw) >= limit or len(settled) >= limit
         else:
             raw, settled = [], []
+        if settled and not (raw or handoffs or self.full):
+            now = time.monotonic()
+            if self.settle_due is None:
+                self.settle_due = now + self.settle_later
+            if now < self.settle_due:
+                settled = []  # they wait for other work to ride with (see above)
         if not self.full:
             version = str(self.wiring_version).encode()
             for handoff in handoffs:
@@ -587,6 +609,8 @@ class _RelayRouter(RelayRouter):
                 handed.extend(handoff.commands)
                 taken.append(handoff)
         if raw or settled or handed:
+            if settled:
+                self.settle_due = None  # this step applies them
             started = time.perf_counter()
             try:
                 with self.engine._lock:  # keeps other threads' calls out of the step's commit
@@ -949,7 +973,8 @@ class Router:
                     relay.renew_lease()
                     renewed = now
                 wake = min(next_expiry, next_snapshot, renewed + renew_every, next_tick,
-                           idle_since + linger, now + IDLE_LOOK)  # fmt: skip
+                           idle_since + linger, now + IDLE_LOOK,
+                           relay.settle_due or now + IDLE_LOOK)  # fmt: skip
                 rang, arrived = _wait_for_ring(doorbell, wake - now, self._wake[0])
                 look = rang or not self._handoffs  # rung, or an idle look's time came
                 if arrived:

@@ -1,0 +1,80 @@
+"""The settlements of ack:auto claims ride with the next step (xumpweb/runtime.py,
+_RelayRouter.run_once): found alone, they wait up to `settle_later` seconds for other work;
+the next publish's step applies them first, in its one commit, so the credit they give
+back serves that publish at once. In a subprocess with Django set up (the test process
+does not set Django up); the deferral is an hour there, so nothing depends on a clock."""
+
+from __future__ import annotations
+
+from tests.web.conftest import django_script
+
+RIDE_ALONG = """
+import json, uuid
+from collections import deque
+import django
+django.setup()
+import redis
+from django.conf import settings
+from engine import Engine, Message
+from engine.relay import RelayClient, delivery_keys, relay_keys
+from xumpweb.analytics.journal import journal_key
+from xumpweb.runtime import _RelayRouter
+
+store = f"s{uuid.uuid4().hex[:8]}"
+engine = Engine(journal=True)
+engine.store_create("redis", store, url=settings.XUMP_REDIS_URL)
+engine.set_default_store(store)
+router = _RelayRouter(engine, store, name="test", lease_ms=60_000)
+router.recent = deque(maxlen=10)
+router.journal_key, router.journal_limit = journal_key(store), 1000
+router.wiring_key = f"xump:{{{store}}}:wiring"
+router.settle_later = 3600.0
+assert router.acquire(timeout=10)
+engine.queue_create("q")
+engine.selector_create("q").when_always().do_deliver("app").set_credit(2).enable()
+client = RelayClient(settings.XUMP_REDIS_URL, store)
+server = redis.Redis.from_url(settings.XUMP_REDIS_URL)
+outbox, autoacked = relay_keys(store)[1] + "app", delivery_keys(store)["autoacked"]
+seen = {}
+
+client.publish_many("q", [Message(body=b"one"), Message(body=b"two")])
+seen["first step"] = router.run_once()
+for _ in range(2):  # an ack:auto consumer's claims: its acks
+    server.blmove(outbox, autoacked, 1, "LEFT", "RIGHT")
+steps = router.steps
+seen["alone"] = router.run_once()  # the settlements alone: they wait
+stats = engine.stats("q")
+seen["after alone"] = [stats["confirmed"], stats["outstanding"], server.llen(autoacked),
+                       router.steps - steps, router.settle_due is not None]
+client.publish("q", Message(body=b"three"))  # credit 2 is all held: it needs theirs
+seen["with a publish"] = router.run_once()
+stats = engine.stats("q")
+seen["after"] = [stats["confirmed"], stats["outstanding"], server.llen(autoacked),
+                 router.steps - steps, router.settle_due is None]
+seen["delivered"] = [d.message.body.decode() for d in client.deliveries("app", count=10)]
+client.publish("q", Message(body=b"four"))
+router.run_once()
+router.settle_later = 0.0  # due at once: a step of settlements alone
+server.blmove(outbox, autoacked, 1, "LEFT", "RIGHT")
+seen["due"] = router.run_once()
+stats = engine.stats("q")
+seen["after due"] = [stats["confirmed"], stats["outstanding"], server.llen(autoacked)]
+client.close()
+router.store.release_lease()
+print(json.dumps(seen))
+"""
+
+
+def test_settlements_found_alone_wait_and_ride_with_the_next_publish(redis_server, tmp_path):
+    seen = django_script(redis_server.url, tmp_path, RIDE_ALONG)
+    assert seen["first step"] == 1  # one publish command of two messages
+    # alone: no step, nothing settled, the claims still on the autoacked list
+    assert seen["alone"] == 0
+    assert seen["after alone"] == [0, 2, 2, 0, True]
+    # the next publish's one step settles them first, then routes it with their credit
+    assert seen["with a publish"] == 3
+    assert seen["after"] == [2, 1, 0, 1, True]
+    assert seen["delivered"] == ["three"]
+    # once due, settlements alone are a step of their own
+    assert seen["due"] == 1
+    assert seen["after due"] == [3, 1, 0]  # "three" was taken, not claimed: outstanding
