@@ -19,6 +19,7 @@ class Queries:
 
     _lock: Any
     _queue: Callable[[object], QueueRuntime]
+    _queues: dict[str, QueueRuntime]
 
     # == history =============================================================================
     def browse(
@@ -68,6 +69,16 @@ class Queries:
         with self._lock:
             state = self._queue(queue).state
             return [entry.message.with_seq(entry.seq) for entry in state.unprocessed(count)]
+
+    def holds_messages(self, look_at: int) -> bool:
+        """Whether a queue holds a message waiting to be routed (held for credit, say):
+        True without looking when there are more than `look_at` queues. (The service's
+        router keeps ack:auto settlements waiting only while this is False: they give
+        credit back.)"""
+        with self._lock:
+            if len(self._queues) > look_at:
+                return True
+            return any(qrt.state.depth() for qrt in self._queues.values())
 
     def stats(self, queue: str) -> dict[str, int]:
         with self._lock:

@@ -95,6 +95,9 @@ IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks
 # wait for other work to ride with: a lone message's delivery is then settled in the commit
 # of the next one's step, not in a commit (and an fsync) of its own (see run_once)
 SETTLE_LATER = 0.05
+# ... unless a message waits in a queue (for the credit they give back, maybe): looked at
+# when the engine has at most this many queues, and settled at once when it has more
+SETTLE_LOOK = 1000
 # a router does not let the lease go while a message is due (or expires) this soon; beat's
 # tick schedules one again before a later one is due (SPEC §8: due within 100 ms)
 SCHEDULED_HORIZON = 10.0
@@ -584,9 +587,10 @@ class _RelayRouter(RelayRouter):
         inbox nothing, no handoff) wait up to `settle_later` seconds (`settle_due`) for
         other work, whose step applies them first, in the same commit: a message at a
         time then costs one commit, not two. Nothing waits for them: the consumer had its
-        deliveries, the claims are durable (the autoacked list), and a publish that needs
-        the credit they give back is in the inbox, so its step settles them before
-        routing it. A full list is settled at once."""
+        deliveries, the claims are durable (the autoacked list), and they wait only while
+        no queue holds a message (which might wait for the credit they give back:
+        `holds_messages`), so a publish that needs that credit is still in the inbox, and
+        its step settles them before routing it. A full list is settled at once."""
         handed: list[Handed] = []
         taken: list[Handoff] = []
         if head or any(handoff.after_inbox for handoff in handoffs):
@@ -594,7 +598,11 @@ class _RelayRouter(RelayRouter):
             self.full = len(raw) >= limit or len(settled) >= limit
         else:
             raw, settled = [], []
-        if settled and not (raw or handoffs or self.full):
+        if (
+            settled
+            and not (raw or handoffs or self.full)
+            and not self.engine.holds_messages(SETTLE_LOOK)
+        ):
             now = time.monotonic()
             if self.settle_due is None:
                 self.settle_due = now + self.settle_later

@@ -638,3 +638,19 @@ def test_work_given_back_to_the_pack_is_marked_redelivered_with_its_count(eng: E
     assert (again.redelivered, again.delivery_count) == (True, 2)
     [requeued] = eng.reject(again)  # and the count goes on from there
     assert (requeued.redelivered, requeued.delivery_count) == (True, 3)
+
+
+def test_holds_messages_tells_whether_a_queue_holds_one_waiting(eng) -> None:
+    """The service's router keeps ack:auto settlements waiting only while no queue holds a
+    message (xumpweb/runtime.py): they give credit back."""
+    eng.queue_create("a")
+    eng.queue_create("b")
+    assert eng.holds_messages(10) is False
+    eng.selector_create("b").when_always().do_deliver("out").set_credit(1).enable()
+    first = eng.publish("b", Message(body=b"1"))  # delivered at once: nothing held
+    assert len(first) == 1 and eng.holds_messages(10) is False
+    assert eng.publish("b", Message(body=b"2")) == []  # no credit left: held
+    assert eng.holds_messages(10) is True
+    eng.confirm(first[0])  # the credit comes back: "2" is delivered
+    assert eng.holds_messages(10) is False
+    assert eng.holds_messages(1) is True  # more queues than it looks at: not looked at

@@ -1,7 +1,8 @@
 """The settlements of ack:auto claims ride with the next step (xumpweb/runtime.py,
 _RelayRouter.run_once): found alone, they wait up to `settle_later` seconds for other work;
 the next publish's step applies them first, in its one commit, so the credit they give
-back serves that publish at once. In a subprocess with Django set up (the test process
+back serves that publish at once; while a queue holds a message (for their credit,
+maybe) they are applied at once. In a subprocess with Django set up (the test process
 does not set Django up); the deferral is an hour there, so nothing depends on a clock."""
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ server.blmove(outbox, autoacked, 1, "LEFT", "RIGHT")
 seen["due"] = router.run_once()
 stats = engine.stats("q")
 seen["after due"] = [stats["confirmed"], stats["outstanding"], server.llen(autoacked)]
+
+# a message held in a queue for credit: a settlement found alone is applied at once
+router.settle_later = 3600.0
+engine.queue_create("h")
+engine.selector_create("h").when_always().do_deliver("held").set_credit(1).enable()
+held = relay_keys(store)[1] + "held"
+client.publish_many("h", [Message(body=b"first"), Message(body=b"second")])
+router.run_once()
+seen["held before"] = [server.llen(held), engine.stats("h")["outstanding"]]
+server.blmove(held, autoacked, 1, "LEFT", "RIGHT")
+seen["held settles"] = router.run_once()
+seen["held after"] = [server.llen(held), engine.stats("h")["confirmed"]]
 client.close()
 router.store.release_lease()
 print(json.dumps(seen))
@@ -78,3 +91,8 @@ def test_settlements_found_alone_wait_and_ride_with_the_next_publish(redis_serve
     # once due, settlements alone are a step of their own
     assert seen["due"] == 1
     assert seen["after due"] == [3, 1, 0]  # "three" was taken, not claimed: outstanding
+    # "second" waits in its queue for the credit "first" holds: its settlement goes at
+    # once, and "second" is delivered in the same step
+    assert seen["held before"] == [1, 1]
+    assert seen["held settles"] == 1
+    assert seen["held after"] == [1, 1]
