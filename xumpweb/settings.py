@@ -77,7 +77,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlparse
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlparse
 
 from xumpweb import redis_topology
 from xumpweb.security import trusted_proxies
@@ -182,9 +182,12 @@ def _broker_of(url: str) -> str:
         return url
     parsed = urlparse(url)
     options = dict(parse_qsl(parsed.query))
-    database = options.pop("db", "0")
-    extra = "".join(f"&{name}={value}" for name, value in options.items())
-    return f"redis+socket://{parsed.path}?virtual_host={database}{extra}"
+    credentials = parsed.netloc  # [user][:password]@, as given
+    if "password" in options:  # redis-py's other form; kombu reads it from the netloc only
+        user = quote(options.pop("username", parsed.username or ""), safe="")
+        credentials = f"{user}:{quote(options.pop('password'), safe='')}@"
+    options = {"virtual_host": options.pop("db", "0"), **options}  # the rest as they came
+    return f"redis+socket://{credentials}{parsed.path}?{urlencode(options)}"
 
 
 def _url(name: str, default: str, schemes: tuple[str, ...], what: str) -> str:

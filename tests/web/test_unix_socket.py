@@ -5,11 +5,13 @@ as kombu's redis+socket:// URL) and the router all use it, and a message goes th
 from __future__ import annotations
 
 from contextlib import closing
+from urllib.parse import quote
 
+import pytest
 import redis
 
 from engine import Message
-from tests.web.conftest import delivering_queue, start_service, take_from_relay
+from tests.web.conftest import delivering_queue, django_script, start_service, take_from_relay
 
 
 def test_the_service_routes_on_a_redis_reached_by_its_unix_socket(tmp_path, unix_redis):
@@ -33,3 +35,31 @@ def test_the_service_routes_on_a_redis_reached_by_its_unix_socket(tmp_path, unix
         by_socket.close()
     finally:
         service.close()
+
+
+BROKER = """
+import json
+import django
+django.setup()
+from django.conf import settings
+from kombu import Connection
+
+with Connection(settings.XUMP_BROKER_URL) as connection:
+    connection.connect()
+    client = connection.default_channel.client
+    print(json.dumps({"ping": client.ping(), "db": client.connection_pool.connection_kwargs["db"]}))
+"""
+
+
+@pytest.mark.parametrize("form", ["query", "netloc"])
+def test_celerys_broker_reaches_a_password_protected_socket(tmp_path, unix_redis, form):
+    """Both of redis-py's forms of a password in a unix:// URL (the query's `password=`,
+    the `:password@` before the path) reach Celery's broker, whose kombu URL takes it
+    before the path only; a password with URL characters in it stays whole."""
+    server, socket_path = unix_redis
+    password = "s&cr=t/:@"
+    redis.Redis.from_url(server.url).config_set("requirepass", password)
+    quoted = quote(password, safe="")
+    url = {"query": f"unix://{socket_path}?db=4&password={quoted}",
+           "netloc": f"unix://:{quoted}@{socket_path}?db=4"}[form]  # fmt: skip
+    assert django_script(url, tmp_path, BROKER) == {"ping": True, "db": 4}
