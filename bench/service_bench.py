@@ -3,6 +3,7 @@
     python bench/service_bench.py [--http N] [--messages N] [--latency-seconds S]
                                   [--single-seconds S] [--only xump|rabbitmq]
                                   [--latency-only] [--ws-only] [--e2e-only] [--rate R]
+                                  [--untraced]
 
 Starts its own private redis-server (AOF, appendfsync always: a 202 means on disk), the
 ASGI server (uvicorn, one process, as the Procfile runs it) and one Celery worker that
@@ -35,6 +36,9 @@ measures:
    trace header (engine/relay/trace.py), so the run also prints the p50/p99 of each hop:
    frame sent -> read by the web process -> inbox append durable -> routing step durable
    -> the subscriber's process has it -> frame written -> the subscriber has it.
+   With --untraced the paced runs' messages carry no trace header (the stamps cost the
+   processes a publish each a hop, which the path without them does not pay) and no hop
+   table is printed.
 
 Every body carries a serial number; each run checks that every message was delivered
 exactly once (none missing, none twice) and fails loudly otherwise.
@@ -83,6 +87,8 @@ PATTERN_CREDIT = 1000  # the wolfpack's MOVE credit per worker
 # msg/s of the paced (latency) runs: --rate, which the client processes (spawned, so
 # importing this module again) read from the environment
 RATE = float(os.environ.get("SERVICE_BENCH_RATE", "1000"))
+# the paced runs' messages carry the trace header (--untraced: they do not, and no hop table)
+TRACED = os.environ.get("SERVICE_BENCH_TRACED", "1") == "1"
 SINGLE_CONNECTIONS = 8  # connections of the single-publish run
 WS_WINDOW = 1000  # publish frames in flight on the pipelined WebSocket run
 RABBIT = ("127.0.0.1", 5672)
@@ -279,7 +285,7 @@ async def paced_single_publishes(base: str, token: str, queue: str, total: int) 
                 if delay > 0:
                     await asyncio.sleep(delay)
                 sent = time.perf_counter()
-                payload = {"body": body(n), "headers": {TRACE: "on"}}
+                payload = {"body": body(n), "headers": {TRACE: "on"} if TRACED else {}}
                 status, text = await http.post(path, orjson.dumps(payload))
                 answered.append(time.perf_counter() - sent)
                 assert status == 202, text
@@ -367,7 +373,8 @@ async def paced_ws_publishes(ws_url: str, token: str, queue: str, total: int) ->
                 await asyncio.sleep(delay)
             sent[n] = time.perf_counter()
             frame = {"type": "publish", "queue": queue, "id": n,
-                     "message": {"body": body(n), "headers": {TRACE: "on"}}}  # fmt: skip
+                     "message": {"body": body(n),
+                                 "headers": {TRACE: "on"} if TRACED else {}}}  # fmt: skip
             await socket.send(orjson.dumps(frame).decode())
         rate = total / (time.perf_counter() - started)
         await reader
@@ -581,7 +588,7 @@ def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
             private = [f"{router}:{worker}" for worker in workers]
             listener = None
             traced = {paced_ws_publisher: "ws_hops", paced_publisher: "http_hops"}.get(publisher)
-            if traced:  # its messages are traced: the hop table
+            if traced and TRACED:  # its messages are traced: the hop table
                 listener = TraceListener(redis_server.url, service.env["XUMP_STORE"])
                 listener.start()
             meter.start()
@@ -795,11 +802,13 @@ def single_publishes(base: str, token: str, queue: str, seconds: float) -> float
     return asyncio.run(run())
 
 
-def set_rate(rate: float) -> None:
-    """The paced runs' rate, here and in the client processes started from now on."""
-    global RATE
-    RATE = rate
+def set_rate(rate: float, traced: bool = True) -> None:
+    """The paced runs' rate and whether their messages are traced, here and in the client
+    processes started from now on."""
+    global RATE, TRACED
+    RATE, TRACED = rate, traced
     os.environ["SERVICE_BENCH_RATE"] = repr(rate)
+    os.environ["SERVICE_BENCH_TRACED"] = "1" if traced else "0"
 
 
 def main() -> None:
@@ -822,8 +831,13 @@ def main() -> None:
     parser.add_argument(
         "--rate", type=float, default=RATE, help="msg/s of the paced latency runs (1000)"
     )
+    parser.add_argument(
+        "--untraced", action="store_true",
+        help="the paced runs' messages carry no trace header (the path as clients see it, "
+        "without the stamps' own cost); no hop tables",
+    )  # fmt: skip
     args = parser.parse_args()
-    set_rate(args.rate)
+    set_rate(args.rate, not args.untraced)
     args.http = max(args.http - args.http % (2 * BATCH), 2 * BATCH)
     args.messages = max(args.messages - args.messages % 1000, 1000)
     load_before = load()

@@ -72,6 +72,11 @@ class LeaseLost(NotWritten):
     and another process took it): nothing of it was written."""
 
 
+class GapMoved(NotWritten):
+    """A commit refused because the check its writer set (RedisStore.expect_gap) did not
+    hold: nothing of it was written."""
+
+
 class InboxFull(StoreError):
     """A publish refused because the shared store's inbox already holds its limit of
     commands (routing is slower than publishing, or stopped): publish again later."""

@@ -40,13 +40,13 @@ import redis.asyncio.cluster as aiocluster
 from django.conf import settings
 from redis.exceptions import RedisClusterException
 
-from engine.relay import GUARDED_PUSH, STAMP, TAKE
+from engine.relay import GUARDED_PUSH, PUSH, STAMP, TAKE
 from engine.stores.redis_connect import connect, split_cluster_options
 from xumpweb import redis_topology
 from xumpweb.live.lean_redis import LeanRedis
 
 # the relay's Lua scripts the live processes run on the lean client (by SHA1)
-LIVE_SCRIPTS = (GUARDED_PUSH, TAKE, STAMP)
+LIVE_SCRIPTS = (GUARDED_PUSH, PUSH, TAKE, STAMP)
 _lookup: Any = None  # a sync cluster client, to find which node serves a slot
 # per event loop, per store: the outbox readers' shared lean client (shared_lean)
 _shared_lean: weakref.WeakKeyDictionary[Any, dict[str, LeanRedis]] = weakref.WeakKeyDictionary()

@@ -23,12 +23,16 @@ export (analytics/journal.py).
 A router keeps its engine between bursts while nobody else held the lease in between (the
 lease's fencing number tells); otherwise it rebuilds it from the catalog and the store.
 
-Waking the router: after every command a client appends to the inbox it rings the store's
-doorbell (a pub/sub PUBLISH, pipelined with the `kicked` flag's SET NX: neither writes to
-the AOF, so the round trip waits for no fsync). An idle router waits on the doorbell rather
-than polling the inbox, and renews its lease a few times per lease period rather than at
-every look (a renewal is a Redis write, which costs an fsync with appendfsync always).
-Commands appended by other means are still seen within IDLE_LOOK seconds. A consumer whose
+Waking the router: every append to the inbox rings the store's doorbell (a pub/sub
+PUBLISH in the append's own script, engine.relay.PUSH, pipelined with the `kicked` flag's
+SET NX: neither writes to the AOF), and the ring carries the commands appended, so the
+router takes them without reading the inbox (engine/relay's package doc, "Rings that carry
+the commands"); it reads the inbox when a ring carries none it can use (one was missed, an
+append was too big to carry), after a step of `limit` commands, and at every idle look.
+An idle router waits on the doorbell rather than polling the inbox, and renews its lease a
+few times per lease period rather than at every look (a renewal is a Redis write, which
+costs an fsync with appendfsync always). Commands appended by other means are still seen
+within IDLE_LOOK seconds. A consumer whose
 destination had none rings every shard's doorbell with ARRIVAL (`announce_arrival`): the
 router looks at who is away at once (its expire pass), so a wolfpack worker that arrives
 gets the work held for it without waiting for the next pass.
@@ -66,7 +70,7 @@ import redis
 from django.conf import settings
 
 from engine import Engine, Message
-from engine.errors import NotFound, NotWritten, StoreError
+from engine.errors import GapMoved, NotFound, NotWritten, StoreError
 from engine.message import Delivery
 from engine.relay import (
     TICK_EVERY,
@@ -74,6 +78,7 @@ from engine.relay import (
     RelayClient,
     RelayRouter,
     delivery_keys,
+    pushed_key,
     relay_keys,
     store_failure,
 )
@@ -119,6 +124,7 @@ def keys(store: str) -> dict[str, str]:
         "lease": prefix + "lease",
         "fence": prefix + "fence",  # the lease's fencing counter (engine/stores/redis.py)
         "doorbell": prefix + "doorbell",  # pub/sub channel: commands wait in the inbox
+        "pushed": pushed_key(store),  # how many commands were ever appended to the inbox
         "preferred": prefix + "preferred",  # the process that routes it first (watch.py)
         "workers": redis_clients.service_key("workers:"),  # + hostname: a live worker's beat
         **delivery_keys(store),  # taken, revoked:, present:, absent (engine/relay/wire.py)
@@ -127,17 +133,19 @@ def keys(store: str) -> dict[str, str]:
 
 # -- the client side: every process ---------------------------------------------------------
 class _RelayClient(RelayClient):
-    """engine.relay's client that rings the router's doorbell with every inbox push, in the
-    same round trip."""
+    """engine.relay's client whose every inbox push rings the router's doorbell with the
+    commands it appended (engine.relay.PUSH) and, with worker routing, makes sure a router
+    runs (Service.kick), in the same round trip."""
 
     def __init__(self, url: str, store: str, service: Service, inbox_limit: int | None) -> None:
         super().__init__(url, store, inbox_limit)
         self.service = service
+        self.ring = service.keys["doorbell"]
 
     def _push(self, payloads: list[bytes], bounded: list[bool]) -> bool:
         pipe = self.client.pipeline(transaction=False)
         self._append(pipe, payloads, bounded)
-        return self._refused(self.service.kick(pipe)[0])
+        return self._refused(self.service.kick(pipe, ring=False)[0])
 
 
 class Service:
@@ -279,14 +287,15 @@ class Service:
         """`method` run by this shard's router (shard_calls.py picks the shard)."""
         return self.relay.call(method, timeout=self.call_timeout, **arguments)
 
-    def kick(self, pipe: redis.client.Pipeline | None = None) -> list[Any]:
-        """Make sure a router will read the inbox soon: ring the doorbell and, with worker
-        routing, schedule one routing task per burst. `pipe`: commands to send in the same
-        round trip, before these (the relay client's inbox push); their errors raise, and
-        the answers come back."""
+    def kick(self, pipe: redis.client.Pipeline | None = None, ring: bool = True) -> list[Any]:
+        """Make sure a router will read the inbox soon: ring the doorbell (unless `ring` is
+        false: an inbox push rang it) and, with worker routing, schedule one routing task
+        per burst. `pipe`: commands to send in the same round trip, before these (the relay
+        client's inbox push); their errors raise, and the answers come back."""
         if pipe is None:
             pipe = self.redis.pipeline(transaction=False)
-        pipe.publish(self.keys["doorbell"], b"")
+        if ring:
+            pipe.publish(self.keys["doorbell"], b"")
         if self.routing == "worker":
             pipe.set(self.keys["kicked"], "1", nx=True, ex=30)
         try:
@@ -560,6 +569,7 @@ class _RelayRouter(RelayRouter):
     # wait: Router.drain wakes for it
     settle_due: float | None = None
     settle_later = SETTLE_LATER
+    settling: list[bytes] = []  # the settlements that wait, as the last head read found them
 
     def _carried_to(self, shard: str) -> None:
         """Ring the router of the shard that was sent commands (a standing one sleeps on
@@ -575,8 +585,11 @@ class _RelayRouter(RelayRouter):
         """RelayRouter.run_once without its lease renewal at every empty look (Router.drain
         renews when it is due, see the module doc), with the publishes this process handed
         over (`handoffs`, Router.hand), applied after the inbox's head. `head`: read the
-        inbox and the autoacked list (Router.drain skips it when nothing rang since the
-        last read; a handoff that follows an inbox append of its publisher forces it). A
+        inbox and the autoacked list; without it the step takes the commands the doorbell's
+        rings carried (RelayRouter.heard) and the settlements that wait (Router.drain reads
+        when a ring told it to or carried nothing it could use, after a full read and at
+        every idle look; a handoff that follows an inbox append of its publisher forces
+        it). A
         handoff is answered MOVED when the wiring moved since its publishes were sorted,
         left unanswered (for the next step: Router.drain puts it back) when the inbox
         held more than `limit` commands, so nothing overtakes what its publisher
@@ -596,8 +609,10 @@ class _RelayRouter(RelayRouter):
         if head or any(handoff.after_inbox for handoff in handoffs):
             raw, settled = self.head(limit)
             self.full = len(raw) >= limit or len(settled) >= limit
-        else:
-            raw, settled = [], []
+        else:  # what rings carried, with the settlements that wait (both from the heads)
+            raw, settled = self.carried(limit), self.settling
+            self.full = len(raw) >= limit
+        self.settling = []
         if (
             settled
             and not (raw or handoffs or self.full)
@@ -607,7 +622,9 @@ class _RelayRouter(RelayRouter):
             if self.settle_due is None:
                 self.settle_due = now + self.settle_later
             if now < self.settle_due:
-                settled = []  # they wait for other work to ride with (see above)
+                # they wait for other work to ride with (see above), still at the head of
+                # the autoacked list (only the router takes items off it)
+                self.settling, settled = settled, []
         if not self.full:
             version = str(self.wiring_version).encode()
             for handoff in handoffs:
@@ -936,13 +953,20 @@ class Router:
                 handoffs = self._take_handoffs()
                 try:
                     done = relay.run_once(handoffs=handoffs, head=look)
+                except GapMoved:
+                    # nothing of the step was written and the engine was loaded again
+                    # (engine/relay's package doc): read the inbox and go on
+                    _not_written(handoffs, "this process's router read the inbox again")
+                    look = True
+                    continue
                 except BaseException:  # those it did not settle were in no step
                     _not_written(handoffs, "this process's router failed before its step")
                     raise
                 self._put_back(handoffs)
-                # a step of handoffs alone read nothing: the inbox is read when a client
-                # rings (below), after a full read, and at every idle look
-                look = relay.full or (done > 0 and not handoffs)
+                # a step of handoffs alone read nothing, nor one of what rings carried: the
+                # inbox is read when a ring asks (below), after a full read, and at every
+                # idle look (a step of what it read looks again, unless rings tell it all)
+                look = relay.full or (done > 0 and not handoffs and not relay.knows_inbox)
                 applied += done
                 now = time.monotonic()
                 if self._wiring_changed:
@@ -969,8 +993,9 @@ class Router:
                             logger.debug("shards' wiring not read: %s", problem)
                 if done:
                     idle_since = renewed = now  # the step's commit renewed the lease
-                    if look or self._handoffs:  # more to do: see who rang, not waiting
-                        rang, arrived = _wait_for_ring(doorbell, 0.0, self._wake[0])
+                    if look or self._handoffs or relay.carried(1):  # more to do: see who
+                        # rang, not waiting
+                        rang, arrived, _ = _wait_for_ring(relay, doorbell, 0.0, self._wake[0])
                         look = look or rang
                         if arrived:
                             next_expiry = 0.0
@@ -983,8 +1008,10 @@ class Router:
                 wake = min(next_expiry, next_snapshot, renewed + renew_every, next_tick,
                            idle_since + linger, now + IDLE_LOOK,
                            relay.settle_due or now + IDLE_LOOK)  # fmt: skip
-                rang, arrived = _wait_for_ring(doorbell, wake - now, self._wake[0])
-                look = rang or not self._handoffs  # rung, or an idle look's time came
+                rang, arrived, heard = _wait_for_ring(relay, doorbell, wake - now,
+                                                      self._wake[0])  # fmt: skip
+                # asked to, or an idle look's time came (nothing rang, nothing handed)
+                look = rang or not (heard or self._handoffs)
                 if arrived:
                     next_expiry = 0.0  # a consumer arrived: who is away, now
         except (StoreError, redis.RedisError) as problem:
@@ -1082,11 +1109,13 @@ def _not_written(handoffs: list[Handoff], why: str) -> None:
 
 
 def _wait_for_ring(
-    doorbell: redis.client.PubSub, seconds: float, wake: socket.socket
-) -> tuple[bool, bool]:
+    relay: _RelayRouter, doorbell: redis.client.PubSub, seconds: float, wake: socket.socket
+) -> tuple[bool, bool, bool]:
     """Until a client rings the doorbell, this process hands its router work (a byte on
-    `wake`), or `seconds` pass; takes every ring waiting. Whether a client rang, and
-    whether one of the rings was an ARRIVAL."""
+    `wake`), or `seconds` pass; takes every ring waiting, those that carry commands into
+    what `relay` knows of the inbox (RelayRouter.heard). Whether a ring asks the router to
+    read the inbox, whether one of the rings was an ARRIVAL, and whether one carried
+    commands the router now knows."""
     ring = doorbell.get_message(timeout=0.0)  # what the client has read already
     rung = getattr(doorbell.connection, "_sock", None)
     if ring is None and rung is None:  # not connected: redis-py connects again, or raises
@@ -1101,12 +1130,17 @@ def _wait_for_ring(
                 wake.recv(4096)
         if rung in readable:
             ring = doorbell.get_message(timeout=0.0)
-    rang = ring is not None
-    arrived = False
+    rang = arrived = heard = False
     while ring is not None:
-        arrived = arrived or ring.get("data") == ARRIVAL
+        data = ring.get("data")
+        if data == ARRIVAL:
+            arrived = rang = True
+        elif isinstance(data, bytes) and relay.heard(data):
+            heard = True
+        else:
+            rang = True
         ring = doorbell.get_message(timeout=0.0)
-    return rang, arrived
+    return rang, arrived, heard
 
 
 def _fence(token: str) -> int:

@@ -99,6 +99,29 @@ may or may not have happened) fails them to their publishers, as a lost answer t
 append would. A handed command the router refuses is set aside in the errors list like an
 inbox command, so a handed publish means what an appended one means.
 
+Rings that carry the commands (SPEC §11: no wait on a lone message's path). Every append to
+an inbox runs one script (scripts.PUSH): it appends the commands, adds their number to the
+store's **pushed** counter (`pushed_key`) in the same atomic step, and, given the store's
+doorbell channel (the service's clients give it), rings it with the counter's new value and
+the commands themselves (up to RING_CARRIES bytes; a bigger append rings empty). A router
+that listens (the service's, xumpweb/runtime.py) then knows what was appended without
+reading the inbox: one round trip fewer on the path of every message. What it knows
+(`heard`, `carried`): after a read of the head (`head`: the inbox, the autoacked list and
+the counter in one atomic script) that found the whole inbox, its commands and the count
+they stand at; a ring whose count minus its commands' number is that count continues it
+exactly (appends are atomic and counted, and a Redis server sends one subscriber its
+messages in the order the appends ran), so its commands join the end; a ring at or below
+the count was read with the inbox already; any other (a ring missed: the subscription
+dropped; an append not counted) makes the router read the inbox again. So its steps take
+the inbox's commands in the inbox's order. Why nothing is taken off wrongly even if an
+append somewhere is not counted (a program of an older release, a hand-made RPUSH): the
+inbox's length minus the counter stays put under counted appends and moves by what the
+router takes off; every commit that takes commands off an inbox the router believes it
+knows checks that number first, in its atomic step (RedisStore.expect_gap), and writes
+nothing when it moved (GapMoved: the engine reloads, the router reads the inbox again, and
+the commands are applied from there, once each, in order). A stalled router that lost its
+lease commits nothing at all (the fence), so only the holder ever takes commands off.
+
 Destinations away. Consumers refresh their destination's presence key every second
 (PRESENCE_TTL_MS). A worker queue (Engine.worker_destinations: fed by a MOVE, all of its
 selectors DELIVER) whose destinations have all been away for the delivery timeout gives its
@@ -127,6 +150,7 @@ from engine.relay.scripts import (
     CLAIM_CHECK,
     GUARDED_PUSH,
     PURGE,
+    PUSH,
     STAMP,
     SWEEP,
     TAKE,
@@ -136,10 +160,13 @@ from engine.relay.scripts import (
 from engine.relay.wire import (
     PRESENCE_EVERY,
     PRESENCE_TTL_MS,
+    RING_CARRIES,
     delivery_from_json,
     delivery_keys,
     message_json,
+    pushed_key,
     relay_keys,
+    ring_commands,
 )
 
 __all__ = [
@@ -149,7 +176,9 @@ __all__ = [
     "PRESENCE_EVERY",
     "PRESENCE_TTL_MS",
     "PURGE",
+    "PUSH",
     "REPLY_TTL_MS",
+    "RING_CARRIES",
     "STAMP",
     "SWEEP",
     "TAKE",
@@ -164,6 +193,8 @@ __all__ = [
     "delivery_from_json",
     "delivery_keys",
     "message_json",
+    "pushed_key",
     "relay_keys",
+    "ring_commands",
     "store_failure",
 ]

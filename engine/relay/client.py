@@ -19,7 +19,7 @@ from engine import errors
 from engine.errors import InboxFull, StoreError, StoreFull, XumpError
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
-from engine.relay.scripts import _BOUNDED_PUSH, TAKE
+from engine.relay.scripts import PUSH, TAKE
 from engine.relay.wire import (
     PRESENCE_EVERY,
     PRESENCE_TTL_MS,
@@ -29,6 +29,7 @@ from engine.relay.wire import (
     _message_json,
     _plain,
     delivery_keys,
+    pushed_key,
 )
 from engine.stores.redis_connect import connect, one_slot
 from engine.stores.sql import mask_password
@@ -68,6 +69,10 @@ class RelayClient:
     threads: commands sent by several threads at once go out in one RPUSH (group commit),
     each call still returning only when its own command is durable."""
 
+    # the doorbell channel its appends ring, the ring carrying the commands (scripts.PUSH;
+    # "" rings none: the service sets its doorbell, engine/relay's package doc)
+    ring = ""
+
     def __init__(self, url: str, store: str, inbox_limit: int | None = None) -> None:
         # longer than any wait of `call` or `deliveries`, which block inside Redis; a
         # cluster=true URL opens the cluster, whose node holding the store answers (its
@@ -79,6 +84,8 @@ class RelayClient:
         self._where = f"Redis store {store!r} at {mask_password(url)}"
         self.inbox, self._outbox, self.errors = _keys(store)
         self._delivery_keys = delivery_keys(store)
+        self._pushed = pushed_key(store)
+        self._push_script = one_slot(PUSH, self.client, self.inbox) if self.cluster else PUSH
         self._take = self.client.register_script(
             one_slot(TAKE, self.client, self.inbox) if self.cluster else TAKE
         )
@@ -146,19 +153,20 @@ class RelayClient:
 
     def _append(self, pipe: redis.client.Pipeline, payloads: list[bytes],
                 bounded: list[bool]) -> None:  # fmt: skip
-        """Queue on `pipe` the command that appends `payloads` to the inbox (its answer
+        """Queue on `pipe` the command that appends `payloads` to the inbox (scripts.PUSH:
+        every append is counted, and rings `ring` when it names the doorbell; its answer
         goes to `_refused`)."""
-        if self.inbox_limit is None or not any(bounded):
-            pipe.rpush(self.inbox, *payloads)
-        else:
-            kinds = "".join("b" if one else "f" for one in bounded)
-            # EVAL, not EVALSHA: no NOSCRIPT round trip after Redis restarts (Redis caches
-            # the compiled script by its digest either way)
-            pipe.eval(_BOUNDED_PUSH, 1, self.inbox, self.inbox_limit, kinds, *payloads)
+        limit = "" if self.inbox_limit is None else self.inbox_limit
+        kinds = "".join("b" if one else "f" for one in bounded)
+        # EVAL, not EVALSHA: no NOSCRIPT round trip after Redis restarts (Redis caches the
+        # compiled script by its digest either way); as a command, which a cluster's
+        # pipeline routes by the script's keys too (its `eval` method it refuses)
+        pipe.execute_command("EVAL", self._push_script, 2, self.inbox, self._pushed, limit,
+                             kinds, self.ring, *payloads)  # fmt: skip
 
     def _refused(self, answer: Any) -> bool:
         """Whether `_append`'s command left the bounded commands out."""
-        return self.inbox_limit is not None and isinstance(answer, int) and answer < 0
+        return isinstance(answer, int) and answer < 0
 
     def _raise(self, error: BaseException | None) -> None:
         if error is None:
@@ -188,7 +196,7 @@ class RelayClient:
         """For a caller that appends to the inbox itself (an asyncio one): the encoded
         command publish_many (or, `applied`, publish_applied) would append, the mids given
         out, and the reply key to wait on for publish_applied's answer (`call_outcome`
-        reads it). Append it with _BOUNDED_PUSH's rules: a publish is bounded."""
+        reads it). Append it with scripts.PUSH's rules: a publish is bounded."""
         batch, plain = self._batch(messages)
         mids = [data["mid"] for data in batch]
         if not applied:

@@ -20,9 +20,9 @@ import redis
 
 from engine import errors
 from engine.core import Engine
-from engine.errors import StoreError, XumpError
+from engine.errors import GapMoved, StoreError, XumpError
 from engine.message import Delivery
-from engine.relay.scripts import PURGE, SWEEP
+from engine.relay.scripts import HEAD, PURGE, PUSH, SWEEP
 from engine.relay.trace import TRACE, trace_channel, trace_line
 from engine.relay.wire import (
     _delivery_json,
@@ -35,6 +35,8 @@ from engine.relay.wire import (
     _plain,
     delivery_keys,
     forward_keys,
+    pushed_key,
+    ring_commands,
 )
 from engine.stores.redis import RedisStore
 from engine.stores.redis_connect import Client, node_client, one_slot
@@ -43,6 +45,7 @@ EXPIRE_BATCH = 10_000  # taken deliveries the router looks at per expire
 TICK_EVERY = 0.05  # seconds between a router's looks for due messages (SPEC §8: within 100 ms)
 CARRY = 500  # forward list items a router carries to other shards' inboxes at a time
 CARRY_RETRY = 1.0  # seconds before carrying again after another shard's server refused
+DISTRUST_RINGS = 60.0  # seconds a router reads the inbox at every ring after a GapMoved
 
 
 # An operation a client may call: it gets the router's engine and the call's arguments, and
@@ -159,6 +162,11 @@ def _forwarded_command(source: str, bodies: list[bytes]) -> bytes:
             + b",".join(bodies) + b"]}")  # fmt: skip
 
 
+def _from_inbox(commands: list[Any]) -> int:
+    """How many of a step's commands came off the inbox (neither settlements nor handed)."""
+    return sum(1 for command in commands if not isinstance(command, _Settled | Handed))
+
+
 def _by_destination(deliveries: list[Delivery]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for delivery in deliveries:
@@ -214,6 +222,17 @@ class RelayRouter:
         self._backlog = 0  # items on the forward list
         self._carried = 0  # of which, at its head, already in their shards' inboxes
         self._carry_after = 0.0  # monotonic time: carrying failed, tried again from then
+        self._push_scripts: dict[str, str] = {}  # shard -> PUSH as its node runs it (carry)
+        # rings that carry the commands (see the package doc): the inbox as this router
+        # knows it (every command in it, in order, when `_seen` is not None), the pushed
+        # count its last known command stands at, and the inbox's length minus the pushed
+        # count, which stays put while every append is counted (what a commit checks)
+        self._pushed_key = pushed_key(store)
+        self._head_script = one_slot(HEAD, backend.client, self.inbox)
+        self._known: list[bytes] = []
+        self._seen: int | None = None
+        self._gap = 0
+        self._rings_after = 0.0  # monotonic time: rings are not used before (GapMoved)
 
     def acquire(self, timeout: float = 30.0) -> bool:
         """Wait until this process holds the lease (the previous router's must expire)."""
@@ -224,12 +243,19 @@ class RelayRouter:
             time.sleep(min(0.1, self.lease_ms / 10_000))
         return True
 
-    def run_once(self, limit: int = 500, handed: list[Handed] = ()) -> int:  # type: ignore[assignment]
+    def run_once(
+        self,
+        limit: int = 500,
+        handed: list[Handed] = (),  # type: ignore[assignment]
+        head: bool = True,
+    ) -> int:
         """Apply up to `limit` commands from the inbox in one atomic step (with the
         settlements of claims by ack:auto consumers, and after them the commands `handed`
         in by this process); how many. A handed command's `committed` tells whether it was
-        applied when this raises (StoreError: LeaseLost when nothing was written)."""
-        raw, settled = self.head(limit)
+        applied when this raises (StoreError: LeaseLost when nothing was written; GapMoved
+        when rings told the router what the inbox held and an append was not counted).
+        `head=False`: the commands rings carried (`heard`), without reading the inbox."""
+        raw, settled = self.head(limit) if head else (self.carried(limit), [])
         # the engine lock keeps other threads' calls out of this step's one commit
         with self.engine._lock:
             if raw or settled or handed:
@@ -244,12 +270,51 @@ class RelayRouter:
 
     def head(self, limit: int) -> tuple[list[bytes], list[bytes]]:
         """The inbox's first `limit` commands and the autoacked list's first `limit` items,
-        in one round trip (reads)."""
-        raw, settled = self.store.read_packed([
-            ("LRANGE", self.inbox, 0, limit - 1),
-            ("LRANGE", self._delivery_keys["autoacked"], 0, limit - 1),
+        in one round trip (reads); with fewer than `limit` commands, the router then knows
+        the whole inbox, and rings may tell it the rest (`heard`)."""
+        (raw, settled, pushed), = self.store.read_packed([
+            ("EVAL", self._head_script, 3, self.inbox, self._delivery_keys["autoacked"],
+             self._pushed_key, limit - 1),
         ])  # fmt: skip
+        self._known = list(raw)
+        if len(raw) < limit:
+            self._seen = int(pushed or 0)
+            self._gap = len(raw) - self._seen
+        else:
+            self._seen = None
         return raw, settled
+
+    def heard(self, ring: bytes) -> bool:
+        """Take in a ring of the store's doorbell (the service's router listens to it):
+        whether the commands it carries (scripts.PUSH) are known now, in the inbox's order,
+        so a step may take them without reading the inbox (`carried`); False when the
+        inbox must be read: the ring carries none, or one was missed (or an append was
+        not counted) since the router last knew the whole inbox."""
+        carried = ring_commands(ring)
+        if carried is None or self._seen is None:
+            return False
+        if self._rings_after and time.monotonic() < self._rings_after:
+            self._seen = None
+            return False
+        count, commands = carried
+        if count <= self._seen:
+            return True  # appended before the inbox was read: it read them
+        if count - len(commands) != self._seen:
+            self._seen = None
+            return False
+        self._known.extend(commands)
+        self._seen = count
+        return True
+
+    @property
+    def knows_inbox(self) -> bool:
+        """Whether the router knows every command in the inbox (see `heard`)."""
+        return self._seen is not None
+
+    def carried(self, limit: int) -> list[bytes]:
+        """The inbox's first `limit` commands as rings told them (see `heard`), without
+        reading it; nothing when the router does not know the whole inbox."""
+        return self._known[:limit] if self._seen is not None else []
 
     def _step(
         self,
@@ -331,7 +396,7 @@ class RelayRouter:
                 extra.append(("RPUSH", key, answer))
                 extra.append(("PEXPIRE", key, REPLY_TTL_MS))
             self.store.add_commands(extra)
-            self.store.release()  # the commit
+            self._commit(commands)
             committed = time.time()
             for command in commands:
                 if type(command) is Handed:
@@ -354,10 +419,34 @@ class RelayRouter:
             self._trace("step", committed, traced)  # type: ignore[arg-type]
         return None
 
+    def _commit(self, commands: list[Any]) -> None:
+        """Commit what the store holds, which takes `commands` off the head of the inbox
+        (`_taken_off`). While the router knows the whole inbox (rings), the commit checks
+        that nothing was appended uncounted meanwhile (RedisStore.expect_gap: GapMoved,
+        nothing written, when it was), and what it knows moves on by what was taken."""
+        taken = _from_inbox(commands)
+        if taken and self._seen is not None:
+            self.store.expect_gap(self.inbox, self._pushed_key, self._gap)
+        try:
+            self.store.release()
+        except BaseException as error:
+            self._seen = None  # written or not, or moved: read the inbox again
+            if isinstance(error, GapMoved):  # an append not counted: see the package doc
+                logger.warning(
+                    "the inbox of store %r had a command appended without being counted (a "
+                    "process of an older release?): its rings are not used for %.0f s",
+                    self.store.name, DISTRUST_RINGS,
+                )  # fmt: skip
+                self._rings_after = time.monotonic() + DISTRUST_RINGS
+            raise
+        if taken:
+            del self._known[:taken]
+            self._gap -= taken
+
     def _taken_off(self, commands: list[Any]) -> list[tuple]:
         """The commands that take `commands` off the head of the inbox (and a _Settled
         one's items off the head of the autoacked list) in a step's commit."""
-        inbox = sum(1 for command in commands if not isinstance(command, _Settled | Handed))
+        inbox = _from_inbox(commands)
         extra: list[tuple] = [("LTRIM", self.inbox, inbox, -1)] if inbox else []
         for command in commands:
             if isinstance(command, _Settled):
@@ -447,7 +536,13 @@ class RelayRouter:
         source = self.store.name
         try:
             for shard, found in by_shard.items():
-                client.rpush(_keys(shard)[0], _forwarded_command(source, found))
+                inbox = _keys(shard)[0]
+                script = self._push_scripts.get(shard)
+                if script is None:  # with a shebang on a cluster (one round trip, once)
+                    script = self._push_scripts[shard] = one_slot(PUSH, client, inbox)
+                # counted as every append is (scripts.PUSH); the service rings (_carried_to)
+                client.eval(script, 2, inbox, pushed_key(shard), "", "f", "",
+                            _forwarded_command(source, found))  # fmt: skip
                 self._carried_to(shard)
         except redis.RedisError as error:
             # a shard whose server is away (a cluster's node down): none of these count as
@@ -532,7 +627,7 @@ class RelayRouter:
         self.store.hold()
         try:
             self.store.add_commands(extra)
-            self.store.release()
+            self._commit([command])
         except BaseException:
             with contextlib.suppress(Exception):
                 self.engine.reload()

@@ -2,11 +2,13 @@
 note when they took what a BLMOVE claimed for them (STAMP, CLAIM_CHECK) and put back what
 they took and never handed on (UNTAKE); how the router starts the timeout of claims nobody
 stamped (SWEEP) and drops revoked deliveries (PURGE); and how clients append to a bounded
-inbox (_BOUNDED_PUSH, GUARDED_PUSH). Each runs in one atomic step on one store's keys. See
+inbox (PUSH, GUARDED_PUSH). Each runs in one atomic step on one store's keys. See
 the package doc.
 """
 
 from __future__ import annotations
+
+from engine.relay.wire import RING_CARRIES
 
 # The tag of an outbox item, in Lua: the item is a JSON object whose first key is "tag"
 # (see wire._delivery_json); the string is read up to its closing quote and decoded only when
@@ -235,47 +237,71 @@ return removed
 )
 
 
-# KEYS[1] the inbox
-# ARGV[1] the inbox limit; ARGV[2] one letter per command, "b" for a bounded one (a publish),
-# "f" for a free one (confirm, reject, other calls); ARGV[3...] the commands, in order.
+# KEYS[1] the inbox, KEYS[2] its pushed counter (wire.pushed_key)
+# ARGV[1] the inbox limit ("" for none); ARGV[2] one letter per command, "b" for a bounded
+# one (a publish), "f" for a free one (confirm, reject, other calls); ARGV[3] the channel of
+# the store's doorbell ("" for none); ARGV[4...] the commands, in order.
 # Appends the commands in order, leaving out the bounded ones when the inbox already holds
-# `limit` commands (all of them: one batch, one answer); returns minus how many it left
-# out (0 when none: never positive, which tells its answer from RPUSH's, the new length).
+# `limit` commands (all of them: one batch, one answer), and counts what it appended on the
+# pushed counter in the same atomic step; returns minus how many it left out (0 when none).
 # Settlements are never refused: they are what lets the router drain a full inbox.
-_BOUNDED_PUSH = """
+# Every append to an inbox goes through this script (the package doc, "Rings that carry
+# the commands"): with a channel it rings the doorbell with a ring that carries them, when
+# they take up to RING_CARRIES bytes, and with an empty ring (read the inbox) otherwise.
+PUSH = """
 local limit = tonumber(ARGV[1])
 local kinds = ARGV[2]
-local refuse = string.find(kinds, 'b', 1, true) ~= nil
+local refuse = limit ~= nil and string.find(kinds, 'b', 1, true) ~= nil
     and redis.call('LLEN', KEYS[1]) >= limit
-local chunk, refused = {}, 0
-for i = 3, #ARGV do
-    if refuse and string.byte(kinds, i - 2) == 98 then
+local pushed, refused, size = {}, 0, 0
+for i = 4, #ARGV do
+    if refuse and string.byte(kinds, i - 3) == 98 then
         refused = refused + 1
     else
-        chunk[#chunk + 1] = ARGV[i]
-        if #chunk == 1000 then
-            redis.call('RPUSH', KEYS[1], unpack(chunk))
-            chunk = {}
+        pushed[#pushed + 1] = ARGV[i]
+        size = size + #ARGV[i]
+    end
+end
+if #pushed > 0 then
+    for first = 1, #pushed, 1000 do
+        redis.call('RPUSH', KEYS[1], unpack(pushed, first, math.min(first + 999, #pushed)))
+    end
+    local count = redis.call('INCRBY', KEYS[2], #pushed)
+    if ARGV[3] ~= '' then
+        if size <= RING_CARRIES then
+            local ring = {'=' .. count}
+            for _, item in ipairs(pushed) do
+                ring[#ring + 1] = #item
+                ring[#ring + 1] = item
+            end
+            redis.call('PUBLISH', ARGV[3], table.concat(ring, '\\n'))
+        else
+            redis.call('PUBLISH', ARGV[3], '')
         end
     end
 end
-if #chunk > 0 then
-    redis.call('RPUSH', KEYS[1], unpack(chunk))
-end
 return -refused
+""".replace("RING_CARRIES", str(RING_CARRIES))
+
+# KEYS[1] the inbox, KEYS[2] the autoacked list, KEYS[3] the inbox's pushed counter.
+# ARGV[1] the last index to read. The router's look at the head of the inbox and the
+# autoacked list, and the pushed count they stand at, in one atomic step (reads only).
+HEAD = """
+return {redis.call('LRANGE', KEYS[1], 0, ARGV[1]), redis.call('LRANGE', KEYS[2], 0, ARGV[1]),
+        redis.call('GET', KEYS[3]) or ''}
 """
 
-# KEYS[1] the inbox, KEYS[2] a guard key (the caller's: e.g. the wiring version)
-# ARGV[1] the value the guard key must hold ("" for none); then _BOUNDED_PUSH's ARGV.
-# _BOUNDED_PUSH when the guard holds that value, else nothing appended and {the value}: the
-# caller decided what to send from a stale reading, reads again and sends again.
+# KEYS[1] the inbox, KEYS[2] its pushed counter, KEYS[3] a guard key (the caller's: e.g. the
+# wiring version). ARGV[1] the value the guard key must hold ("" for none); then PUSH's ARGV.
+# PUSH when the guard holds that value, else nothing appended and {the value}: the caller
+# decided what to send from a stale reading, reads again and sends again.
 GUARDED_PUSH = (
     """
-local guard = redis.call('GET', KEYS[2]) or ''
+local guard = redis.call('GET', KEYS[3]) or ''
 if guard ~= ARGV[1] then
     return {guard}
 end
 table.remove(ARGV, 1)
 """
-    + _BOUNDED_PUSH
+    + PUSH
 )

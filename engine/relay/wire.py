@@ -29,6 +29,42 @@ def _keys(store: str) -> tuple[str, str, str]:
     return prefix + "inbox", prefix + "outbox:", prefix + "errors"
 
 
+def pushed_key(store: str) -> str:
+    """The store's pushed counter: how many commands were ever appended to its inbox,
+    counted by the one script every append runs (scripts.PUSH; the package doc, "Rings that
+    carry the commands")."""
+    return f"xump:{{{store}}}:pushed"
+
+
+# a ring carries the commands it announces when they take up to this many bytes
+RING_CARRIES = 64 * 1024
+
+
+def ring_commands(ring: bytes) -> tuple[int, list[bytes]] | None:
+    """What a ring of the doorbell carries (scripts.PUSH): the pushed counter's value after
+    the append and the commands appended, in order; None for a ring that carries none (an
+    empty one, an arrival, anything else)."""
+    if ring[:1] != b"=":
+        return None
+    head, _, rest = ring.partition(b"\n")
+    try:
+        count = int(head[1:])
+        commands: list[bytes] = []
+        at = 0
+        while at < len(rest):
+            end = rest.index(b"\n", at)
+            size = int(rest[at:end])
+            if size < 0:
+                return None
+            commands.append(rest[end + 1 : end + 1 + size])
+            at = end + 2 + size
+    except ValueError:
+        return None
+    if at != len(rest) + 1 or not commands:
+        return None
+    return count, commands
+
+
 def delivery_keys(store: str) -> dict[str, str]:
     """The store's keys for delivery timeouts and presence (see the package doc): the taken
     set, the claimed and autoacked lists, and the prefixes of revoked sets and presence

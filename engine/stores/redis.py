@@ -70,7 +70,7 @@ import orjson
 import redis
 from hiredis import pack_command
 
-from engine.errors import LeaseLost, StoreError
+from engine.errors import GapMoved, LeaseLost, StoreError
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Message
 from engine.stores.base import COUNTERS, Entry
@@ -87,6 +87,9 @@ from engine.stores.sql import mask_password
 #       first count and dropped when the count reaches 0.
 # A lease that expired while nobody took it (the fence counter still at the token's number)
 # is taken back: its owner only stalled, and no other process wrote in between.
+# ARGV[4..6], after the fencing number: a list key, a counter key and a number ('' when
+# there is no such check: see RedisStore.expect_gap): nothing is written unless the list's
+# length minus the counter's value is that number.
 _APPLY = """
 if ARGV[1] ~= '' then
     local holder = redis.call('GET', KEYS[1])
@@ -98,7 +101,13 @@ if ARGV[1] ~= '' then
         redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     end
 end
-local i = 4
+if ARGV[4] ~= '' then
+    local gap = redis.call('LLEN', ARGV[4]) - tonumber(redis.call('GET', ARGV[5]) or '0')
+    if gap ~= tonumber(ARGV[6]) then
+        return redis.error_reply('XUMP_GAP_MOVED')
+    end
+end
+local i = 7
 while i <= #ARGV do
     local n = tonumber(ARGV[i])
     if ARGV[i + 1] == 'BODIES' then
@@ -445,6 +454,7 @@ class RedisStore(JournaledStore):
         if counted:
             commands.append(("BODIES", *counted))
         if not commands:
+            self._gap = None  # nothing to commit: nothing to check
             return
         commands.append(("SET", self._key("lastkey"), self._last_key))
         self._commands = []
@@ -486,8 +496,19 @@ class RedisStore(JournaledStore):
             return b"%s\n%s" % (header.encode(), message.body)
         return header
 
+    _gap: tuple[str, str, int] | None = None  # the next commit's check (expect_gap)
+
+    def expect_gap(self, list_key: str, counter_key: str, gap: int) -> None:
+        """Make the next commit write nothing, and raise GapMoved, unless the length of the
+        list at `list_key` minus the value of the counter at `counter_key` (0 when absent)
+        is `gap` when it runs; keys of the store's slot. Checked in the commit's atomic
+        step, after the lease and before any write (the relay's router: rings that carry
+        the commands, engine/relay's package doc)."""
+        self._gap = (list_key, counter_key, gap)
+
     def _send(self, commands: list[tuple]) -> None:
-        words: list[Any] = [self.lease_token, self.lease_ms, self._fence]
+        gap, self._gap = self._gap, None
+        words: list[Any] = [self.lease_token, self.lease_ms, self._fence, *(gap or ("", "", ""))]
         for command in _chunked(commands):
             words.append(len(command))
             words.extend(command)
@@ -498,6 +519,11 @@ class RedisStore(JournaledStore):
                 raise LeaseLost(
                     f"this process lost the lease on Redis store {self.name!r} (it expired and "
                     "another process took over); its changes were not written"
+                ) from None
+            if "XUMP_GAP_MOVED" in str(error):
+                raise GapMoved(
+                    f"a commit to Redis store {self.name!r} was refused: the list it expected "
+                    "had changed; nothing was written"
                 ) from None
             raise StoreError(self._failure("writing to", error)) from None
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import redis
 
 from engine import Engine
+from tests.engine.conftest import drop_redis_keys
 from tests.postgres import postgres_url
 
 
@@ -79,3 +81,15 @@ def observe(engine: Engine) -> dict:
 def _message(message) -> tuple:
     return (message.seq, message.address, dict(message.headers), message.body,
             message.return_address)  # fmt: skip
+
+
+@pytest.fixture
+def shared(redis_server):
+    """A Redis store of the test's own on the session's server (its URL and name), for
+    the relay's processes to share; its keys are dropped afterwards."""
+    name = f"t{uuid.uuid4().hex[:12]}"
+    client = redis.Redis.from_url(redis_server.url)
+    client.delete("results", "stop")
+    yield redis_server.url, name
+    drop_redis_keys(redis_server.url, name)
+    client.delete("results", "stop")

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from contextlib import closing, contextmanager
 from pathlib import Path
 
@@ -30,19 +29,8 @@ from engine.relay import (
     relay_keys,
 )
 from tests.conftest import RedisServer
-from tests.engine.conftest import drop_redis_keys
 
 PROCESSES = Path(__file__).with_name("relay_processes.py")
-
-
-@pytest.fixture
-def shared(redis_server):
-    name = f"t{uuid.uuid4().hex[:12]}"
-    client = redis.Redis.from_url(redis_server.url)
-    client.delete("results", "stop")
-    yield redis_server.url, name
-    drop_redis_keys(redis_server.url, name)
-    client.delete("results", "stop")
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ publishes that arrive while its previous append is on its way (or, when it is id
 the current event-loop turn) and appends them in ONE round trip: one Lua call that checks
 the wiring version the publishes were sorted by and appends them in order, leaving them
 all out when the inbox holds XUMP_INBOX_LIMIT commands (engine.relay.GUARDED_PUSH,
-RelayClient's bounded push behind a guard), pipelined with the router's doorbell. So a
+RelayClient's bounded push behind a guard), which rings the router's doorbell with the
+commands it appended (the ring carries them: the router reads no inbox for them). So a
 client that sends one message at a time still rides batches of whatever arrived
 meanwhile, and every publish still costs one fsync at most, shared. The mids are given
 out by the process's RelayClient (`publish_command`): the same prefix and serials as the
@@ -231,11 +232,13 @@ class GroupCommit(Gathered):
                     continue
                 if not going:
                     return
+            limit = "" if self.relay.inbox_limit is None else self.relay.inbox_limit
+            # the push rings the router's doorbell with the commands (engine.relay.PUSH)
             commands: list[tuple] = [
-                evalsha(GUARDED_PUSH, [self.keys["inbox"], self.keys["wiring"]],
-                        [self.version, self.relay.inbox_limit or 2**62, "b" * len(going),
+                evalsha(GUARDED_PUSH,
+                        [self.keys["inbox"], self.keys["pushed"], self.keys["wiring"]],
+                        [self.version, limit, "b" * len(going), self.keys["doorbell"],
                          *[payload for _, payload in going]]),
-                ("PUBLISH", self.keys["doorbell"], b""),
             ]  # fmt: skip
             if self.worker_routing:
                 commands.append(("SET", self.keys["kicked"], "1", "NX", "EX", 30))
@@ -258,7 +261,7 @@ class GroupCommit(Gathered):
                     for item in items:
                         item.mids = []
                 continue
-            if self.worker_routing and answers[2]:
+            if self.worker_routing and answers[1]:
                 # beside, not before the answers: the publishes are durable already, and
                 # Celery's first send of a process takes a few hundred milliseconds
                 scheduling = asyncio.create_task(

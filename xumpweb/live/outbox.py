@@ -29,10 +29,11 @@ items its filter wants and takes exactly those with TAKE_THESE: the others stay,
 for the destination's other consumers. When none of the head is wanted it looks again
 after SCAN_WAIT.
 
-Acks go to the router at once as a relay confirm command (an RPUSH to the store's inbox,
-the JSON engine.relay.RelayClient.confirm writes), in the same round trip as the router's
-doorbell, the kick (as runtime's relay client sends every command, without a thread hop),
-the stamps due and the removal of the tags from the taken set. While one round trip is in
+Acks go to the router at once as a relay confirm command (the JSON
+engine.relay.RelayClient.confirm writes, appended to the store's inbox by engine.relay.PUSH,
+which rings the router's doorbell with it), in the same round trip as the kick (as
+runtime's relay client sends every command, without a thread hop), the stamps due and the
+removal of the tags from the taken set. While one round trip is in
 flight the acks that come meanwhile are gathered and go together when it returns: batching
 only when work is already waiting, never a timer.
 Commands Redis does not take (it is away) are kept and sent again, first, once it answers.
@@ -67,6 +68,7 @@ from engine.relay import (
     CLAIM_CHECK,
     PRESENCE_EVERY,
     PRESENCE_TTL_MS,
+    PUSH,
     STAMP,
     TAKE,
     TAKE_THESE,
@@ -127,6 +129,7 @@ class OutboxReader:
         keys = found.keys
         self.outbox = keys["outbox"] + destination
         self.inbox = keys["inbox"]
+        self.pushed = keys["pushed"]
         self.kicked = keys["kicked"]
         self.doorbell = keys["doorbell"]
         self.taken = keys["taken"]
@@ -374,8 +377,10 @@ class OutboxReader:
         sending: list[tuple] = []
         if self.claimed:  # before their settlement: see the module doc
             sending.append(self._stamp())
-        sending.append(("RPUSH", self.inbox, *[encode(command) for command in commands]))
-        sending.append(("PUBLISH", self.doorbell, b""))
+        # appended and counted, ringing the router's doorbell with them (engine.relay.PUSH)
+        sending.append(evalsha(PUSH, [self.inbox, self.pushed],
+                               ["", "f" * len(commands), self.doorbell,
+                                *[encode(command) for command in commands]]))  # fmt: skip
         kick = len(sending)  # the answer of the kicked flag's SET, when there is one
         if self.worker_routing:
             sending.append(("SET", self.kicked, "1", "NX", "EX", 30))
