@@ -103,6 +103,13 @@ SETTLE_LATER = 0.05
 # ... unless a message waits in a queue (for the credit they give back, maybe): looked at
 # when the engine has at most this many queues, and settled at once when it has more
 SETTLE_LOOK = 1000
+# seconds at most between a busy router's looks at the autoacked list: ack:auto consumers
+# ring nobody for their claims (the step that follows a look settles them), so claims are
+# found within this while steps take what rings carried (see Router.drain)
+CLAIMS_LOOK = 0.05
+# ... and after each step that leaves a message in a queue, looked at when the engine has
+# at most this many queues (with more: after every step, as a step of what it read does)
+HOLDS_LOOK = 100
 # a router does not let the lease go while a message is due (or expires) this soon; beat's
 # tick schedules one again before a later one is due (SPEC §8: due within 100 ms)
 SCHEDULED_HORIZON = 10.0
@@ -935,7 +942,7 @@ class Router:
             raise StoreError("the router does not hold the lease; call acquire() first")
         applied = 0
         idle_since = renewed = time.monotonic()
-        next_expiry = next_snapshot = next_tick = 0.0
+        next_expiry = next_snapshot = next_tick = next_claims = 0.0
         expire_every = min(1.0, self.delivery_timeout / 2)
         renew_every = self.lease_ms / 1000 / 4
         doorbell = relay.store.client.pubsub(ignore_subscribe_messages=True)
@@ -965,10 +972,19 @@ class Router:
                 self._put_back(handoffs)
                 # a step of handoffs alone read nothing, nor one of what rings carried: the
                 # inbox is read when a ring asks (below), after a full read, and at every
-                # idle look (a step of what it read looks again, unless rings tell it all)
-                look = relay.full or (done > 0 and not handoffs and not relay.knows_inbox)
+                # idle look (a step of what it read looks again, unless rings tell it all);
+                # the autoacked list too, and after a step that leaves a message in a queue
+                # (it may wait for the credit a claim gives back), and every CLAIMS_LOOK
+                look = relay.full or (
+                    done > 0
+                    and (not (handoffs or relay.knows_inbox)
+                         or relay.engine.holds_messages(HOLDS_LOOK))
+                )  # fmt: skip
                 applied += done
                 now = time.monotonic()
+                if now >= next_claims:
+                    look = True
+                    next_claims = now + CLAIMS_LOOK
                 if self._wiring_changed:
                     self._wiring_changed = False
                     if relay.wiring_changed:  # no commit carried the bump (set aside)

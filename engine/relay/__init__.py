@@ -69,9 +69,11 @@ nobody holds a delivery twice, case by case:
   onto the **autoacked** list instead: the claim is its ack. The router confirms what that
   list holds at the head of its next step, in the commit that takes the items off it
   (`_Settled`, known by its class: no inbox command can pass for one), so the ack costs no
-  write of its own either, and the consumer rings the doorbell (no write) with its next
-  take. (The service's router lets settlements found alone wait a moment for other work
-  to ride with, so a message at a time costs one commit, not two: xumpweb/runtime.py.)
+  write of its own either, nor a ring: the service's router looks at the list at least
+  every few tens of milliseconds while it routes, and after every step that leaves a
+  message waiting in a queue (which may wait for the credit a claim gives back), and
+  lets settlements found alone wait a moment for other work to ride with, so a message at
+  a time costs one commit, not two (xumpweb/runtime.py).
   As with RabbitMQ's automatic acks, a delivery is settled once it is on its way: a
   consumer process killed between the claim and its socket write, or a subscription that
   ends while its claim waited, loses that one message to the subscriber (a claim by TAKE,

@@ -21,7 +21,8 @@ deliveries (it was away; the router gave its work to the pack) the claim is chec
 the frame goes (CLAIM_CHECK: one more round trip, only then). A consumer whose deliveries
 are settled as they are sent (`settle_on_claim`: STOMP's ack:auto) claims onto the
 autoacked list instead: the claim is the ack, which the router applies in its next step
-(engine/relay/__init__.py); the reader rings the doorbell with its next take.
+(engine/relay/__init__.py); the router finds the claims when it next looks at that list
+(xumpweb/runtime.py, CLAIMS_LOOK), and the reader rings its doorbell when it closes.
 
 A consumer with a filter of its own (a STOMP `selector` on a /queue/ subscription, as
 ActiveMQ's queue selectors) reads the head of the outbox (up to SCAN items), keeps the
@@ -160,7 +161,9 @@ class OutboxReader:
         # ack:auto (STOMP): a claim settles the delivery (see the module doc)
         self.settle_on_claim = False
         self.preacked: set[str] = set()  # tags of such claims, until the consumer acks them
-        self.ring = False  # the router must hear of settling claims: ring at the next take
+        # settling claims the router has not heard of: ring when the reader closes (a busy
+        # router finds them at its next look, runtime.CLAIMS_LOOK)
+        self.ring = False
         self.drained = False  # the outbox was empty right after the last claim (see _claim)
         self.send_lock = asyncio.Lock()  # settlements go out one round trip at a time
         self.acks: list[str] = []
@@ -190,9 +193,6 @@ class OutboxReader:
             commands = []
             if self.claimed:  # the last claim was handed on: see the doc
                 commands.append(self._stamp())
-            if self.ring:  # the router applies the settling claims (no write: no fsync)
-                self.ring = False
-                commands.append(("PUBLISH", self.doorbell, b""))
             if self.drained:  # the outbox was empty right after the last claim: claim again
                 return await self._claim(commands)
             if commands:
