@@ -664,6 +664,22 @@ class _RelayRouter(RelayRouter):
             self.carry()  # to other shards' inboxes (docs/scaling.md)
         return len(raw) + len(settled) + len(handed)
 
+    def looks_after(self, done: int, handed: bool) -> bool:
+        """Whether the router reads the inbox and the autoacked list before its next step,
+        after a step that applied `done` commands (`handed`: some handed over, Router.hand):
+        after a full read; after a step of what it read, unless rings tell it the inbox (a
+        step of handoffs alone, or of what rings carried, read nothing); and after a step
+        that leaves a message in a queue, which may wait for the credit an ack:auto claim
+        gives back (their consumers ring nobody: the claims are found by these looks and
+        every CLAIMS_LOOK)."""
+        if self.full:
+            return True
+        if not done:
+            return False
+        if not (handed or self.knows_inbox):
+            return True
+        return self.engine.holds_messages(HOLDS_LOOK)
+
     full = False  # the last head read found `limit` commands or more: read again at once
     wiring_version = 0  # the wiring key's value as this router's last write left it
     _bumping = False  # the step being committed moves the wiring version
@@ -970,16 +986,9 @@ class Router:
                     _not_written(handoffs, "this process's router failed before its step")
                     raise
                 self._put_back(handoffs)
-                # a step of handoffs alone read nothing, nor one of what rings carried: the
-                # inbox is read when a ring asks (below), after a full read, and at every
-                # idle look (a step of what it read looks again, unless rings tell it all);
-                # the autoacked list too, and after a step that leaves a message in a queue
-                # (it may wait for the credit a claim gives back), and every CLAIMS_LOOK
-                look = relay.full or (
-                    done > 0
-                    and (not (handoffs or relay.knows_inbox)
-                         or relay.engine.holds_messages(HOLDS_LOOK))
-                )  # fmt: skip
+                # the inbox is read when a ring asks (below), at every idle look, every
+                # CLAIMS_LOOK, and when the step says so (_RelayRouter.looks_after)
+                look = relay.looks_after(done, bool(handoffs))
                 applied += done
                 now = time.monotonic()
                 if now >= next_claims:

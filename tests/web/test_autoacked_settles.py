@@ -96,3 +96,79 @@ def test_settlements_found_alone_wait_and_ride_with_the_next_publish(redis_serve
     assert seen["held before"] == [1, 1]
     assert seen["held settles"] == 1
     assert seen["held after"] == [1, 1]
+
+
+LOOKS_AFTER = """
+import json, uuid
+from collections import deque
+import django
+django.setup()
+import redis
+from django.conf import settings
+from engine import Engine, Message
+from engine.relay import RelayClient, delivery_keys, relay_keys
+from xumpweb.analytics.journal import journal_key
+from xumpweb.runtime import _RelayRouter
+
+store = f"s{uuid.uuid4().hex[:8]}"
+engine = Engine(journal=True)
+engine.store_create("redis", store, url=settings.XUMP_REDIS_URL)
+engine.set_default_store(store)
+router = _RelayRouter(engine, store, name="test", lease_ms=60_000)
+router.recent = deque(maxlen=10)
+router.journal_key, router.journal_limit = journal_key(store), 1000
+router.wiring_key = f"xump:{{{store}}}:wiring"
+router.settle_later = 3600.0
+assert router.acquire(timeout=10)
+engine.queue_create("q")
+engine.selector_create("q").when_always().do_deliver("app").set_credit(1).enable()
+server = redis.Redis.from_url(settings.XUMP_REDIS_URL)
+rings = server.pubsub(ignore_subscribe_messages=True)
+rings.subscribe("bell")
+while rings.get_message(timeout=1) is None and not rings.subscribed:
+    pass
+client = RelayClient(settings.XUMP_REDIS_URL, store)
+client.ring = "bell"
+outbox, autoacked = relay_keys(store)[1] + "app", delivery_keys(store)["autoacked"]
+seen = {}
+
+def hear(count):
+    heard = 0
+    while heard < count:
+        ring = rings.get_message(timeout=10)
+        if ring is not None:
+            assert router.heard(ring["data"])
+            heard += 1
+
+seen["first look"] = [router.run_once(), router.looks_after(0, False)]
+client.publish("q", Message(body=b"one"))
+hear(1)
+done = router.run_once(head=False)  # what the ring carried: nothing read
+seen["alone"] = [done, router.looks_after(done, False), server.llen(outbox)]
+server.blmove(outbox, autoacked, 1, "LEFT", "RIGHT")  # an ack:auto consumer's claim
+client.publish_many("q", [Message(body=b"two"), Message(body=b"three")])
+hear(1)
+done = router.run_once(head=False)  # "one"'s credit is held by its claim: both wait
+seen["held"] = [done, router.looks_after(done, False), server.llen(outbox),
+                engine.stats("q")["depth"]]
+done = router.run_once(head=True)  # the look finds the claim, settles it, delivers "two"
+seen["looked"] = [done, engine.stats("q")["confirmed"], server.llen(outbox),
+                  router.looks_after(done, False)]
+client.close()
+router.store.release_lease()
+print(json.dumps(seen))
+"""
+
+
+def test_a_router_looks_for_claims_after_a_step_that_leaves_a_message_waiting(
+    redis_server, tmp_path
+):
+    """ack:auto consumers ring nobody for their claims: after a step of what rings carried,
+    the router reads nothing unless a queue still holds a message (it may wait for a
+    claim's credit); then it looks, finds the claim and routes the message with its
+    credit. (Its periodic look, CLAIMS_LOOK, is the other way claims are found.)"""
+    seen = django_script(redis_server.url, tmp_path, LOOKS_AFTER)
+    assert seen["first look"] == [0, False]
+    assert seen["alone"] == [1, False, 1]  # delivered; nothing left: no look
+    assert seen["held"] == [1, True, 0, 2]  # nothing delivered, two held: look
+    assert seen["looked"] == [1, 1, 1, True]  # settled, "two" out, "three" still held
