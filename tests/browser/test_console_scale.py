@@ -85,9 +85,13 @@ def test_the_dashboard_pages_and_searches_on_the_server_with_frames_for_the_page
     page.locator("#live-state.on").wait_for(timeout=60_000)
     assert shown(page) == names[50:]
     assert page.get_by_text("page 2 of 2").is_visible()
+    # (a snapshot the router wrote while the queues were being made holds some of them
+    # only: the frames of this view carry those of its rows the snapshot holds, no others)
     frame = wait_for_frame(page, frames, lambda f: f.get("view") and f["queues"]
-                           and f["queues"][0]["name"] == names[50])  # fmt: skip
-    assert [q["name"] for q in frame["queues"]] == names[50:]
+                           and [q["name"] for q in f["queues"]] == names[50:])  # fmt: skip
+    assert all(q["name"] in names[50:] for f in frames
+               if (f["_socket"], f.get("view")) == (frame["_socket"], frame["view"])
+               for q in f["queues"])  # fmt: skip
     # live numbers on the page shown
     publish(relay, names[55], *[Message(body=b"x") for _ in range(3)])
     page.wait_for_function(

@@ -4,8 +4,9 @@ made it is durable, so a step that Redis never made durable sends nothing (docs/
 The router (the web process here: inline routing) is held still while a publish is made
 durable; then Redis is stopped (SIGSTOP) and the router let go: it starts its step against
 a Redis that cannot answer, and the subscriber, waiting in its claim, receives nothing.
-Redis is then killed and started again from its AOF: the step never happened, the publish
-did (its RECEIPT came), and the subscriber receives the message once, not redelivered.
+Redis is then killed, still stopped, and started again from its AOF: the step never
+happened, the publish did (its RECEIPT came), and the subscriber receives the message once,
+not redelivered.
 """
 
 from __future__ import annotations
@@ -52,10 +53,15 @@ def test_a_step_redis_never_made_durable_sends_no_message(own_redis) -> None:
         # made durable: nothing may come (any length of this wait shows the same)
         time.sleep(1.0)
         assert [m.body for m in subscriber.messages] == ["warm"]
-    finally:
-        os.kill(web.pid, signal.SIGCONT)
+    except BaseException:
         if stopped_redis:
             os.kill(redis_server.process.pid, signal.SIGCONT)
+        raise
+    finally:
+        os.kill(web.pid, signal.SIGCONT)
+    # killed while it still holds still: let go first, it would run the step that waits on
+    # its socket (the router had made it and sent it) and could make it durable before the
+    # kill, and then the message is routed (and claimed) before the restart
     redis_server.kill()  # the step it never made durable is gone with it
     redis_server.start()  # the same port and AOF: the publish is there
 
