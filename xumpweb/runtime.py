@@ -62,7 +62,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -576,7 +576,7 @@ class _RelayRouter(RelayRouter):
     # wait: Router.drain wakes for it
     settle_due: float | None = None
     settle_later = SETTLE_LATER
-    settling: list[bytes] = []  # the settlements that wait, as the last head read found them
+    settling: Sequence[bytes] = ()  # the settlements that wait, as the last head read found them
 
     def _carried_to(self, shard: str) -> None:
         """Ring the router of the shard that was sent commands (a standing one sleeps on
@@ -596,8 +596,7 @@ class _RelayRouter(RelayRouter):
         rings carried (RelayRouter.heard) and the settlements that wait (Router.drain reads
         when a ring told it to or carried nothing it could use, after a full read and at
         every idle look; a handoff that follows an inbox append of its publisher forces
-        it). A
-        handoff is answered MOVED when the wiring moved since its publishes were sorted,
+        it). A handoff is answered MOVED when the wiring moved since its publishes were sorted,
         left unanswered (for the next step: Router.drain puts it back) when the inbox
         held more than `limit` commands, so nothing overtakes what its publisher
         appended before; the others are settled once the step's commit came back (or with
@@ -619,7 +618,7 @@ class _RelayRouter(RelayRouter):
         else:  # what rings carried, with the settlements that wait (both from the heads)
             raw, settled = self.carried(limit), self.settling
             self.full = len(raw) >= limit
-        self.settling = []
+        self.settling = ()
         if (
             settled
             and not (raw or handoffs or self.full)
