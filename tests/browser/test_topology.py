@@ -49,14 +49,16 @@ def test_edges_drawn_by_action_and_a_click_opens_the_queue(page, relay):
     )
     assert sorted(styles) == [["copy", "dashed", "rgb(31,111,235)"],
                               ["move", "solid", "rgb(36,41,47)"]]  # fmt: skip
-    # traffic makes the edges leaving the queue thicker, live
-    publish(relay, orders, *[Message(address="o", body=b"x") for _ in range(50)])
-    page.wait_for_function(
-        "q => window.xumpTopology.getElementById('q:' + q).outgoers('edge')"
-        ".every(e => e.data('w') > 2)",
-        arg=orders,
-        timeout=15_000,
+    # traffic makes the edges leaving the queue thicker, live: for as long as its rate
+    # shows (a snapshot or two), so the page notes the moment it happens, however briefly
+    page.evaluate(
+        "q => { const cy = window.xumpTopology; window.wide = false;"
+        " cy.on('data', 'edge', () => { if (cy.getElementById('q:' + q).outgoers('edge')"
+        ".every(e => e.data('w') > 2)) window.wide = true; }); }",
+        orders,
     )
+    publish(relay, orders, *[Message(address="o", body=b"x") for _ in range(50)])
+    page.wait_for_function("() => window.wide", timeout=15_000)
     # find the queue (it centres and zooms), then click its node
     page.get_by_label("Find a queue").fill(billing)
     page.get_by_role("button", name="Show").click()
