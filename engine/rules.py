@@ -194,7 +194,8 @@ class Rules:
         transactional = self._transactional
         journal = self._journal
         if journal is not None:
-            self._clock = _now()  # one time for the events of one call: cheaper than each
+            now = _now()  # one time for the events of one call: cheaper than each; the
+            self._clock = now if now >= self._tick_now else self._tick_now  # engine's (_time)
             buffer = journal.buffer
             mark = len(buffer)
             if mark > journal.full_at:  # the previous call's excess (event_journal.py)

@@ -71,6 +71,20 @@ def test_the_trace_of_a_confirmed_message(jeng: Engine) -> None:
     assert confirmed["tag"] == delivery.tag
 
 
+def test_a_trace_keeps_the_engine_s_time_after_tick(jeng: Engine) -> None:
+    """Every event of a call is timed by the engine's clock, which `tick(now)` moves ahead
+    of the wall clock: a route or a confirm is never timed before the publish it follows."""
+    network(jeng)
+    jeng.tick(now=4_000_000_000.0)  # the year 2096: far ahead of any wall clock
+    delivery = jeng.publish("in", Message())[0]
+    jeng.confirm(delivery)
+    times = [s["time"] for s in jeng.trace(delivery.message.mid)]
+    assert [kind for kind, *_ in kinds(jeng.trace(delivery.message.mid))] == [
+        "publish", "route", "route", "deliver", "route", "delete", "confirm"]  # fmt: skip
+    assert all(t >= 4_000_000_000.0 for t in times), times
+    assert times == sorted(times)
+
+
 def test_the_trace_of_an_expired_message(jeng: Engine) -> None:
     jeng.queue_create("dlq", history=10)
     jeng.queue_create("slow", dead_letter="dlq", ttl=1.0)
