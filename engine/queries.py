@@ -70,15 +70,22 @@ class Queries:
             state = self._queue(queue).state
             return [entry.message.with_seq(entry.seq) for entry in state.unprocessed(count)]
 
-    def holds_messages(self, look_at: int) -> bool:
-        """Whether a queue holds a message waiting to be routed (held for credit, say):
-        True without looking when there are more than `look_at` queues. (The service's
-        router keeps ack:auto settlements waiting only while this is False: they give
-        credit back.)"""
+    def holds_for_settlements(self, look_at: int) -> bool:
+        """Whether a queue holds a message waiting to be routed that a settlement might let
+        go: one of the queue's selectors has deliveries outstanding, and settling them (a
+        confirm; up a chain of MOVEs, the confirm downstream) gives that selector's credit
+        back. A message held while none of its queue's selectors has anything outstanding
+        (no selector takes it, a filter refuses it, the credit is not what holds it) waits
+        for no settlement. True without looking when there are more than `look_at` queues.
+        (The service's router keeps ack:auto settlements waiting, and skips reading their
+        list after a step, only while this is False: xumpweb/runtime.py.)"""
         with self._lock:
             if len(self._queues) > look_at:
                 return True
-            return any(qrt.state.depth() for qrt in self._queues.values())
+            return any(
+                qrt.state.depth() and any(sel.state.outstanding for sel in qrt.selectors.values())
+                for qrt in self._queues.values()
+            )
 
     def stats(self, queue: str) -> dict[str, int]:
         with self._lock:

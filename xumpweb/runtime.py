@@ -100,14 +100,15 @@ IDLE_LOOK = 0.05  # seconds an idle router waits on the doorbell before it looks
 # wait for other work to ride with: a lone message's delivery is then settled in the commit
 # of the next one's step, not in a commit (and an fsync) of its own (see run_once)
 SETTLE_LATER = 0.05
-# ... unless a message waits in a queue (for the credit they give back, maybe): looked at
+# ... unless a message waits in a queue for the credit they may give back (a selector of
+# its queue has deliveries outstanding: Engine.holds_for_settlements): looked at
 # when the engine has at most this many queues, and settled at once when it has more
 SETTLE_LOOK = 1000
 # seconds at most between a busy router's looks at the autoacked list: ack:auto consumers
 # ring nobody for their claims (the step that follows a look settles them), so claims are
 # found within this while steps take what rings carried (see Router.drain)
 CLAIMS_LOOK = 0.05
-# ... and after each step that leaves a message in a queue, looked at when the engine has
+# ... and after each step that leaves such a message in a queue, looked at when the engine has
 # at most this many queues (with more: after every step, as a step of what it read does)
 HOLDS_LOOK = 100
 # a router does not let the lease go while a message is due (or expires) this soon; beat's
@@ -607,9 +608,10 @@ class _RelayRouter(RelayRouter):
         other work, whose step applies them first, in the same commit: a message at a
         time then costs one commit, not two. Nothing waits for them: the consumer had its
         deliveries, the claims are durable (the autoacked list), and they wait only while
-        no queue holds a message (which might wait for the credit they give back:
-        `holds_messages`), so a publish that needs that credit is still in the inbox, and
-        its step settles them before routing it. A full list is settled at once."""
+        no queue holds a message that they might let go (one of its selectors has
+        deliveries outstanding: `holds_for_settlements`), so a publish that needs that
+        credit is still in the inbox, and its step settles them before routing it. A full
+        list is settled at once."""
         handed: list[Handed] = []
         taken: list[Handoff] = []
         if head or any(handoff.after_inbox for handoff in handoffs):
@@ -622,7 +624,7 @@ class _RelayRouter(RelayRouter):
         if (
             settled
             and not (raw or handoffs or self.full)
-            and not self.engine.holds_messages(SETTLE_LOOK)
+            and not self.engine.holds_for_settlements(SETTLE_LOOK)
         ):
             now = time.monotonic()
             if self.settle_due is None:
@@ -668,16 +670,17 @@ class _RelayRouter(RelayRouter):
         after a step that applied `done` commands (`handed`: some handed over, Router.hand):
         after a full read; after a step of what it read, unless rings tell it the inbox (a
         step of handoffs alone, or of what rings carried, read nothing); and after a step
-        that leaves a message in a queue, which may wait for the credit an ack:auto claim
-        gives back (their consumers ring nobody: the claims are found by these looks and
-        every CLAIMS_LOOK)."""
+        that leaves a message in a queue which may wait for the credit an ack:auto claim
+        gives back (`holds_for_settlements`: a message no settlement can let go, in a
+        queue without selectors say, needs no look; ack:auto consumers ring nobody, so the
+        claims are found by these looks and every CLAIMS_LOOK)."""
         if self.full:
             return True
         if not done:
             return False
         if not (handed or self.knows_inbox):
             return True
-        return self.engine.holds_messages(HOLDS_LOOK)
+        return self.engine.holds_for_settlements(HOLDS_LOOK)
 
     full = False  # the last head read found `limit` commands or more: read again at once
     wiring_version = 0  # the wiring key's value as this router's last write left it

@@ -640,17 +640,51 @@ def test_work_given_back_to_the_pack_is_marked_redelivered_with_its_count(eng: E
     assert (requeued.redelivered, requeued.delivery_count) == (True, 3)
 
 
-def test_holds_messages_tells_whether_a_queue_holds_one_waiting(eng) -> None:
-    """The service's router keeps ack:auto settlements waiting only while no queue holds a
-    message (xumpweb/runtime.py): they give credit back."""
+def test_holds_for_settlements_tells_whether_a_settlement_may_let_a_message_go(eng) -> None:
+    """The service's router keeps ack:auto settlements waiting, and skips reading them
+    after a step, only while no queue holds a message they might let go
+    (xumpweb/runtime.py): one held for the credit a settlement gives back."""
     eng.queue_create("a")
     eng.queue_create("b")
-    assert eng.holds_messages(10) is False
+    assert eng.holds_for_settlements(10) is False
     eng.selector_create("b").when_always().do_deliver("out").set_credit(1).enable()
     first = eng.publish("b", Message(body=b"1"))  # delivered at once: nothing held
-    assert len(first) == 1 and eng.holds_messages(10) is False
+    assert len(first) == 1 and eng.holds_for_settlements(10) is False
     assert eng.publish("b", Message(body=b"2")) == []  # no credit left: held
-    assert eng.holds_messages(10) is True
+    assert eng.holds_for_settlements(10) is True
     eng.confirm(first[0])  # the credit comes back: "2" is delivered
-    assert eng.holds_messages(10) is False
-    assert eng.holds_messages(1) is True  # more queues than it looks at: not looked at
+    assert eng.holds_for_settlements(10) is False
+    assert eng.holds_for_settlements(1) is True  # more queues than it looks at: not looked at
+
+
+def test_a_message_held_without_selectors_waits_for_no_settlement(eng) -> None:
+    """Held in a queue without selectors while deliveries are outstanding elsewhere: no
+    settlement can let it go (their credit is another queue's), so the router need not
+    look for settlements after each step."""
+    eng.queue_create("held")
+    eng.queue_create("b")
+    eng.selector_create("b").when_always().do_deliver("out").set_credit(1).enable()
+    [outstanding] = eng.publish("b", Message(body=b"1"))
+    eng.publish_many("held", [Message(body=b"kept"), Message(body=b"kept too")])
+    assert eng.stats("held")["depth"] == 2
+    assert eng.holds_for_settlements(10) is False
+    eng.publish("b", Message(body=b"2"))  # held for b's credit, which the settlement gives
+    assert eng.holds_for_settlements(10) is True
+    eng.confirm(outstanding)
+    assert eng.holds_for_settlements(10) is False
+
+
+def test_a_message_held_upstream_of_a_move_waits_for_the_settlement_downstream(eng) -> None:
+    """A wolfpack's shape: the service queue's MOVE selector gets its credit back only when
+    the worker queue's delivery is settled, so a message held in the service queue waits
+    for that settlement."""
+    eng.queue_create("service")
+    eng.queue_create("worker")
+    eng.selector_create("service").when_always().do_move("worker").set_credit(1).enable()
+    eng.selector_create("worker").when_always().do_deliver("w").enable()
+    [delivery] = eng.publish("service", Message(body=b"1"))
+    assert eng.publish("service", Message(body=b"2")) == []  # the move's credit is taken
+    assert eng.holds_for_settlements(10) is True
+    [second] = eng.confirm(delivery)  # settled downstream: the credit comes back up
+    assert second.message.body == b"2"
+    assert eng.holds_for_settlements(10) is False
