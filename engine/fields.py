@@ -10,7 +10,10 @@ many messages afterwards, so the name is checked and turned into a reader once
 
 `check_field` returns the canonical form that the catalog keeps: a header whose name is not
 an envelope field is kept bare (so wiring saved before §12 reads the same), and a header
-named like an envelope field keeps its `header:` prefix.
+whose bare name would be read otherwise keeps its `header:` prefix: one named like an
+envelope field (`"header:address"`) and one whose name starts with `header:` itself
+(`"header:header:x"` is the header `header:x`, never the header `x`). `header_name` takes
+off exactly one prefix, so the canonical form reads the header it was given for.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ def check_field(field: object) -> str:
             f"field {field[:60]!r} is not 'address', 'return_address', 'header:<name>' or a "
             f"header name: {exc}"[:400]
         ) from None
-    return field if name in ENVELOPE_FIELDS else name
+    # kept bare, `name` would read as an envelope field or lose its own `header:` prefix
+    return field if name in ENVELOPE_FIELDS or name.startswith(HEADER_PREFIX) else name
 
 
 def header_name(field: str) -> str | None:

@@ -5,7 +5,8 @@ cannot exhaust the stack; nesting, literals and the kinds of operands are checke
 
 Rules this module keeps, each reported as `InvalidSelector` with a short message and the
 1-based column:
-* an expression is at most 10 KiB and nests at most 100 levels;
+* an expression is at most 10 KiB, nests at most 100 levels and is valid Unicode (no
+  lone surrogate, which no store and no JSON writer can carry);
 * integer literals fit in 64 bits (-9223372036854775808 included), octal digits are 0-7;
 * operands whose kind is known from the text must suit their operator, as ActiveMQ and
   Artemis check: `<` `>` `<=` `>=` and BETWEEN take numbers (`'a' < 'b'` is refused),
@@ -27,11 +28,13 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 
 from engine import filter_ast
 from engine.errors import InvalidSelector
+from engine.validation import text_problem
 
 MAX_LENGTH = 10 * 1024
 MAX_DEPTH = 100
 _LONG_MIN = -(2**63)
 _LONG_MAX = 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Deep(Exception):
@@ -383,6 +386,10 @@ def parse(text: str) -> filter_ast.Node:
         raise InvalidSelector(f"a filter expression must be a string, not {type(text).__name__}")
     if len(text.encode("utf-8", errors="surrogatepass")) > MAX_LENGTH:
         raise InvalidSelector(f"the expression is longer than {MAX_LENGTH // 1024} KiB")
+    problem = text_problem(text)
+    if problem is not None:  # anywhere: in a string, a quoted name or a comment
+        column = _SURROGATE.search(text).start() + 1  # type: ignore[union-attr]
+        raise InvalidSelector(f"the expression, at column {column}, {problem}", column)
     if not text.strip():
         raise InvalidSelector("the expression is empty", 1)
     try:

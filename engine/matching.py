@@ -35,6 +35,7 @@ from typing import Any
 import re2
 
 from engine.errors import InvalidSelector
+from engine.validation import shown, text_problem
 
 MATCH_OPERATORS = ("eq", "topic", "prefix", "regex")
 MAX_PATTERN = 1000  # characters of a match pattern (the catalog's column holds as many)
@@ -247,10 +248,20 @@ class RegexIndex:
         return hits
 
 
+def _check_text(what: str, pattern: str) -> None:
+    """InvalidSelector (with its column) when `pattern` holds a lone surrogate: RE2 and
+    every store read UTF-8, which cannot carry one."""
+    problem = text_problem(pattern)
+    if problem is not None:
+        column = _SURROGATE.search(pattern).start() + 1  # type: ignore[union-attr]
+        raise InvalidSelector(f"{what} {problem}", column)
+
+
 def compile_regex(pattern: str) -> Any:
     """`pattern` compiled for RE2 (linear-time matching; see the module doc): an object with
-    `fullmatch(key)`. InvalidSelector for a syntax error (with its column) or a construct
-    RE2 cannot run in linear time."""
+    `fullmatch(key)`. InvalidSelector for a syntax error (with its column), a lone
+    surrogate or a construct RE2 cannot run in linear time."""
+    _check_text("regular expression", pattern)
     try:
         re.compile(pattern)
     except re.error as exc:
@@ -277,15 +288,20 @@ def compile_regex(pattern: str) -> Any:
 def check_pattern(operator: str, pattern: str) -> None:
     """Raise InvalidSelector if `pattern` is not valid for `operator`."""
     if operator not in MATCH_OPERATORS:
-        raise InvalidSelector(
-            f"unknown match operator {operator!r}; use one of {', '.join(MATCH_OPERATORS)}"
+        # the operator is shown short, and only when printable: it may be anything
+        said = (
+            f"unknown match operator {shown(operator)}"
+            if isinstance(operator, str)
+            else f"match operator must be a string, not {type(operator).__name__}"
         )
+        raise InvalidSelector(f"{said}; use one of {', '.join(MATCH_OPERATORS)}")
     if not isinstance(pattern, str):
         raise InvalidSelector(f"match pattern must be a string, not {type(pattern).__name__}")
     if len(pattern) > MAX_PATTERN:
         raise InvalidSelector(
             f"match pattern is {len(pattern)} characters long; the limit is {MAX_PATTERN}"
         )
+    _check_text("match pattern", pattern)
     if operator == "regex":
         compile_regex(pattern)
 

@@ -423,7 +423,9 @@ def checked_matches(matches: object) -> tuple[tuple[str, str, str], ...]:
                     f"match condition {number} has unknown key(s): "
                     + ", ".join(sorted(str(key)[:40] for key in unknown))
                 )
-            match = (match.get("operator"), match.get("pattern"), match.get("field") or "address")
+            field = match.get("field")  # only a missing field is the address; "" is refused
+            field = "address" if field is None else field
+            match = (match.get("operator"), match.get("pattern"), field)
         if not isinstance(match, (list, tuple)) or len(match) not in (2, 3):
             raise InvalidSelector(
                 f"match condition {number} must be (operator, pattern, field) or "

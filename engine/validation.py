@@ -27,7 +27,7 @@ MAX_HEADERS = 1000  # headers on one message
 MIN_INT, MAX_INT = -(2**63), 2**64 - 1
 
 
-def _text_problem(text: str) -> str | None:
+def text_problem(text: str) -> str | None:
     """Why `text` cannot be carried as UTF-8 (a lone surrogate), or None. Says where and
     which code point, never the text itself: error messages are shown to people and kept
     in the refused-commands list."""
@@ -46,16 +46,16 @@ def _text_problem(text: str) -> str | None:
 def check_text(what: str, text: str) -> str:
     """Text that every later stage (JSON, Redis, WebSocket frames) can carry."""
     if not text.isascii():
-        problem = _text_problem(text)
+        problem = text_problem(text)
         if problem is not None:
             raise InvalidArgument(f"{what} {problem}")
     return text
 
 
-def _shown(name: str) -> str:
+def shown(name: str) -> str:
     """A name as an error message may show it: short, and only when every character of
     it is printable (else only its length, so the message never carries hostile bytes)."""
-    if not name.isprintable() or _text_problem(name) is not None:
+    if not name.isprintable() or text_problem(name) is not None:
         return f"of {len(name)} characters"
     return repr(name[:40] + "..." if len(name) > 40 else name)
 
@@ -106,17 +106,17 @@ def check_header_name(name: object) -> str:
             else "header name must be a non-empty string"
         )
     if len(name) > MAX_NAME:
-        raise InvalidArgument(f"header name {_shown(name)} is longer than {MAX_NAME} characters")
+        raise InvalidArgument(f"header name {shown(name)} is longer than {MAX_NAME} characters")
     first = name[0]
     if not (first.isalpha() or first == "_"):
-        raise InvalidArgument(f"header name {_shown(name)} must start with a letter or '_'")
+        raise InvalidArgument(f"header name {shown(name)} must start with a letter or '_'")
     if _bad_character(name) is not None:
         raise InvalidArgument(
-            f"header name {_shown(name)} contains whitespace or control characters"
+            f"header name {shown(name)} contains whitespace or control characters"
         )
-    problem = _text_problem(name)
+    problem = text_problem(name)
     if problem is not None:
-        raise InvalidArgument(f"header name {_shown(name)} {problem}")
+        raise InvalidArgument(f"header name {shown(name)} {problem}")
     if len(_known_names) < KNOWN_NAMES and type(name) is str:  # not a subclass's __eq__
         _known_names.add(name)
     return name
@@ -127,7 +127,7 @@ def _header_value_problem(value: object) -> str | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
-        return _text_problem(value)
+        return text_problem(value)
     if isinstance(value, int):
         if MIN_INT <= value <= MAX_INT:
             return None
@@ -156,7 +156,7 @@ def check_headers(headers: object) -> Mapping[str, HeaderValue]:
         check_header_name(name)
         problem = _header_value_problem(value)
         if problem is not None:
-            raise InvalidArgument(f"header {_shown(name)} {problem}")
+            raise InvalidArgument(f"header {shown(name)} {problem}")
         checked[name] = value
     return MappingProxyType(checked) if checked else EMPTY_HEADERS
 
@@ -168,7 +168,7 @@ def check_body(body: object, max_body: int) -> bytes:
         try:
             data = body.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidArgument(f"message body {_text_problem(body)}") from None
+            raise InvalidArgument(f"message body {text_problem(body)}") from None
     elif isinstance(body, bytearray | memoryview):
         data = bytes(body)
     else:
