@@ -732,6 +732,14 @@ class _SelectorHost:
             self._engine._replay(qrt, sel)
         self._engine._schedule(qrt)
 
+    def selector_resumed(
+        self, qrt: QueueRuntime, sel: SelectorRuntime, position: tuple[int, int] | None
+    ) -> None:
+        if position is not None:
+            sel.replay_next, sel.replay_end = position
+            self._engine._replay(qrt, sel)
+        self._engine._schedule(qrt)
+
     def selector_delete(self, queue: str, selector_id: int) -> list[Delivery]:
         return self._engine.selector_delete(queue, selector_id)
 

@@ -85,6 +85,13 @@ class SelectorHost(Protocol):
         (inside `run`)."""
         ...
 
+    def selector_resumed(
+        self, qrt: QueueRuntime, sel: SelectorRuntime, position: tuple[int, int] | None
+    ) -> None:
+        """`sel` was enabled again after a pause: a replay under way goes on from
+        `position`, then the queue is routed (inside `run`)."""
+        ...
+
     def selector_delete(self, queue: str, selector_id: int) -> list[Delivery]:
         """Engine.selector_delete."""
         ...
@@ -373,16 +380,8 @@ class Selector:
         with host.lock:
             qrt, sel = self._runtime()
             spec = sel.spec
-            if enabled and spec.when is None:
-                raise InvalidSelector(
-                    f"selector {spec.id} on queue {self.queue!r} has no WHEN; "
-                    "set one with when_match, when_filter, when_always, ..."
-                )
-            if enabled and spec.action is None:
-                raise InvalidSelector(
-                    f"selector {spec.id} on queue {self.queue!r} has no DO; "
-                    "set one with do_copy, do_move, do_deliver, ..."
-                )
+            if enabled:
+                self._check_complete(spec)
             if spec.enabled == enabled:
                 return []
             spec.enabled = enabled
@@ -395,8 +394,48 @@ class Selector:
     def disable(self) -> list[Delivery]:
         return self.enable(False)
 
+    def pause(self) -> tuple[int, int] | None:
+        """Disable it for a change of its wiring that `resume` ends (the service's selector
+        update): it routes nothing meanwhile. Returns where a history replay under way
+        stood (for `resume`), or None."""
+        with self._host.lock:
+            sel = self._runtime()[1]
+            position = None if sel.replay_next is None else (sel.replay_next, sel.replay_end)
+            self.enable(False)
+            return position
+
+    def resume(self, position: tuple[int, int] | None = None) -> list[Delivery]:
+        """Enable it again after `pause`: it goes on where it was, not as a newly enabled
+        selector (no history replayed anew; a replay under way when it paused, at
+        `position`, goes on), and routes the messages waiting in its queue (its WHEN may
+        take some now). Returns the Deliveries it caused."""
+        host = self._host
+        with host.lock:
+            qrt, sel = self._runtime()
+            if sel.spec.enabled:
+                return []
+            if position is not None and sel.spec.when in ("default", "overflow"):
+                position = None  # those never replay (Engine's selector_enabled)
+            self._check_complete(sel.spec)
+            sel.spec.enabled = True
+            host.wiring_changed(qrt, sel)
+            return host.run(host.selector_resumed, qrt, sel, position)
+
     def delete(self) -> list[Delivery]:
         return self._host.selector_delete(self.queue, self.id)
+
+    def _check_complete(self, spec: SelectorSpec) -> None:
+        """A selector routes only with a WHEN and a DO."""
+        if spec.when is None:
+            raise InvalidSelector(
+                f"selector {spec.id} on queue {self.queue!r} has no WHEN; "
+                "set one with when_match, when_filter, when_always, ..."
+            )
+        if spec.action is None:
+            raise InvalidSelector(
+                f"selector {spec.id} on queue {self.queue!r} has no DO; "
+                "set one with do_copy, do_move, do_deliver, ..."
+            )
 
 
 def checked_match(operator: object, pattern: object, field: object) -> tuple[str, str, str]:

@@ -384,6 +384,34 @@ def test_a_late_selector_with_little_credit_replays_matches_only(eng: Engine) ->
     assert eng.stats("src")["confirmed"] == 5
 
 
+def test_a_paused_selector_resumes_where_it_was(eng: Engine) -> None:
+    """pause() and resume() around a change of wiring (the service's selector update): no
+    history replayed anew, the replay under way goes on from where it stood, and what
+    waits in the queue is routed by the changed WHEN."""
+    eng.queue_create("src", history=100)
+    eng.selector_create("src").when_always().do_delete().enable()
+    eng.publish_many("src", [Message(body=str(n).encode()) for n in range(6)])
+    late = deliver(eng, "src", "app", credit=2).start_at("head")
+    got = late.enable()
+    assert bodies(got) == [b"0", b"1"]  # the replay waits for credit
+    position = late.pause()
+    assert late.enabled is False and position is not None
+    late.when_filter("TRUE")
+    assert late.resume(position) == []  # no credit yet: nothing replayed anew
+    assert bodies(eng.confirm(got[0])) == [b"2"]  # the replay goes on from where it was
+    assert bodies(eng.confirm(got[1])) == [b"3"]
+    eng.queue_create("wait")
+    picky = deliver(eng, "wait", "w").when_match("eq", "x")
+    picky.enable()
+    position = picky.pause()
+    assert position is None
+    eng.publish("wait", Message(address="y"))
+    assert eng.stats("wait")["depth"] == 1  # held: no enabled selector
+    picky.when_match("eq", "y")
+    assert [d.message.address for d in picky.resume(position)] == ["y"]
+    assert picky.resume() == []  # enabled already: nothing
+
+
 # -- rule 14: unknown queues --------------------------------------------------------------
 def test_publish_to_unknown_queue_goes_to_engine_dead_letter(eng_dlq: Engine) -> None:
     eng_dlq.publish("nowhere", Message(body=b"lost"))

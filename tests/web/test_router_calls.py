@@ -83,3 +83,64 @@ def test_purge_empties_a_queue(relay) -> None:
     relay.publish_many(queue, [Message(body=b"x")] * 4)
     assert relay.call("purge", queue=queue) == {"purged": 4}
     assert relay.call("queue_get", name=queue)["depth"] == 0
+
+
+# -- a selector update is one change: all of it, or nothing ---------------------------------
+def test_a_refused_update_leaves_the_conditions_it_had(relay) -> None:
+    """The change added a MATCH to a filter-only selector before its target was refused:
+    the MATCH went again with the rest (it stayed, combined with the filter)."""
+    queue, target = unique(), unique("t")
+    relay.call("queue_create", name=queue)
+    relay.call("queue_create", name=target)
+    made = relay.call("selector_create", queue=queue, when="filter", filter="n > 1",
+                      action="copy", target=target, enabled=True)  # fmt: skip
+    with pytest.raises(NotFound):
+        relay.call("selector_update", queue=queue, id=made["id"], when="match",
+                   matches=[{"operator": "eq", "pattern": "zzz"}], filter="n > 1",
+                   action="copy", target=unique("missing"))  # fmt: skip
+    after = relay.call("selector_get", queue=queue, id=made["id"])
+    assert after["describe"] == made["describe"]
+    assert (after["match"], after["matches"], after["filter"]) == (None, [], "n > 1")
+    assert after["enabled"] is True
+    relay.publish_many(queue, [Message(address="other", headers={"n": 2})])
+    assert relay.call("stats", queue=target)["published"] == 1  # it routes as before
+
+
+def test_a_refused_update_keeps_the_credit_in_use(relay) -> None:
+    """Credit 10 with 3 deliveries outstanding leaves 7; a refused change gave back 10."""
+    queue = unique()
+    relay.call("queue_create", name=queue)
+    made = relay.call("selector_create", queue=queue, when="always", action="deliver",
+                      target=unique("d"), credit=10, enabled=True)  # fmt: skip
+    relay.publish_many(queue, [Message(body=b"%d" % n) for n in range(3)])
+    assert relay.call("selector_get", queue=queue, id=made["id"])["available_credit"] == 7
+    with pytest.raises(InvalidSelector):
+        relay.call("selector_update", queue=queue, id=made["id"], when="filter",
+                   filter="a = = 1")  # fmt: skip
+    after = relay.call("selector_get", queue=queue, id=made["id"])
+    assert (after["available_credit"], after["credit"], after["outstanding"]) == (7, 10, 3)
+
+
+def test_an_update_replays_no_history_again(relay) -> None:
+    """A selector that started at the head of the history replayed it when enabled; a
+    change while it stays enabled (a refused one, or one of its credit) replayed it all
+    again: every message of the history copied a second and a third time."""
+    queue, target = unique(), unique("t")
+    relay.call("queue_create", name=queue, history=10)
+    relay.call("queue_create", name=target, history=100)
+    relay.call("selector_create", queue=queue, when="always", action="delete", enabled=True)
+    relay.publish_many(queue, [Message(address="m", body=b"%d" % n) for n in range(3)])
+    made = relay.call("selector_create", queue=queue, when="always", action="copy",
+                      target=target, start="head", enabled=True)  # fmt: skip
+    assert relay.call("stats", queue=target)["published"] == 3
+    with pytest.raises(NotFound):
+        relay.call("selector_update", queue=queue, id=made["id"], action="copy",
+                   target=unique("missing"))  # fmt: skip
+    relay.call("selector_update", queue=queue, id=made["id"], credit=999)
+    assert relay.call("stats", queue=target)["published"] == 3
+    relay.publish_many(queue, [Message(address="m", body=b"new")])
+    assert relay.call("stats", queue=target)["published"] == 4  # and it routes live traffic
+    relay.call("selector_update", queue=queue, id=made["id"], enabled=False)
+    relay.call("selector_update", queue=queue, id=made["id"], enabled=True)
+    # enabled anew: it starts at the head again, as a newly enabled selector does
+    assert relay.call("stats", queue=target)["published"] == 8

@@ -231,44 +231,51 @@ def selector_create(engine: Engine, queue: str, **settings: Any) -> Answer:
 
 
 def selector_update(engine: Engine, queue: str, id: int, **settings: Any) -> Answer:
-    """Change some of a selector's settings. Disabled while it changes, so a half-changed
-    selector never routes; on a bad setting the old ones come back."""
+    """Change some of a selector's settings: all of them, or (refused) none. Paused while it
+    changes, so a half-changed selector never routes, and resumed as it was (no history
+    replayed anew, a replay under way goes on); on a bad setting the old ones come back,
+    the credit in use untouched."""
     _check_settings(settings)
     selector = engine.selector_fetch(queue, id)
     before = selector.spec
-    deliveries: list[Delivery] = []
     was_enabled = before.enabled
-    if was_enabled:
-        deliveries.extend(selector.enable(False))
+    position = selector.pause() if was_enabled else None
     try:
         _configure(selector, settings)
     except Exception:  # the engine's refusal, or a catalog that could not save
-        _restore(selector, before)
+        _restore(selector, before, settings)
         if was_enabled:
-            deliveries.extend(selector.enable())
+            selector.resume(position)
         raise
-    enabled = settings.get("enabled", was_enabled)
-    if enabled:
-        deliveries.extend(selector.enable())
+    if not settings.get("enabled", was_enabled):
+        return selector_json(selector), []
+    # a selector enabled by this change starts as a new one does (its `start`)
+    deliveries = selector.resume(position) if was_enabled else selector.enable()
     return selector_json(selector), deliveries
 
 
-def _restore(selector: Selector, spec: Any) -> None:
-    if spec.when == "match":
-        if spec.match is not None:
-            selector.when_matches(list(all_matches(spec)))
-        if spec.filter is not None:
-            selector.when_filter(spec.filter)
-    elif spec.when is not None:
-        getattr(selector, f"when_{spec.when}")()
+def _restore(selector: Selector, spec: Any, settings: dict[str, Any]) -> None:
+    """The WHEN, DO and start of `spec` again, exactly: each setter keeps what the others
+    set (a MATCH and a filter combine), so the WHEN is cleared first. The credit needs
+    nothing: set last, it changes nothing when refused (Selector.set_credit), and setting
+    it again would forget the credit in use."""
+    if spec.when is not None:
+        selector.when_always()  # clears every condition a part of the change had set
+        if spec.when == "match":
+            if spec.match is not None:
+                selector.when_matches(list(all_matches(spec)))
+            if spec.filter is not None:
+                selector.when_filter(spec.filter)
+        elif spec.when != "always":
+            getattr(selector, f"when_{spec.when}")()
     if spec.action == "delete":
         selector.do_delete()
     elif spec.target_from is not None:
         getattr(selector, f"do_{spec.action}")(target_from=spec.target_from)
     elif spec.action is not None:
         getattr(selector, f"do_{spec.action}")(spec.target)
-    selector.start_at(spec.start)
-    selector.set_credit(spec.credit)
+    if "start" in settings:
+        selector.start_at(spec.start)
 
 
 def explain(engine: Engine, queue: str, message: dict[str, Any]) -> Answer:
