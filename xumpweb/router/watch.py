@@ -55,12 +55,16 @@ the last holder's watch looks again within half a look after it let go.
 Shards (SPEC §10, docs/scaling.md). With XUMP_SHARDS=N every shard has its own lease,
 and a process its own router per shard (each behind its own lock: never two routers of
 one shard in one process). Every look reads every shard's lease in one round trip and
-marks this worker alive (a sorted set of worker names, scored by when each mark lapses);
-with W live workers a worker stands for at most ceil(N/W) shards: it takes free leases up
-to that share, and above it (a worker joined) it lets one go after the step in progress,
-so the joining worker's watch takes it at its next looks. Losing or handing over a shard
-never routes a message twice: every step is atomic and fenced, and the next holder
-rebuilds its engine from the store. With one shard nothing is marked and the share is 1.
+marks this worker alive (a sorted set of worker names, scored by when each mark lapses,
+one lease time after the look: a dead worker's mark lapses with its leases); with W live
+workers each stands for its share of the N shards, `share`: N // W, one more for the first
+N % W workers in the order of their names, so the shares add up to N exactly (4 shards
+over 3 workers: 2, 1, 1; a share of ceil(N/W) each gave 2, 2 and none to the third). A
+worker takes free leases up to its share, and above it (a worker joined) it lets one go
+after the step in progress, so the joining worker's watch takes it at its next looks.
+Losing or handing over a shard never routes a message twice: every step is atomic and
+fenced, and the next holder rebuilds its engine from the store. With one shard nothing
+is marked and the share is 1.
 
 The preferred router (SPEC §11's co-located path, docs/live-path.md). A process that
 publishes and serves subscribers itself, the STOMP server with XUMP_STOMP_ROUTES=true,
@@ -87,7 +91,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import time
 from typing import Any
@@ -190,6 +193,15 @@ def work_waiting(service: runtime.Service, inbox: int | None = None) -> bool:
     return due is not None and due <= time.time() + runtime.SCHEDULED_HORIZON
 
 
+def share(shards: int, workers: list[str], me: str) -> int:
+    """How many of `shards` the worker named `me` stands for among the live `workers` (their
+    names; `me` among them once its mark is written): shards // W each, one more for the
+    first shards % W in the order of their names, so the shares add up to `shards`."""
+    names = sorted(set(workers) | {me})
+    whole, rest = divmod(shards, len(names))
+    return whole + (1 if names.index(me) < rest else 0)
+
+
 class LeaseWatch(threading.Thread):
     """Takes leases over when they are free, up to this worker's share (see the module
     doc)."""
@@ -220,12 +232,12 @@ class LeaseWatch(threading.Thread):
                 failing = False
 
     def _mark_alive(self, service: runtime.Service, pipe: Any) -> None:
-        """Add to `pipe` this worker's mark among the routing workers, and their count."""
+        """Add to `pipe` this worker's mark among the routing workers, and their names."""
         now = time.time()
         alive = ALIVE % service.store
-        lapse = now + settings.XUMP_LEASE_MS / 1000 * 2
+        lapse = now + settings.XUMP_LEASE_MS / 1000  # four looks at least before it lapses
         pipe.zadd(alive, {self.name_alive: lapse}).zremrangebyscore(alive, "-inf", now)
-        pipe.zcard(alive)
+        pipe.zrange(alive, 0, -1)
 
     def _look_shard_by_shard(self, service: runtime.Service, shards: list) -> list[Any]:
         """`look`'s reads, each shard from its own server: a shard whose server is away (a
@@ -260,14 +272,14 @@ class LeaseWatch(threading.Thread):
             if not service.sharded:
                 raise
             found = self._look_shard_by_shard(service, shards)
-        workers = found[-1] if service.sharded else 1
         preferred = None if service.sharded else found[-1]
         if preferred is not None and preferred.decode() != self.name_alive:
             return self._defer(service.store, preferred.decode())
-        share = math.ceil(len(shards) / max(workers, 1))
+        workers = [name.decode() for name in found[-1]] if service.sharded else []
+        mine = share(len(shards), workers, self.name_alive)
         with _guard:
             standing = [store for store, stop in _standing.items() if not stop.is_set()]
-        if len(standing) > share:  # a worker joined: its share comes from here
+        if len(standing) > mine:  # a worker joined: its share comes from here
             _standing[standing[-1]].set()
             standing.pop()
         pause = self.every
@@ -281,7 +293,7 @@ class LeaseWatch(threading.Thread):
                 if left > 0:
                     pause = min(pause, left / 1000 + 0.005)
                 continue
-            if len(standing) >= share:
+            if len(standing) >= mine:
                 continue
             # the last holder goes first: its engine is current, another process would
             # rebuild its own from the store. So a worker that did not hold the lease last
