@@ -121,6 +121,22 @@ def test_send_publishes_to_the_queue_with_mapped_headers() -> None:
     ]
 
 
+@pytest.mark.parametrize("reply_to", ["/topic/answers", "/exchange/amq.direct/back", "back"])
+def test_a_reply_to_of_another_form_goes_through_as_its_header(reply_to) -> None:
+    """RabbitMQ passes any reply-to through to the consumer: a program written for it sends
+    /topic/ or /exchange/ forms, or a bare name. Only /queue/<name> (the return address)
+    and /temp-queue/<name> (the connection's private queue) mean more here."""
+    conn = connected()
+    [publish] = conn.receive_data(frame("SEND", b"q", destination="/queue/service",
+                                        reply_to=reply_to))  # fmt: skip
+    assert publish.return_address is None
+    assert publish.headers == {"reply-to": reply_to}
+    conn.receive_data(frame("SUBSCRIBE", id="s", destination="/queue/service"))
+    d = delivery(headers=publish.headers, return_address=None)
+    (message,) = server_frames(conn.deliver("s", d))
+    assert message.headers["reply-to"] == reply_to
+
+
 def test_receipt_done_answers_with_a_receipt_frame() -> None:
     conn = connected()
     (receipt,) = server_frames(conn.receipt_done("r1"))

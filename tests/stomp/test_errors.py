@@ -50,7 +50,10 @@ CASES = [
     ("send with a delay of more than ten years", send(delay=str(11 * 365 * 24 * 3600_000)),
      "Invalid header"),
     ("send with a bad delay", send(delay="-5"), "Invalid header"),
-    ("send with a bad reply-to", send(reply_to="x"), "Invalid destination"),
+    ("send with a reply-to queue of a bad name", send(reply_to="/queue/a b"),
+     "Invalid destination"),
+    ("send with a reply-to holding a NUL", b"SEND\ndestination:/queue/q\nreceipt:r\n"
+     b"reply-to:/topic/a\x00b\ncontent-length:0\n\n\x00", "Invalid header"),
     ("subscribe without id", frame("SUBSCRIBE", destination="/queue/a", receipt="r"),
      "Missing header"),
     ("subscribe to a bad destination", subscribe(destination="/reply-queue/a"),

@@ -253,6 +253,25 @@ def test_request_reply_through_a_temp_queue(clients):
     assert answer.body == "4" and answer.headers["destination"] == "/temp-queue/answers"
 
 
+def test_request_reply_through_a_topic_as_a_rabbitmq_program_writes_it(clients):
+    """reply-to:/topic/<key> (or any text RabbitMQ passes through) reaches the replier as it
+    was sent, and its SEND there reaches the caller's topic subscription. It was an ERROR
+    (only /queue/ and /temp-queue/ were taken), ending the program at its first request."""
+    service_queue, key = unique("rpc"), unique("answers")
+    server, caller = clients(), clients()
+    server.subscribe(f"/queue/{service_queue}")
+    caller.subscribe(f"/topic/{key}", sid="replies")
+    caller.send(f"/queue/{service_queue}", "2+2?", receipt="r", **{"reply-to": f"/topic/{key}"})
+    caller.receipt("r")
+    [request] = server.take(1)
+    assert request.headers["reply-to"] == f"/topic/{key}"
+    server.send(request.headers["reply-to"], "4", receipt="back")
+    server.receipt("back")
+    server.ack(request)
+    [answer] = caller.take(1)
+    assert answer.body == "4" and answer.headers["subscription"] == "replies"
+
+
 def test_a_subscribe_to_a_temp_queue_receives_its_replies(clients):
     service_queue = unique("rpc")
     server, caller = clients(auto_ack=True), clients()

@@ -507,14 +507,7 @@ class StompConnection:
             if name in _SEND_OWN:
                 continue
             _checked_header_name(name)
-            if not value.isascii():
-                try:
-                    check_text(f"header {name!r}", value)
-                except XumpError as error:
-                    raise ProtocolError("Invalid header", str(error)) from None
-            if "\x00" in value:  # STOMP frames end at a NUL: no client meant this one
-                raise ProtocolError("Invalid header", f"header {name!r} holds a NUL octet")
-            message_headers[name] = _typed(value)
+            message_headers[name] = _typed(_checked_text(name, value))
         if "priority" in message_headers:
             try:
                 message_headers["priority"] = check_priority(headers["priority"].strip())
@@ -523,8 +516,13 @@ class StompConnection:
         return_address = headers.get("reply-to")
         if return_address is not None and return_address.startswith(TEMP):
             return_address = self._temp_queue(return_address, made)
-        elif return_address is not None:
+        elif return_address is not None and return_address.startswith("/queue/"):
             return_address = _queue_of(return_address, "reply-to", header="reply-to")
+        elif return_address is not None:
+            # another form (`/topic/x`, `/exchange/...`, a bare name: RabbitMQ passes any
+            # text through): carried as the header it is, for the replier to read
+            message_headers["reply-to"] = _checked_text("reply-to", return_address)
+            return_address = None
         expires = _integer(headers, "expires", minimum=0) if "expires" in headers else 0
         delay = _integer(headers, "delay", minimum=0) if "delay" in headers else 0
         if delay:
@@ -872,6 +870,18 @@ def _integer(
         raise ProtocolError(
             "Invalid header", f"{header} must be between {minimum} and {maximum}, not {value}"
         )
+    return value
+
+
+def _checked_text(name: str, value: str) -> str:
+    """A header value carried into the message: text every store and JSON can carry."""
+    if not value.isascii():
+        try:
+            check_text(f"header {name!r}", value)
+        except XumpError as error:
+            raise ProtocolError("Invalid header", str(error)) from None
+    if "\x00" in value:  # STOMP frames end at a NUL: no client meant this one
+        raise ProtocolError("Invalid header", f"header {name!r} holds a NUL octet")
     return value
 
 
