@@ -49,6 +49,26 @@ def test_a_subscribe_to_a_temp_queue_reads_it_itself() -> None:
     assert sub == Subscribe("r", "temp", "stomp:s-1:temp:a", "auto")
 
 
+@pytest.mark.parametrize("sid", ["replies", "/temp-queue/a"])
+def test_a_subscribe_after_a_reply_to_takes_the_replies_over(sid) -> None:
+    """A reply-to:/temp-queue/a made a reader of its own; a SUBSCRIBE to it afterwards
+    added a second reader on the same queue, so the replies were shared between them
+    (those of the hidden, ack:auto reader came under a subscription id the program never
+    made, and stompjs drops such a MESSAGE), or, with the destination as its id, was
+    refused as a duplicate. The hidden reader now gives way."""
+    conn = connected()
+    conn.receive_data(frame("SEND", destination="/queue/s", reply_to="/temp-queue/a"))
+    gone, sub = conn.receive_data(frame("SUBSCRIBE", id=sid, destination="/temp-queue/a",
+                                        ack="client-individual"))  # fmt: skip
+    assert gone == Unsubscribe("/temp-queue/a")
+    assert sub == Subscribe(sid, "temp", "stomp:s-1:temp:a", "client-individual")
+    (message,) = server_frames(conn.deliver(sid, delivery("t1", destination="stomp:s-1:temp:a")))
+    assert message.headers["subscription"] == sid
+    if sid != "/temp-queue/a":  # the hidden reader's id is nobody's now
+        [refused] = conn.deliver("/temp-queue/a", delivery("t2"))
+        assert refused.accept is False
+
+
 def test_another_connections_private_queue_cannot_be_named_in_temp_queue() -> None:
     conn = connected()
     error = error_of(

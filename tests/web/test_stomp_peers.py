@@ -285,6 +285,28 @@ def test_a_subscribe_to_a_temp_queue_receives_its_replies(clients):
     caller.ack(answer, receipt="a")
 
 
+def test_a_subscribe_after_the_first_request_gets_every_reply(clients):
+    """A program that sends its first request with reply-to:/temp-queue/<name> and only
+    then SUBSCRIBEs to it: every reply comes to its subscription (they were shared with the
+    reader the reply-to had made, whose MESSAGEs name a subscription the program never
+    made: stompjs drops them, already acked)."""
+    service_queue = unique("rpc")
+    server, caller = clients(auto_ack=True), clients()
+    server.subscribe(f"/queue/{service_queue}")
+    caller.send(f"/queue/{service_queue}", "first", receipt="r",
+                **{"reply-to": "/temp-queue/late"})  # fmt: skip
+    caller.receipt("r")
+    caller.subscribe("/temp-queue/late", sid="replies", ack="client-individual")
+    for n in range(5):
+        caller.send(f"/queue/{service_queue}", f"q{n}", **{"reply-to": "/temp-queue/late"})
+    requests = server.take(6)
+    for request in requests:
+        server.send(request.headers["reply-to"], f"re {request.body}")
+    answers = caller.take(6)
+    assert sorted(a.body for a in answers) == sorted(f"re {r.body}" for r in requests)
+    assert {a.headers["subscription"] for a in answers} == {"replies"}
+
+
 def test_a_temp_queue_goes_with_its_connection_and_nobody_else_reads_it(http, clients):
     service_queue = unique("rpc")
     server, caller = clients(), clients()

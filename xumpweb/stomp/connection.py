@@ -549,6 +549,15 @@ class StompConnection:
     def _on_subscribe(self, frame: Frame, receipt: str | None) -> list[Action]:
         headers = frame.headers
         sid = self._subscription_id(frame)
+        made: list[Action] = []
+        destination = headers.get("destination", "")
+        hidden = self._subscriptions.get(destination) if destination.startswith(TEMP) else None
+        if hidden is not None and hidden.kind == "temp" and hidden.id == destination:
+            # the reader a reply-to:/temp-queue/ made (its replies came with `subscription`
+            # the destination) gives way: replies go to this subscription only, never
+            # shared between the two (ack:auto, so it holds nothing unsettled)
+            del self._subscriptions[destination]
+            made.append(Unsubscribe(destination))
         if sid in self._subscriptions:
             raise ProtocolError(
                 "Duplicated subscription identifier",
@@ -561,7 +570,6 @@ class StompConnection:
                 f"a connection may hold {self.config.max_subscriptions} subscriptions",
             )
         destination = _required(frame, "destination")
-        made: list[Action] = []
         exchange = None
         if destination.startswith(TEMP):
             kind, name = "temp", self._temp_queue(destination, made, reader=False)
