@@ -709,6 +709,31 @@ def test_rights_are_checked_on_send_and_subscribe(http, clients):
     assert "consume" in reader.errors[0].body
 
 
+def test_a_token_scoped_to_its_service_queue_answers_through_a_temp_queue(http, clients):
+    """Request/reply as on RabbitMQ: the replier's token holds a right on its own queue
+    only, and the reply-to names the caller's private temp queue, which holding its name
+    lets anyone send to (it took a publish right on `stomp:*`, which opened every
+    connection's private queues). Another connection's topic subscription stays closed."""
+    service_queue, topic = unique("svc"), unique("news")
+    token = issue_token(http, {service_queue: ["consume"]})  # the caller makes the mailbox
+    server, caller = clients(token=token), clients()
+    server.subscribe(f"/queue/{service_queue}")
+    caller.send(f"/queue/{service_queue}", "2+2?", **{"reply-to": "/temp-queue/answers"})
+    [request] = server.take(1)
+    server.send(request.headers["reply-to"], "4", receipt="back")
+    server.receipt("back")
+    server.ack(request)
+    [answer] = caller.take(1)
+    assert answer.body == "4"
+    before = set(queue_names(http))
+    clients().subscribe(f"/topic/{topic}")
+    [private] = [name for name in set(queue_names(http)) - before if name.startswith("stomp:")]
+    server.send(f"/queue/{private}", "intruding", receipt="in")
+    server.wait(lambda: server.errors, "an ERROR")
+    assert server.errors[0].headers["receipt-id"] == "in"
+    assert "topic subscription" in server.errors[0].body
+
+
 # -- heart-beats ------------------------------------------------------------------------------
 FROZEN_CONSUMER = """
 import sys, time, stomp

@@ -632,8 +632,23 @@ class StompSession:
             logger.warning("cannot make the topic router %r: %s", topics.router(), problem)
 
     def _checked(self, action: Publish) -> tuple[str, Message]:
-        """The queue a SEND publishes to and its message; the XumpError refusing it."""
+        """The queue a SEND publishes to and its message; the XumpError refusing it.
+
+        Another connection's private queues: a /temp-queue/ one takes a SEND from anyone
+        connected, as RabbitMQ's reply queues do (its name, with the owner's random
+        connection id, came in a reply-to: holding it is the right to reply, so a token
+        scoped to its own queues can answer a request); one of its topic subscriptions
+        (`stomp:<connection>:<n>`) only from a caller who may manage it (an operator)."""
         queue = action.queue if action.queue is not None else topics.router()
+        private = topics.private_owner(queue)
+        if private is not None and private[0] != self.id:
+            if private[1]:
+                return queue, self._message(action)
+            if not self._may("manage", queue):
+                raise Forbidden(
+                    f"queue {queue!r} is another connection's topic subscription: only a "
+                    "caller who may manage it sends there"
+                )
         if not self._may("publish", queue):
             raise Forbidden(f"this caller may not publish on queue {queue!r}")
         return queue, self._message(action)

@@ -46,6 +46,15 @@ def router() -> str:
     return settings.XUMP_STOMP_TOPIC_ROUTER
 
 
+def private_owner(queue: str) -> tuple[str, bool] | None:
+    """For a connection's private queue `stomp:<connection>:...`: (that connection's id,
+    whether it is a /temp-queue/ one, `stomp:<connection>:temp:<name>`); else None."""
+    if not queue.startswith(PREFIX):
+        return None
+    connection, _, rest = queue[len(PREFIX) :].partition(":")
+    return connection, rest.startswith("temp:")
+
+
 _ready: set[tuple[str, str]] = set()  # (store, router) this process has made sure of
 
 
