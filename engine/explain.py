@@ -4,9 +4,13 @@ Theory of operation: `explain(queue, message)` walks the network as the routing 
 (rules.py) would for a message arriving now, and records instead of acting. At each queue
 it meets, every selector gets a verdict: it copies, it takes, or why not (disabled, which
 MATCH condition failed and on what value, the filter FALSE or UNKNOWN, no credit, held,
-another taker's turn, the default or overflow rule); then the queue's outcome (taken,
-copied only, waits for credit, held, dead-lettered, dropped) and the walk follows each copy,
-move, bounce and dead letter to where the message would end.
+another taker's turn, a target queue that does not exist, the default or overflow rule);
+then the queue's outcome (taken, copied only, waits for credit or for a target queue, held,
+dead-lettered, dropped, refused) and the walk follows each copy, move, bounce and dead
+letter to where the message would end, in the order the routing takes them: each copy as
+far as it goes before the next and before the take (rules.py routes an arrival at once),
+so a queue that one reaches is visited for the rest (rule 2), as it is for the routing.
+Targets named by the message are found by the routing's own `_named_target`.
 
 Nothing changes: no counter, depth, credit, turn, history, journal event or mid is touched
 (the message is checked as a publish checks it but keeps the mid it was given, or none).
@@ -23,10 +27,17 @@ from engine.errors import InvalidArgument
 from engine.fields import field_reader
 from engine.message import Message
 from engine.routing_table import SelectorRuntime, condition_matcher
-from engine.rules import QueueRuntime, _bounced, _choose_taker, dead_lettered, is_name
+from engine.rules import QueueRuntime, _bounced, _choose_taker, dead_lettered
 from engine.selectors import all_matches, describe
+from engine.validation import check_name
 
 MAX_STEPS = 200  # queues one explanation visits at most (a network is finite; so is paper)
+
+# where a message goes next: (queue, the message as it arrives there, how, from where). The
+# methods that send a message on return its hop, and `arrive` or `act` follows it: two
+# frames of the stack per queue, so MAX_STEPS queues stay well inside Python's recursion
+# limit, under the router's frames too
+Hop = tuple[QueueRuntime, Message, str, dict[str, Any]]
 
 
 class Explaining:
@@ -37,13 +48,17 @@ class Explaining:
     _queue: Callable[[object], QueueRuntime]
     _checked: Callable[..., Message]
     _time: Callable[[], float]
+    _target_named: Callable[[str], QueueRuntime | None]
+    _named_target: Callable[..., tuple[Any, tuple[str, str | None, dict | None]]]
     dead_letter: str | None
 
     def explain(self, queue: str, message: Message) -> dict[str, Any]:
         """Where `message` would go if it were published to `queue` now, and why, as JSON-able
         data: {"queue", "steps": [one per queue met, in the order met], "ends": [...]}.
-        Changes nothing. NotFound for an unknown queue; InvalidArgument for a message that
-        `publish` would refuse."""
+        Changes nothing. InvalidName for a queue name that is no name (not a string, say),
+        NotFound for an unknown queue; InvalidArgument for a message that `publish` would
+        refuse."""
+        check_name("queue", queue, allow_reserved=True)  # before it is used as a key
         if not isinstance(message, Message):
             raise InvalidArgument(f"explain takes a Message, not {type(message).__name__}")
         mid = message.mid if isinstance(message.mid, str) and message.mid else "(explain)"
@@ -83,7 +98,7 @@ class _Walk:
         expires = qrt.expires_at(message)
         if expires is not None and expires <= self.now:
             step["selectors"] = []
-            self.dead_letter(step, qrt, message, "expired")
+            self.follow(self.dead_letter(step, qrt, message, "expired"))
             return
         full = qrt.limit is not None and state.depth() >= qrt.limit
         step["full"] = full
@@ -94,7 +109,7 @@ class _Walk:
         if full:
             chosen = [v for v in matched if v["when"] == "overflow"]
             if not chosen:
-                self.dead_letter(step, qrt, message, "overflow")
+                self.follow(self.overflowed(step, qrt, message))
                 return
         elif plain:
             chosen = plain
@@ -112,9 +127,27 @@ class _Walk:
                     }
                     self.end(qrt.name, "held")
                     return
-                self.dead_letter(step, qrt, message, "unroutable")
+                self.follow(self.dead_letter(step, qrt, message, "unroutable"))
                 return
         self.act(step, qrt, message, chosen)
+
+    def follow(self, hop: Hop | None) -> None:
+        if hop is not None:
+            self.arrive(*hop)
+
+    def overflowed(self, step: dict[str, Any], qrt: QueueRuntime, message: Message) -> Hop | None:
+        """A full queue that no overflow selector takes it from: dead-lettered or dropped,
+        but refused (QueueFull) when published to it directly and it has no dead-letter
+        queue (rules.py _overflow)."""
+        if step["arrives_by"] == "publish" and qrt.dead_letter is None:
+            step["outcome"] = {
+                "kind": "refused",
+                "reason": "the queue is full and has no overflow selector that takes it or "
+                "dead-letter queue: publish raises QueueFull",
+            }
+            self.end(qrt.name, "refused", reason="queue full")
+            return None
+        return self.dead_letter(step, qrt, message, "overflow")
 
     def verdict(
         self, qrt: QueueRuntime, sel: SelectorRuntime, message: Message, full: bool
@@ -177,40 +210,51 @@ class _Walk:
                 v["verdict"] = "passes"
                 v["reason"] = _why_not_taken(sel, taker)
         if takers and taker is None and step.get("full"):
-            self.dead_letter(step, qrt, message, "overflow")  # rule 7: no overflow taker
+            hop = self.overflowed(step, qrt, message)  # rule 7: no overflow taker can take it
+            if hop is not None:
+                self.arrive(*hop)
             return
         if takers and taker is None:
-            step["outcome"] = {
-                "kind": "waits",
-                "reason": "takers matched but none can take it now (rule 4): it waits in order",
-            }
-            self.end(qrt.name, "waits for credit")
+            if all(_target_missing(sel) for sel in takers):
+                reason = (
+                    "takers matched but their target queues do not exist (rule 4): it waits "
+                    "in order until one does"
+                )
+                self.end(qrt.name, "waits for its target queue")
+            else:
+                reason = "takers matched but none can take it now (rule 4): it waits in order"
+                self.end(qrt.name, "waits for credit")
+            step["outcome"] = {"kind": "waits", "reason": reason}
             return
-        follow: list[tuple[QueueRuntime, Message, str, dict]] = []
+        # COPYs first, in selector order, each followed as far as it goes before the next
+        # (rules.py _route_entry): a queue one of them reaches is one a later copy, the
+        # taker's move or a dead letter finds visited, as the routing finds it
         for sel in copies:
             v = by_id[sel.id]
             v["verdict"] = "copies"
-            target, failure = self.target_of(qrt, sel, message)
-            if target is None:
+            target, failure, letter = self.target_of(qrt, sel, message)
+            hop = None
+            if failure is not None:
                 v["target_failure"] = failure
-                self.dead_letter_copy(qrt, message, failure, follow)
+                hop = self.dead_letter_copy(qrt, message, letter)  # type: ignore[arg-type]
+            elif target is None:  # its fixed target queue was deleted: rules.py _copy skips it
+                v["reason"] = (
+                    f"its target queue {sel.target!r} does not exist: the copy goes nowhere"
+                )
             elif target.name in self.visited:
                 v["reason"] = f"already arrived in {target.name!r} in this step: not copied twice"
             else:
                 v["target"] = target.name
-                follow.append((target, message, "copy", {"queue": qrt.name, "selector": sel.id}))
+                hop = self.hop(target, message, "copy", {"queue": qrt.name, "selector": sel.id})
+            if hop is not None:
+                self.arrive(*hop)
         if taker is None:
             step["outcome"] = {"kind": "processed", "reason": "only copies took it (rule 5)"}
             self.end(qrt.name, "history" if qrt.history else "processed")
-        else:
-            self.take(step, qrt, taker, by_id[taker.id], message, follow)
-        for target, moved, how, source in follow:
-            if target.name in self.visited and how != "dead_letter":
-                continue
-            if target.remote is not None:  # another shard's: its engine routes it there
-                self.end(target.name, "forwarded", shard=target.remote, by=how)
-                continue
-            self.arrive(target, moved, how, source)
+            return
+        hop = self.take(step, qrt, taker, by_id[taker.id], message)
+        if hop is not None:
+            self.arrive(*hop)
 
     def take(
         self,
@@ -219,61 +263,65 @@ class _Walk:
         sel: SelectorRuntime,
         v: dict[str, Any],
         message: Message,
-        follow: list,
-    ) -> None:
+    ) -> Hop | None:
+        """What the taker does; where the message goes next, if anywhere."""
         action = sel.action
-        source = {"queue": qrt.name, "selector": sel.id}
         if action == "delete":
             step["outcome"] = {"kind": "deleted", "selector": sel.id}
             self.end(qrt.name, "deleted", selector=sel.id)
-            return
-        if sel.target_from is not None:
-            target, failure = self.target_of(qrt, sel, message)
-            if target is None:
-                v["target_failure"] = failure
-                step["outcome"] = {"kind": "taken", "selector": sel.id, "action": action}
-                self.dead_letter(step, qrt, message, failure["reason"], failure)
-                return
-        elif action == "deliver":
-            target = sel.target
-        else:
-            target = sel.target_queue
+            return None
+        target, failure, letter = self.target_of(qrt, sel, message)
+        if failure is not None:
+            v["target_failure"] = failure
+            step["outcome"] = {"kind": "taken", "selector": sel.id, "action": action}
+            reason, detail, extra = letter  # type: ignore[misc]
+            return self.dead_letter(step, qrt, message, reason, failure, detail, extra)
         if action == "deliver":
             v["target"] = target
             step["outcome"] = {"kind": "delivered", "selector": sel.id, "destination": target}
             self.end(qrt.name, "delivered", destination=target, selector=sel.id)
-            return
-        v["target"] = target.name  # type: ignore[union-attr]
-        if target.name in self.visited:  # type: ignore[union-attr]
+            return None
+        v["target"] = target.name
+        if target.name in self.visited:  # a copy, a move or a dead letter got there first
             step["outcome"] = {"kind": "taken", "selector": sel.id, "action": action}
-            self.dead_letter(step, qrt, message, "unroutable", {"reason": "a loop of moves"})
-            return
+            loop = {"reason": "a loop of moves"}
+            return self.dead_letter(step, qrt, message, "unroutable", loop)
         step["outcome"] = {"kind": "taken", "selector": sel.id, "action": action,
-                           "to": target.name}  # type: ignore[union-attr]  # fmt: skip
+                           "to": target.name}  # fmt: skip
         moved = _bounced(message) if action == "bounce" else message
-        follow.append((target, moved, action, source))
+        return self.hop(target, moved, action, {"queue": qrt.name, "selector": sel.id})
+
+    def hop(
+        self, target: QueueRuntime, message: Message, how: str, source: dict[str, Any]
+    ) -> Hop | None:
+        """`message` goes to `target` now (rules.py routes an arrival at once): the hop to
+        follow, or None when it leaves for another shard (whose engine routes it there)."""
+        if target.remote is not None:
+            self.visited.add(target.name)
+            self.end(target.name, "forwarded", shard=target.remote, by=how)
+            return None
+        return target, message, how, source
 
     def target_of(
         self, qrt: QueueRuntime, sel: SelectorRuntime, message: Message
-    ) -> tuple[Any, dict[str, Any] | None]:
-        """The selector's target for this message; for `target_from`, as rules.py finds it."""
+    ) -> tuple[Any, dict[str, Any] | None, tuple[str, str | None, dict | None] | None]:
+        """(target, failure, letter): the selector's target for this message as rules.py
+        finds it (the queue's runtime, or a DELIVER's destination name) with no failure;
+        None and no failure for a fixed target queue that does not exist (deleted since);
+        or None, the failure as the verdict shows it and the dead letter's (reason, detail,
+        extra headers) when `target_from` names no target."""
         if sel.target_from is None:
-            return sel.target_queue, None
-        name = sel.target_from(message)
-        field = sel.spec.target_from
-        if not name:
-            return None, {"reason": "no-target", "detail": f"the message has no {field}"}
-        if sel.action == "deliver":
-            if not is_name(name) or name[0] == "$":
-                return None, {"reason": "no-target", "detail": f"{field} is no destination name"}
-            return name, None
-        target = self.engine._queues.get(name)
-        if target is None:
-            reason = "no-such-queue" if is_name(name) else "no-target"
-            return None, {"reason": reason, "target": name[:200]}
-        if target is qrt:
-            return None, {"reason": "unroutable", "detail": f"{field} names its own queue"}
-        return target, None
+            return (sel.target if sel.action == "deliver" else sel.target_queue), None, None
+        found, letter = self.engine._named_target(qrt, sel, message)
+        if found is not None:
+            return found, None, None
+        reason, detail, extra = letter
+        failure: dict[str, Any] = {"reason": reason}
+        if detail is not None:
+            failure["detail"] = detail
+        if extra and "x-target" in extra:
+            failure["target"] = str(extra["x-target"])[:200]
+        return None, failure, letter
 
     def dead_letter(
         self,
@@ -282,31 +330,36 @@ class _Walk:
         message: Message,
         reason: str,
         failure: dict[str, Any] | None = None,
-    ) -> None:
-        target = self.engine._queues.get(qrt.dead_letter) if qrt.dead_letter else None
+        detail: str | None = None,
+        extra: dict[str, str | int] | None = None,
+    ) -> Hop | None:
+        """The message leaves `qrt` for its dead-letter queue (the hop), or is dropped."""
+        target = self.engine._target_named(qrt.dead_letter) if qrt.dead_letter else None
         outcome = dict(step.get("outcome") or {})
         if target is None or target is qrt or target.name in self.visited:
             outcome.update({"kind": "dropped", "reason": reason})
             step["outcome"] = outcome
             self.end(qrt.name, "dropped", reason=reason)
-            return
+            return None
         outcome.update({"kind": "dead_lettered", "reason": reason, "to": target.name})
         if failure:
             outcome["failure"] = failure
         step["outcome"] = outcome
-        letter = dead_lettered(message, reason, qrt.name)
-        self.arrive(target, letter, "dead_letter", {"queue": qrt.name, "reason": reason})
+        letter = dead_lettered(message, reason, qrt.name, detail, extra)
+        return self.hop(target, letter, "dead_letter", {"queue": qrt.name, "reason": reason})
 
     def dead_letter_copy(
-        self, qrt: QueueRuntime, message: Message, failure: dict[str, Any], follow: list
-    ) -> None:
-        target = self.engine._queues.get(qrt.dead_letter) if qrt.dead_letter else None
-        reason = failure["reason"]
+        self, qrt: QueueRuntime, message: Message, letter: tuple[str, str | None, dict | None]
+    ) -> Hop | None:
+        """A COPY's target named by the message does not exist: its dead letter goes instead
+        (or is dropped); the message itself goes on (rules.py _copy)."""
+        target = self.engine._target_named(qrt.dead_letter) if qrt.dead_letter else None
+        reason, detail, extra = letter
         if target is None or target is qrt or target.name in self.visited:
             self.end(qrt.name, "dropped", reason=reason)
-            return
-        letter = dead_lettered(message, reason, qrt.name)
-        follow.append((target, letter, "dead_letter", {"queue": qrt.name, "reason": reason}))
+            return None
+        dead = dead_lettered(message, reason, qrt.name, detail, extra)
+        return self.hop(target, dead, "dead_letter", {"queue": qrt.name, "reason": reason})
 
 
 def _in_order(qrt: QueueRuntime) -> list[SelectorRuntime]:
@@ -326,3 +379,8 @@ def _why_not_taken(sel: SelectorRuntime, taker: SelectorRuntime | None) -> str:
     if taker is not None:
         return f"selector {taker.id} takes it: its turn comes first (round-robin)"
     return "cannot take now"
+
+
+def _target_missing(sel: SelectorRuntime) -> bool:
+    """Whether a taker cannot take only because its fixed target queue does not exist."""
+    return sel.replay_next is None and not sel.held and not sel.ready
