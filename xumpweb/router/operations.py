@@ -157,7 +157,13 @@ def selector_get(engine: Engine, queue: str, id: int) -> Answer:
 
 
 def _configure(selector: Selector, settings: dict[str, Any]) -> None:
-    """Apply WHEN, DO, credit and start from `settings` (keys that are absent stay)."""
+    """Apply WHEN, DO, credit and start from `settings` (keys that are absent stay). A WHEN
+    of conditions and a filter is one: a change that names one half keeps the other,
+    unless it takes it away (`matches` empty, `match` null or `when` "filter": the filter
+    alone; `filter` null: the conditions alone)."""
+    problem = inapplicable(settings)
+    if problem is not None:
+        raise InvalidArgument(problem)
     when = settings.get("when")
     match = settings.get("match")
     matches = settings.get("matches")
@@ -176,6 +182,11 @@ def _configure(selector: Selector, settings: dict[str, Any]) -> None:
                 raise InvalidArgument(
                     "a match or filter selector needs `match`, `matches` or `filter`"
                 )
+            takes_away = (not matches and (when == "filter" or "match" in settings
+                                           or "matches" in settings)) or (
+                "filter" in settings and expression is None)  # fmt: skip
+            if takes_away:  # the setters keep the other half (engine `_set_when`)
+                selector.when_always()
             if matches:
                 selector.when_matches(matches)
                 if expression is not None:
@@ -200,6 +211,30 @@ def _configure(selector: Selector, settings: dict[str, Any]) -> None:
         selector.start_at(settings["start"])
     if settings.get("credit") is not None:
         selector.set_credit(settings["credit"])
+
+
+def inapplicable(settings: dict[str, Any]) -> str | None:
+    """Why some of a selector's settings (when, match, matches, filter, action, target,
+    target_from) would not apply, so that the engine would drop them, or None: conditions
+    or a filter on a WHEN that has none, a target on a DELETE or with no action. Every
+    door (the API, the console, a definitions import) is refused them rather than have
+    them dropped unseen."""
+    when, action = settings.get("when"), settings.get("action")
+    parts = []
+    if settings.get("match") or settings.get("matches"):
+        parts.append("the match conditions")
+    if settings.get("filter"):
+        parts.append("the filter")
+    if parts and when is None:
+        return f"a WHEN is needed for {' and '.join(parts)}: give `when` (match or filter)"
+    if parts and when in ("always", "default", "overflow"):
+        return f"when {when!r} has no conditions: leave out {' and '.join(parts)}"
+    targets = [f"`{key}`" for key in ("target", "target_from") if settings.get(key) is not None]
+    if targets and action is None:
+        return f"an action is needed for {' and '.join(targets)}: give `action`"
+    if targets and action == "delete":
+        return f"a delete selector has no target: leave out {' and '.join(targets)}"
+    return None
 
 
 SELECTOR_SETTINGS = {

@@ -42,9 +42,11 @@ from django.db import transaction
 
 from engine import patterns as engine_patterns
 from engine.core import Engine
-from engine.errors import InvalidArgument, XumpError
+from engine.errors import InvalidArgument, InvalidSelector, XumpError
+from engine.fields import check_field
 from engine.selectors import MAX_CONDITIONS
 from engine.validation import check_name
+from xumpweb.router.operations import inapplicable
 from xumpweb.wiring import audit
 from xumpweb.wiring.models import ApiToken, Pattern, Queue, Selector, Store
 
@@ -288,8 +290,10 @@ def _structure(document: Any, problems: list[str]) -> dict[str, list[dict[str, A
 
 def _normalize_selector(selector: dict[str, Any], where: str, problems: list[str]) -> None:
     """Write a selector as export writes it, so a hand-written one pairs with the same
-    existing selector: `field` "address" when not given, a filter-only selector's `when`
-    "filter"."""
+    existing selector: each `field` and the `target_from` in the engine's canonical form
+    (engine/fields.py: "header:color" is kept as "color"), `field` "address" when not
+    given, `when` "match" for a selector with conditions and "filter" for a filter-only
+    one. A `field` given empty is a problem (only a missing one is the address)."""
     match = selector["match"]
     if isinstance(match, dict):
         match = selector["match"] = _normal_match(match, f"{where}: match", problems)
@@ -310,16 +314,31 @@ def _normalize_selector(selector: dict[str, Any], where: str, problems: list[str
         selector["match"] = normal[0] if normal else match
     elif isinstance(match, dict):
         selector["matches"] = [match]
-    if selector["match"] is None and selector["when"] == "match":
-        selector["when"] = "filter"
+    if selector["when"] in ("match", "filter"):
+        selector["when"] = "filter" if selector["match"] is None else "match"
+    selector["target_from"] = _canonical_field(selector["target_from"])
 
 
 def _normal_match(match: dict[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
     bad = sorted(str(key)[:40] for key in set(match) - {"operator", "pattern", "field"})
     if bad:
         problems.append(f"{where}: unknown key(s) {', '.join(bad)}")
+    field_ = match.get("field")
+    if field_ == "":
+        problems.append(f"{where}: field must not be empty (leave it out for the address)")
     return {"operator": match.get("operator"), "pattern": match.get("pattern"),
-            "field": match.get("field") or "address"}  # fmt: skip
+            "field": "address" if field_ is None else _canonical_field(field_)}  # fmt: skip
+
+
+def _canonical_field(field_: Any) -> Any:
+    """A field (or `target_from`) as the engine keeps it; one the engine refuses is left as
+    it is, for the scratch engine to name the problem (_check_wiring)."""
+    if not isinstance(field_, str) or not field_:
+        return field_
+    try:
+        return check_field(field_)
+    except InvalidSelector:
+        return field_
 
 
 def router_settings(selector: dict[str, Any]) -> dict[str, Any]:
@@ -435,6 +454,10 @@ def _check_wiring(doc: dict[str, Any], current: dict[str, Any], problems: list[s
     for index, selector in enumerate(doc["selectors"]):
         where = f"selectors[{index}] (on {selector['queue']})"
         settings = {k: v for k, v in router_settings(selector).items() if k != "queue"}
+        problem = inapplicable(selector)
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
+            continue
         try:
             _check_settings(settings)
             created = scratch.selector_create(selector["queue"])
