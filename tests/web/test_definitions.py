@@ -252,9 +252,11 @@ def test_an_invalid_import_changes_nothing_and_names_every_problem(own) -> None:
         assert len(problems) == 10, problems
         assert client.get("/api/definitions").json() == before
         assert client.post("/api/definitions", json=[1]).status_code == 400
-        assert client.post("/api/definitions", json={"xump_definitions": 2}).json()["problems"] == [
-            "xump_definitions must be 1 (the format's version)"
-        ]
+        for version in (2, True, 1.0, "1"):  # True and 1.0 equal 1 in Python: not versions
+            answer = client.post("/api/definitions", json={"xump_definitions": version})
+            assert answer.json()["problems"] == [
+                "xump_definitions must be 1 (the format's version)"
+            ], version
 
 
 def test_definitions_are_for_admins_only(own) -> None:

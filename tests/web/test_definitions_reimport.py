@@ -191,3 +191,17 @@ def test_a_patch_takes_away_one_half_of_a_when_made_of_conditions_and_a_filter(
         wait_for(lambda: client.get(f"/api/queues/{queue}/stats").json()["routed"] == 2)
         copied = client.get(f"/api/queues/{target}/waiting").json()["messages"]
         assert [m["address"] for m in copied] == ["b"]
+
+
+def test_a_boolean_setting_takes_a_boolean_only(service) -> None:
+    """pydantic's lax mode took "yes", "on", 1 and "1" for true: a typo went through."""
+    with service.client() as client:
+        queue = unique()
+        assert client.post("/api/queues", json={"name": queue}).status_code == 201
+        for wrong in ("yes", 1, "true", "1"):
+            answer = client.post(f"/api/queues/{queue}/selectors", json={
+                "when": "always", "action": "delete", "enabled": wrong})  # fmt: skip
+            assert answer.status_code == 400, (wrong, answer.text)
+            made = client.post("/api/queues", json={"name": unique(), "journal": wrong})
+            assert made.status_code == 400, (wrong, made.text)
+        assert selectors_of(client, queue) == []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictBool
 
 from engine.validation import MAX_PRIORITIES, MAX_SECONDS, MAX_SEQ, MAX_WIRING
 
@@ -49,8 +49,8 @@ class QueueCreate(Strict):
     limit: Count | None = Field(None, description="max unprocessed messages; null: unbounded")
     history: Count = Field(0, description="processed messages kept for browsing")
     dead_letter: str | None = None
-    self_destruct: bool = False
-    journal: bool = Field(True, description="record its events for the archive (pipeline)")
+    self_destruct: StrictBool = False
+    journal: StrictBool = Field(True, description="record its events for the archive (pipeline)")
     max_deliveries: MaxDeliveries | None = None
     redelivery_delay: Seconds | None = Field(
         None, description="seconds a rejected/timed-out message waits; null: none"
@@ -65,8 +65,8 @@ class QueueUpdate(Strict):
     limit: Count | None = None
     history: Count | None = None
     dead_letter: str | None = None
-    self_destruct: bool | None = None
-    journal: bool | None = None
+    self_destruct: StrictBool | None = None
+    journal: StrictBool | None = None
     max_deliveries: MaxDeliveries | None = None
     redelivery_delay: Seconds | None = None
     redelivery_backoff: Backoff | None = None
@@ -101,7 +101,7 @@ class SelectorCreate(Strict):
     target_from: str | None = Field(None, max_length=210, description=TARGET_FROM_DOC)
     start: Literal["current", "head"] | Seq | None = None
     credit: Credit | None = Field(None, description="-1: unlimited (the default)")
-    enabled: bool = False
+    enabled: StrictBool = False
 
 
 class SelectorUpdate(Strict):
@@ -114,7 +114,7 @@ class SelectorUpdate(Strict):
     target_from: str | None = Field(None, max_length=210, description=TARGET_FROM_DOC)
     start: Literal["current", "head"] | Seq | None = None
     credit: Credit | None = None
-    enabled: bool | None = None
+    enabled: StrictBool | None = None
 
 
 class CreditIn(Strict):
@@ -161,7 +161,7 @@ class ConfirmIn(Strict):
 
 class RejectIn(Strict):
     tag: str
-    requeue: bool = True
+    requeue: StrictBool = True
 
 
 class FilterIn(Strict):

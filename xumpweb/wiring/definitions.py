@@ -248,7 +248,8 @@ def _structure(document: Any, problems: list[str]) -> dict[str, list[dict[str, A
     if not isinstance(document, dict):
         problems.append("the document must be a JSON object")
         return {}
-    if document.get("xump_definitions") != VERSION:
+    version = document.get("xump_definitions")
+    if type(version) is not int or version != VERSION:  # not True, not 1.0: they equal 1
         problems.append(f"xump_definitions must be {VERSION} (the format's version)")
     unknown = set(document) - {"xump_definitions", *SECTIONS}
     if unknown:
