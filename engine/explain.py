@@ -66,8 +66,17 @@ class Explaining:
         with self._lock:
             first = self._queue(queue)
             walk = _Walk(self)
+            explained: dict[str, Any] = {"queue": first.name, "mid": message.mid}
+            if message.delay:  # held first (SPEC §8): routed when it falls due, its ttl
+                due = message.timestamp + message.delay  # counted from then
+                explained["scheduled"] = {
+                    "delay": message.delay,
+                    "due": due,
+                    "said": f"held {message.delay:g} s before it is routed; the steps are the "
+                    "network's as it is now, at that time",
+                }
             walk.arrive(first, message, "publish", None)
-            return {"queue": first.name, "mid": message.mid, "steps": walk.steps, "ends": walk.ends}
+            return {**explained, "steps": walk.steps, "ends": walk.ends}
 
 
 class _Walk:

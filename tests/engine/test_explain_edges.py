@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sys
+import time
 from collections import Counter
 from itertools import pairwise
 
@@ -283,3 +284,22 @@ def test_a_chain_longer_than_explain_follows_ends_with_room_left_on_the_stack() 
         sys.setrecursionlimit(limit)
     assert len(said["steps"]) == MAX_STEPS + 1
     assert said["steps"][-1]["outcome"]["kind"] == "not followed"
+
+
+def test_a_delayed_message_is_explained_as_routed_when_it_falls_due() -> None:
+    """explain said nothing of a delay (and the API did not carry it): the answer says the
+    message is held first, and routed when it falls due, its ttl counted from then."""
+    eng = Engine()
+    eng.queue_create("dlq")
+    eng.queue_create("q", dead_letter="dlq")
+    eng.selector_create("q").when_always().do_deliver("app").enable()
+    held = eng.explain("q", Message(address="a", delay=60.0, ttl=10.0))
+    assert held["scheduled"]["delay"] == 60.0 and "held 60 s" in held["scheduled"]["said"]
+    assert held["scheduled"]["due"] > time.time() + 59
+    assert [end["outcome"] for end in held["ends"]] == ["delivered"]
+    assert "scheduled" not in eng.explain("q", Message(address="a"))
+    # as the routing does it: held, then delivered when due (the ttl counts from then)
+    assert eng.publish("q", Message(address="a", delay=60.0, ttl=10.0)) == []
+    assert eng.stats("q")["scheduled"] == 1
+    [delivered] = eng.tick(now=time.time() + 61)
+    assert delivered.destination == "app" and eng.stats("dlq")["depth"] == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.web.conftest import unique, wait_for
 from tests.web.test_api_conditions import three_conditions
 
@@ -37,6 +39,18 @@ def test_explain_gives_verdicts_and_changes_nothing(service) -> None:
         )
         assert [s["queue"] for s in said.json()["steps"]] == [queue, target]
         assert client.get(f"/api/queues/{queue}/stats").json() == before
+
+
+def test_explain_says_a_delayed_message_is_held_first(service) -> None:
+    """`delay` and `not_before` were dropped on the way to the engine: the answer was that
+    of a message routed at once."""
+    with service.client() as client:
+        queue = make_queue(client)
+        for timing in ({"delay": 30}, {"not_before": time.time() + 30}):
+            said = client.post(f"/api/queues/{queue}/explain", json={"address": "a", **timing})
+            assert said.status_code == 200, said.text
+            assert 29 <= said.json()["scheduled"]["delay"] <= 30, timing
+        assert "scheduled" not in client.post(f"/api/queues/{queue}/explain", json={}).json()
 
 
 def test_explain_refuses_bad_bodies_unknown_queues_and_callers_without_read(service) -> None:

@@ -53,6 +53,7 @@ def explain(request: HttpRequest, queue: str):
         "headers": dict(message.headers),
         "return_address": message.return_address,
         "ttl": message.ttl,
+        "delay": message.delay,  # `not_before` is one by now (publishing._lifetime)
     }
     return call("explain", queue=queue, message=envelope)
 

@@ -314,14 +314,15 @@ def _restore(selector: Selector, spec: Any, settings: dict[str, Any]) -> None:
 
 
 def explain(engine: Engine, queue: str, message: dict[str, Any]) -> Answer:
-    """Engine.explain of a message given as JSON (address, headers, return_address, ttl);
-    the body never changes where a message goes, so it is not carried."""
+    """Engine.explain of a message given as JSON (address, headers, return_address, ttl,
+    delay); the body never changes where a message goes, so it is not carried."""
     envelope = Message(
         message.get("address", ""),
         message.get("headers") or {},
         b"",
         message.get("return_address"),
         ttl=message.get("ttl"),
+        delay=message.get("delay"),
     )
     return engine.explain(queue, envelope), NONE
 
