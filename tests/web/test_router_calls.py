@@ -140,7 +140,12 @@ def test_an_update_replays_no_history_again(relay) -> None:
     assert relay.call("stats", queue=target)["published"] == 3
     relay.publish_many(queue, [Message(address="m", body=b"new")])
     assert relay.call("stats", queue=target)["published"] == 4  # and it routes live traffic
+    relay.call("selector_update", queue=queue, id=made["id"], start="head", credit=5)
+    assert relay.call("stats", queue=target)["published"] == 4  # the same start: no replay
     relay.call("selector_update", queue=queue, id=made["id"], enabled=False)
     relay.call("selector_update", queue=queue, id=made["id"], enabled=True)
     # enabled anew: it starts at the head again, as a newly enabled selector does
     assert relay.call("stats", queue=target)["published"] == 8
+    relay.call("selector_update", queue=queue, id=made["id"], start=3)
+    # another start, given while it routes: it starts there (seqs 3 and 4 of the history)
+    assert relay.call("stats", queue=target)["published"] == 10

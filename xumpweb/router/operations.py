@@ -268,8 +268,9 @@ def selector_create(engine: Engine, queue: str, **settings: Any) -> Answer:
 def selector_update(engine: Engine, queue: str, id: int, **settings: Any) -> Answer:
     """Change some of a selector's settings: all of them, or (refused) none. Paused while it
     changes, so a half-changed selector never routes, and resumed as it was (no history
-    replayed anew, a replay under way goes on); on a bad setting the old ones come back,
-    the credit in use untouched."""
+    replayed anew, a replay under way goes on) unless the change gives it another `start`
+    (then it starts there, as when enabled); on a bad setting the old ones come back, the
+    credit in use untouched."""
     _check_settings(settings)
     selector = engine.selector_fetch(queue, id)
     before = selector.spec
@@ -284,9 +285,11 @@ def selector_update(engine: Engine, queue: str, id: int, **settings: Any) -> Ans
         raise
     if not settings.get("enabled", was_enabled):
         return selector_json(selector), []
-    # a selector enabled by this change starts as a new one does (its `start`)
-    deliveries = selector.resume(position) if was_enabled else selector.enable()
-    return selector_json(selector), deliveries
+    # a selector enabled by this change, or given another start, starts as a new one does
+    moved = settings.get("start") is not None and settings["start"] != before.start
+    if was_enabled and not moved:
+        return selector_json(selector), selector.resume(position)
+    return selector_json(selector), selector.enable()
 
 
 def _restore(selector: Selector, spec: Any, settings: dict[str, Any]) -> None:
