@@ -73,10 +73,13 @@ def test_a_step_redis_never_made_durable_sends_no_message(own_redis) -> None:
     eventually(lambda: held(subscriber) or subscriber.disconnected,
                "the message after the restart, or the subscriber's end", within=90)  # fmt: skip
     got = held(subscriber)
-    if not got:
-        again = eventually(lambda: _stomp_client(service, port, None, quiet=True),
-                           "a STOMP connection after the restart", within=60)  # fmt: skip
-        again.subscribe(f"/queue/{queue}")
-        again.wait(lambda: bool(held(again)), "the message, to the new subscription", 90)
-        got = held(again)
-    assert [m.headers["redelivered"] for m in got] == ["false"]
+    if got:
+        assert [m.headers["redelivered"] for m in got] == ["false"]  # routed once
+        return
+    again = eventually(lambda: _stomp_client(service, port, None, quiet=True),
+                       "a STOMP connection after the restart", within=60)  # fmt: skip
+    again.subscribe(f"/queue/{queue}")
+    again.wait(lambda: bool(held(again)), "the message, to the new subscription", 90)
+    # once; redelivered it may be: the ended session may have claimed it after the restart
+    # and given it back unsent, which counts as a delivery (as RabbitMQ counts one)
+    assert len(held(again)) == 1

@@ -287,9 +287,8 @@ def selector_update(engine: Engine, queue: str, id: int, **settings: Any) -> Ans
         return selector_json(selector), []
     # a selector enabled by this change, or given another start, starts as a new one does
     moved = settings.get("start") is not None and settings["start"] != before.start
-    if was_enabled and not moved:
-        return selector_json(selector), selector.resume(position)
-    return selector_json(selector), selector.enable()
+    deliveries = selector.resume(position) if was_enabled and not moved else selector.enable()
+    return selector_json(selector), deliveries  # the answer made after: it is enabled
 
 
 def _restore(selector: Selector, spec: Any, settings: dict[str, Any]) -> None:
