@@ -709,6 +709,21 @@ def test_rights_are_checked_on_send_and_subscribe(http, clients):
     assert "consume" in reader.errors[0].body
 
 
+def test_a_send_or_subscribe_refused_for_want_of_its_right_makes_no_mailbox(http, clients):
+    """A token that may manage a queue but not publish on it (or consume from it) made the
+    mailbox first and was refused after, leaving a queue (and its audit) behind."""
+    for verb in ("send", "subscribe"):
+        name = unique("mb")
+        client = clients(token=issue_token(http, {name: ["manage"]}))
+        if verb == "send":
+            client.send(f"/queue/{name}", "x", receipt="r")
+        else:
+            client.connection.subscribe(f"/queue/{name}", "1", headers={"receipt": "r"})
+        client.wait(lambda c=client: c.errors, "an ERROR")
+        assert client.errors[0].headers["receipt-id"] == "r"
+        assert name not in queue_names(http), verb
+
+
 def test_a_token_scoped_to_its_service_queue_answers_through_a_temp_queue(http, clients):
     """Request/reply as on RabbitMQ: the replier's token holds a right on its own queue
     only, and the reply-to names the caller's private temp queue, which holding its name

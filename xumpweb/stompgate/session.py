@@ -569,13 +569,15 @@ class StompSession:
             return
         group_commit().submit(_StompPending(self, queue, message, action.receipt, slot))
 
-    async def _mailbox(self, name: str) -> None:
+    async def _mailbox(self, name: str, right: str) -> None:
         """/queue/<name>: make the mailbox <name> when it is missing and the caller may
-        manage it (mailboxes.py); asked once per name and connection."""
+        manage it (mailboxes.py) and do what it came for (`right`: publish or consume; a
+        SEND or SUBSCRIBE refused for want of it leaves nothing behind); asked once per
+        name and connection."""
         if name in self.mailboxes or mailboxes.is_private(name):
             return
         self.mailboxes.add(name)
-        if self._may("manage", name):
+        if self._may("manage", name) and self._may(right, name):
             await mailboxes.ensure(self.service, name, self.who)
 
     async def _send_target(self, action: Publish) -> bool:
@@ -586,13 +588,13 @@ class StompSession:
         if action.queue is None:
             await self._topic_router()
         else:
-            await self._mailbox(action.queue)
+            await self._mailbox(action.queue, "publish")
         return True
 
     async def _subscribe_target(self, action: Subscribe) -> bool:
         """The same for a SUBSCRIBE's: a mailbox, an exchange."""
         if action.kind == "queue":
-            await self._mailbox(action.destination)
+            await self._mailbox(action.destination, "consume")
         elif action.kind == "exchange" and action.exchange is not None:
             return await self._exchange(action.exchange, "consume", action.receipt)
         return True
