@@ -28,13 +28,12 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 
 from engine import filter_ast
 from engine.errors import InvalidSelector
-from engine.validation import text_problem
+from engine.validation import surrogate_at, text_problem
 
 MAX_LENGTH = 10 * 1024
 MAX_DEPTH = 100
 _LONG_MIN = -(2**63)
 _LONG_MAX = 2**63 - 1
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Deep(Exception):
@@ -386,10 +385,10 @@ def parse(text: str) -> filter_ast.Node:
         raise InvalidSelector(f"a filter expression must be a string, not {type(text).__name__}")
     if len(text.encode("utf-8", errors="surrogatepass")) > MAX_LENGTH:
         raise InvalidSelector(f"the expression is longer than {MAX_LENGTH // 1024} KiB")
-    problem = text_problem(text)
-    if problem is not None:  # anywhere: in a string, a quoted name or a comment
-        column = _SURROGATE.search(text).start() + 1  # type: ignore[union-attr]
-        raise InvalidSelector(f"the expression, at column {column}, {problem}", column)
+    at = surrogate_at(text)
+    if at is not None:  # anywhere: in a string, a quoted name or a comment
+        problem = text_problem(text)
+        raise InvalidSelector(f"the expression, at column {at + 1}, {problem}", at + 1)
     if not text.strip():
         raise InvalidSelector("the expression is empty", 1)
     try:

@@ -35,7 +35,7 @@ from typing import Any
 import re2
 
 from engine.errors import InvalidSelector
-from engine.validation import shown, text_problem
+from engine.validation import shown, surrogate_at, text_problem
 
 MATCH_OPERATORS = ("eq", "topic", "prefix", "regex")
 MAX_PATTERN = 1000  # characters of a match pattern (the catalog's column holds as many)
@@ -251,10 +251,9 @@ class RegexIndex:
 def _check_text(what: str, pattern: str) -> None:
     """InvalidSelector (with its column) when `pattern` holds a lone surrogate: RE2 and
     every store read UTF-8, which cannot carry one."""
-    problem = text_problem(pattern)
-    if problem is not None:
-        column = _SURROGATE.search(pattern).start() + 1  # type: ignore[union-attr]
-        raise InvalidSelector(f"{what} {problem}", column)
+    at = surrogate_at(pattern)
+    if at is not None:
+        raise InvalidSelector(f"{what} {text_problem(pattern)}", at + 1)
 
 
 def compile_regex(pattern: str) -> Any:

@@ -27,20 +27,28 @@ MAX_HEADERS = 1000  # headers on one message
 MIN_INT, MAX_INT = -(2**63), 2**64 - 1
 
 
-def text_problem(text: str) -> str | None:
-    """Why `text` cannot be carried as UTF-8 (a lone surrogate), or None. Says where and
-    which code point, never the text itself: error messages are shown to people and kept
-    in the refused-commands list."""
+def surrogate_at(text: str) -> int | None:
+    """The index of the first lone surrogate in `text` (which UTF-8 cannot carry), or None."""
     if text.isascii():  # the common case, in C
         return None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        return (
-            f"holds a lone surrogate (U+{ord(text[error.start]):04X}) at index {error.start}; "
-            "text must be valid Unicode (UTF-8 encodable)"
-        )
+        return error.start
     return None
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be carried as UTF-8 (a lone surrogate), or None. Says where and
+    which code point, never the text itself: error messages are shown to people and kept
+    in the refused-commands list."""
+    at = surrogate_at(text)
+    if at is None:
+        return None
+    return (
+        f"holds a lone surrogate (U+{ord(text[at]):04X}) at index {at}; "
+        "text must be valid Unicode (UTF-8 encodable)"
+    )
 
 
 def check_text(what: str, text: str) -> str:
