@@ -280,7 +280,9 @@ def read_records(system: System, end: float) -> Record:
         closed: dict[str, tuple[float, bool]] = {}
         held: dict[tuple[str, str], float] = {}
         acks: dict[tuple[str, str], float] = {}
-        for fields in (line.split("\t") for line in subscriber.log.read_text().splitlines()):
+        # whole lines only: a subscriber may be writing its last line as it is read
+        lines = subscriber.log.read_text().split("\n")[:-1]
+        for fields in (line.split("\t") for line in lines):
             kind, at = fields[0], float(fields[2])
             if kind == "start":
                 run += 1
