@@ -50,7 +50,14 @@ def test_edges_drawn_by_action_and_a_click_opens_the_queue(page, relay):
     assert sorted(styles) == [["copy", "dashed", "rgb(31,111,235)"],
                               ["move", "solid", "rgb(36,41,47)"]]  # fmt: skip
     # traffic makes the edges leaving the queue thicker, live: for as long as its rate
-    # shows (a snapshot or two), so the page notes the moment it happens, however briefly
+    # shows (a snapshot or two), so the page notes the moment it happens, however briefly.
+    # First the page must know the queue's counters from before the traffic: its label
+    # shows a rate (0/s) once a live frame (or a second poll of the snapshot) has it.
+    page.wait_for_function(
+        "q => window.xumpTopology.getElementById('q:' + q).data('label').endsWith('/s')",
+        arg=orders,
+        timeout=15_000,
+    )
     page.evaluate(
         "q => { const cy = window.xumpTopology; window.wide = false;"
         " cy.on('data', 'edge', () => { if (cy.getElementById('q:' + q).outgoers('edge')"

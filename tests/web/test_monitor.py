@@ -21,7 +21,7 @@ from tests.web.test_subscribe import (
     take,
     xump,
 )
-from xumpweb.live.monitor import EVERY, QUIET_EVERY
+from xumpweb.live.monitor import EVERY, QUIET_EVERY, RateMeter
 
 __all__ = ["xump"]  # the fixture
 
@@ -197,3 +197,25 @@ def test_it_says_redis_is_down_and_since_when_instead_of_falling_silent(lonely):
         assert again["status"]["redis"]["since"] == down["status"]["redis"]["since"]
         redis_server.start()
         frame_where(socket, lambda f: f["status"]["redis"]["ok"] and f["status"]["routing"]["ok"])
+
+
+def test_a_burst_into_a_queue_made_between_two_snapshots_shows_as_a_rate():
+    """A queue first seen with 50 published, in the snapshot after one that had no such
+    queue, was made (empty) in between: 50 in 0.5 s is 100/s, not no rate at all. (The
+    topology page's thick edges waited for a rate that never came when a queue was made and
+    filled before the router's next snapshot.) A queue in the first snapshot read has none."""
+    meter = RateMeter()
+    stats = dict.fromkeys(("published", "delivered", "confirmed"), 0)
+    first = meter.rates({"time": 10.0, "queues": [{"name": "old", "stats": stats}]}, 10.1)
+    assert first["old"]["published"] == 0
+    burst = dict(stats, published=50)
+    second = {"time": 10.5, "queues": [{"name": "old", "stats": stats},
+                                       {"name": "new", "stats": burst}]}  # fmt: skip
+    assert meter.rates(second, 10.6)["new"]["published"] == 100.0
+    # read again (no newer snapshot yet): the rate stands, not counted twice
+    assert meter.rates(second, 10.7)["new"]["published"] == 100.0
+    third = {"time": 11.0, "queues": [{"name": "old", "stats": stats},
+                                      {"name": "new", "stats": burst}]}  # fmt: skip
+    assert meter.rates(third, 11.1)["new"]["published"] == 0
+    # a meter that starts on a snapshot knows no earlier counters: no rate yet
+    assert RateMeter().rates(second, 10.6)["new"]["published"] == 0

@@ -53,11 +53,17 @@ _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class RateMeter:
-    """Per-second rates of each queue's counters, from consecutive snapshots."""
+    """Per-second rates of each queue's counters, from consecutive snapshots.
+
+    A queue first seen in a snapshot that follows one this meter read without it is new
+    (made between the two): its counters were zero at the earlier snapshot, so a burst into
+    a queue made a moment ago shows as a rate. A queue in the first snapshot the meter reads
+    has no rate yet (its counters' earlier values are not known)."""
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[float, dict[str, int]]] = {}
         self._rates: dict[str, dict[str, float]] = {}
+        self._taken: float | None = None  # the time of the last snapshot read
 
     def rates(self, snapshot: dict[str, Any], now: float) -> dict[str, dict[str, float]]:
         taken = snapshot.get("time")
@@ -65,7 +71,9 @@ class RateMeter:
         for queue in snapshot.get("queues", []):
             name = queue["name"]
             stats = queue.get("stats", {})
-            last = self._last.get(name)
+            seen = last = self._last.get(name)
+            if seen is None and self._taken is not None and taken is not None:
+                last = (self._taken, {})  # new since the snapshot before: it was empty
             if taken is None:
                 rates = dict.fromkeys(RATES, 0.0)
             elif last is not None and taken > last[0]:
@@ -78,12 +86,14 @@ class RateMeter:
                 rates = self._rates.get(name, dict.fromkeys(RATES, 0.0))
             else:
                 rates = dict.fromkeys(RATES, 0.0)
-            if taken is not None and (last is None or taken > last[0]):
+            if taken is not None and (seen is None or taken > seen[0]):
                 self._last[name] = (taken, dict(stats))
             found[name] = rates
         for gone in set(self._last) - set(found):
             del self._last[gone]
         self._rates = found
+        if taken is not None and (self._taken is None or taken > self._taken):
+            self._taken = taken
         return found
 
 
@@ -204,6 +214,7 @@ class MonitorHub:
             self.task.cancel()
             self.task = None
             self.latest = None
+            self.meter = RateMeter()  # the next watch starts afresh, not from long ago
 
     def _offer(self, made: dict[str, Any]) -> None:
         self.latest = (made, _encode(made))
