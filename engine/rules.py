@@ -644,6 +644,8 @@ class Rules:
             if not is_name(name) or name[0] == "$":
                 return None, ("no-target", f"its {field} is not a destination name", None)
             return name, NO_FAILURE
+        if name[0] == "$":  # the engine's own queues (SPEC §1): a message names none
+            return None, ("no-target", f"its {field} names a reserved queue", None)
         target = self._target_named(name)
         if target is None:
             if not is_name(name):

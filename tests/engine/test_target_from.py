@@ -80,6 +80,23 @@ def test_a_name_of_no_queue_dead_letters_with_no_such_queue_and_the_name(eng, ac
     assert letters[0].headers["x-target"] == "nowhere"
 
 
+@pytest.mark.parametrize("action", ["copy", "move", "bounce"])
+def test_a_reserved_queue_is_no_target(eng_dlq: Engine, action: str) -> None:
+    """Names starting with `$` are the engine's own (SPEC §1): a message cannot send itself
+    into `$dead` (a forged dead letter, without x-reason) by naming it, as a DELIVER cannot
+    name a `$` destination."""
+    eng = eng_dlq
+    dead_letter_queue(eng)
+    network(eng, action, "to", dead_letter=None)
+    eng.queue_update("in", dead_letter="dlq")
+    eng.publish("nowhere", Message(address="x"))  # makes $dead: the engine's own
+    assert eng.queue_fetch("$dead").depth == 1
+    eng.publish("in", Message(address="x", headers={"to": "$dead"}))
+    assert eng.queue_fetch("$dead").depth == 1
+    letters = dead(eng)
+    assert [m.headers["x-reason"] for m in letters] == ["no-target"]
+
+
 def test_without_a_dead_letter_queue_the_message_is_dropped_and_counted(eng: Engine) -> None:
     network(eng, "move", "to", dead_letter=None)
     assert eng.publish("in", Message(address="x", headers={"to": "nowhere"})) == []
