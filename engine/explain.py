@@ -16,11 +16,15 @@ Nothing changes: no counter, depth, credit, turn, history, journal event or mid 
 (the message is checked as a publish checks it but keeps the mid it was given, or none).
 Conditions are compiled per call (explain is not a hot path); the verdicts use the same
 indexes and field readers as the routing table, so the paper agrees with the routing.
+
+The words of a WHEN's verdict (`why_not_met`: which condition failed on what value, the
+filter FALSE or UNKNOWN; `default_passes`, OVERFLOW_ONLY) are module-level so that the
+console's selector preview, which judges a selector not yet saved, says the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.errors import InvalidArgument
@@ -32,6 +36,9 @@ from engine.selectors import all_matches, describe
 from engine.validation import check_name
 
 MAX_STEPS = 200  # queues one explanation visits at most (a network is finite; so is paper)
+SHOWN = 200  # characters of a message's value that a verdict quotes
+
+OVERFLOW_ONLY = "overflow: acts only on a message arriving at a full queue"
 
 # where a message goes next: (queue, the message as it arrives there, how, from where). The
 # methods that send a message on return its hop, and `arrive` or `act` follows it: two
@@ -125,7 +132,7 @@ class _Walk:
             for v in matched:
                 if v["when"] == "default":
                     v["meets"] = False
-                    v["reason"] = "default: acts only when no other selector matches"
+                    v["reason"] = default_passes([p["selector"] for p in plain])
         else:
             chosen = [v for v in matched if v["when"] == "default"]
             if not chosen:
@@ -174,32 +181,16 @@ class _Walk:
             v["reason"] = "disabled"
             return v
         if spec.when == "overflow" and not full:
-            v["reason"] = "overflow: acts only on a message arriving at a full queue"
+            v["reason"] = OVERFLOW_ONLY
             return v
         if spec.when != "overflow" and full:
             v["reason"] = "the queue is full: only its overflow selector acts"
             return v
-        if spec.when == "match":
-            for number, match in enumerate(all_matches(spec), 1):
-                if not condition_matcher(match)(message):
-                    operator, pattern, field = match
-                    value = field_reader(field)(message)
-                    seen = "it has none" if value is None else f"it is {value[:200]!r}"
-                    v["reason"] = (
-                        f"condition {number} failed: {field} {operator} {pattern} ({seen})"
-                    )
-                    v["condition"] = number
-                    return v
-            if sel.matches is not None:
-                truth = sel.matches.truth(message)  # type: ignore[attr-defined]
-                if truth is not True:
-                    v["reason"] = (
-                        "filter is FALSE"
-                        if truth is False
-                        else "filter is UNKNOWN (a header it reads is missing or of another kind)"
-                    )
-                    v["filter"] = "false" if truth is False else "unknown"
-                    return v
+        if spec.when == "match":  # a filter alone is a match without conditions
+            failed = why_not_met(all_matches(spec), sel.matches)(message)
+            if failed is not None:
+                v.update(failed)
+                return v
         v["meets"] = True
         return v
 
@@ -369,6 +360,56 @@ class _Walk:
             return None
         dead = dead_lettered(message, reason, qrt.name, detail, extra)
         return self.hop(target, dead, "dead_letter", {"queue": qrt.name, "reason": reason})
+
+
+def why_not_met(
+    matches: Sequence[tuple[str, str, str]], selects: Callable[[Message], bool] | None
+) -> Callable[[Message], dict[str, Any] | None]:
+    """The verdict of a WHEN made of MATCH conditions (operator, pattern, canonical field;
+    the indexed one first) and a filter compiled by `compile_filter` (or None), as a
+    function of one message: None when the message meets every condition and the filter,
+    else why not: {"reason": "condition 2 failed: ...", "condition": 2}, or {"reason":
+    "filter is FALSE" or "filter is UNKNOWN (...)", "filter": "false" or "unknown"}.
+    Decided as the routing table decides it (the same indexes, the same header text),
+    compiled once for many messages (the console's preview). InvalidSelector for a bad
+    pattern."""
+    conditions = [
+        (number, match, condition_matcher(match), field_reader(match[2]))
+        for number, match in enumerate(matches, 1)
+    ]
+    truth = None if selects is None else selects.truth  # type: ignore[attr-defined]
+
+    def judge(message: Message) -> dict[str, Any] | None:
+        for number, (operator, pattern, field), meets, read in conditions:
+            if not meets(message):
+                value = read(message)
+                seen = "it has none" if value is None else f"it is {value[:SHOWN]!r}"
+                reason = f"condition {number} failed: {field} {operator} {pattern} ({seen})"
+                return {"reason": reason, "condition": number}
+        if truth is None:
+            return None
+        found = truth(message)
+        if found is True:
+            return None
+        if found is False:
+            return {"reason": "filter is FALSE", "filter": "false"}
+        return {
+            "reason": "filter is UNKNOWN (a header it reads is missing or of another kind)",
+            "filter": "unknown",
+        }
+
+    return judge
+
+
+def default_passes(matched: Sequence[int], said: str = "") -> str:
+    """Why a DEFAULT selector does not act on a message: the selectors `matched` (their
+    ids, in order) match it (rule 6); `said`, what the first does, for a reader who does
+    not see it beside."""
+    shown = ", ".join(str(number) for number in matched[:10]) + (" ..." if matched[10:] else "")
+    which = f"selector {shown} matches it" if len(matched) == 1 else f"selectors {shown} match it"
+    if said:
+        said = f" ({said[:SHOWN]})" if len(matched) == 1 else f" ({matched[0]}: {said[:SHOWN]})"
+    return f"default: acts only when no other selector matches, and {which}{said}"
 
 
 def _in_order(qrt: QueueRuntime) -> list[SelectorRuntime]:

@@ -4,7 +4,7 @@ messages, creating, disabling and deleting a selector."""
 from __future__ import annotations
 
 from engine.message import Message
-from tests.browser.conftest import make_queue, publish
+from tests.browser.conftest import axe_scan, csp_visit, make_queue, publish
 
 
 def orders_queue(relay, count: int = 30) -> str:
@@ -142,4 +142,37 @@ def test_conditions_are_added_and_removed_and_all_must_hold(page, relay):
     page.get_by_role("button", name="Preview against recent messages").click()
     # priority 9 among the 30 in history (3 of them) and the 3 late ones waiting
     page.locator("#preview").get_by_text("6 of the last").wait_for()
+    assert not page.errors
+
+
+def test_preview_says_why_each_other_message_is_not_taken(page, relay):
+    """Built with two conditions in the builder, the preview lists the messages it would not
+    take, each with the condition it fails and the value it saw (SPEC §12, explain's
+    words), apart from the table of those it takes; the page stays accessible."""
+    queue = orders_queue(relay)
+    broken = csp_visit(page, f"/queues/{queue}/selectors/new/")
+    page.get_by_label("match operator").select_option("topic")
+    page.get_by_label("pattern", exact=True).fill("orders.eu")
+    page.locator("#add-condition").click()
+    condition = page.locator("#more-conditions .condition").nth(0)
+    condition.get_by_label("operator").select_option("eq")
+    condition.get_by_label("pattern").fill("9")
+    condition.get_by_label("field").fill("priority")
+    page.get_by_label("DO").select_option("delete")
+    page.get_by_role("button", name="Preview against recent messages").click()
+    # orders.eu with priority 9: n = 9, 19, 29 in history and the 3 late ones waiting
+    page.locator("#preview").get_by_text("6 of the last 33").wait_for()
+    assert page.locator("#preview tbody tr").count() == 6  # the table lists the taken only
+    not_taken = page.locator("#preview-not-taken")
+    not_taken.get_by_text("Not taken (27)").click()
+    # seq n is order n: even n are orders.us, odd n have priority n % 10
+    us, eu = not_taken.locator('li[data-seq="2"]'), not_taken.locator('li[data-seq="7"]')
+    assert us.inner_text().endswith(
+        "condition 1 failed: address topic orders.eu (it is 'orders.us')"
+    )
+    assert eu.inner_text().endswith("condition 2 failed: priority eq 9 (it is '7')")
+    assert eu.is_visible()
+    assert not_taken.locator("li").count() == 27
+    assert axe_scan(page) == []
+    assert broken() == []
     assert not page.errors

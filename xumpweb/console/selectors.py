@@ -2,11 +2,15 @@
 against the source queue's recent messages, enable / disable / delete.
 
 The preview decides in this process, with the engine's own matching and filter code, which
-of the last 100 messages (history and waiting) the selector would take; it changes nothing.
+of the last 100 messages (history and waiting) the selector would take, and says of each
+other one why not, in the words of the engine's explain (SPEC §12: which condition failed
+on what value, the filter FALSE or UNKNOWN, the default or overflow rule); it changes
+nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -15,9 +19,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from engine.errors import InvalidSelector
+from engine.explain import OVERFLOW_ONLY, default_passes, why_not_met
 from engine.filters import compile_filter
 from engine.matching import check_pattern
-from engine.routing_table import when_matcher
+from engine.message import Message
 from engine.selectors import checked_matches
 from xumpweb.access import check, requires
 from xumpweb.console.common import CallFailed, audit, call, shown, to_message
@@ -151,15 +156,16 @@ def validate_pattern(request: HttpRequest) -> HttpResponse:
     return render(request, "console/partials/expression_check.html", context)
 
 
-def matcher(settings: dict[str, Any]) -> Any:
-    """A function telling whether a message meets a selector's WHEN (match and filter), as
-    the engine itself decides it when it routes or replays history (the same indexes, the
-    same text for a numeric header). InvalidSelector for a bad pattern."""
+def unmet(settings: dict[str, Any]) -> Callable[[Message], dict[str, Any] | None]:
+    """Why a message does not meet a WHEN of MATCH conditions and/or a filter (None when it
+    does), as the engine decides it when it routes or replays history and says it when it
+    explains (engine.explain.why_not_met). InvalidSelector for a bad pattern or filter."""
     matches = settings.get("matches") or ([settings["match"]] if settings.get("match") else [])
     expression = settings.get("filter")
-    checked = checked_matches(matches) if matches else ()
-    first, more = (checked[0], checked[1:]) if checked else (None, ())
-    return when_matcher(first, compile_filter(expression) if expression else None, more)
+    return why_not_met(
+        checked_matches(matches) if matches else (),
+        compile_filter(expression) if expression else None,
+    )
 
 
 def selector_settings(selector: dict[str, Any]) -> dict[str, Any]:
@@ -167,20 +173,40 @@ def selector_settings(selector: dict[str, Any]) -> dict[str, Any]:
             "matches": selector.get("matches"), "filter": selector.get("filter")}  # fmt: skip
 
 
-def taken_by(settings: dict[str, Any], others: list[dict[str, Any]], message: Any) -> bool:
+def why_not_taken(
+    settings: dict[str, Any], others: list[dict[str, Any]]
+) -> Callable[[Message], str | None]:
+    """For the selector in `settings` beside the queue's `others`: a function giving, for
+    one message, None when the selector would take it, else why not. A DEFAULT selector
+    acts only on what no other enabled selector (defaults and overflows aside) matches; an
+    OVERFLOW selector only on a message arriving at a full queue, which a message already
+    in the queue did not (or it would not be there)."""
     when = settings["when"]
     if when == "always":
-        return True
+        return lambda message: None
     if when == "overflow":
-        return False
+        return lambda message: OVERFLOW_ONLY
     if when == "default":
-        for other in others:
-            if not other.get("enabled") or other["when"] in ("default", "overflow"):
-                continue
-            if other["when"] == "always" or matcher(selector_settings(other))(message):
-                return False
-        return True
-    return matcher(settings)(message)
+        rivals = [
+            (other["id"], str(other.get("describe") or ""), unmet(selector_settings(other)))
+            for other in sorted(others, key=lambda other: other["id"])
+            if other.get("enabled") and other["when"] not in ("default", "overflow")
+        ]
+
+        def default(message: Message) -> str | None:
+            matched = [(number, said) for number, said, fails in rivals if fails(message) is None]
+            if not matched:
+                return None
+            return default_passes([number for number, _ in matched], matched[0][1])
+
+        return default
+    fails = unmet(settings)
+
+    def condition(message: Message) -> str | None:
+        failed = fails(message)
+        return None if failed is None else failed["reason"]
+
+    return condition
 
 
 def priority_level(message: dict[str, Any], levels: int) -> int:
@@ -197,7 +223,8 @@ def priority_level(message: dict[str, Any], levels: int) -> int:
 @requires("read", queue="name")
 @require_POST
 def preview(request: HttpRequest, name: str) -> HttpResponse:
-    """Which of the source queue's last 100 messages the selector in the form would take."""
+    """Which of the source queue's last 100 messages the selector in the form would take,
+    and why each other one would not be taken."""
     form = SelectorForm(request.POST)
     context: dict[str, Any] = {"queue": {"name": name}, "taken": [], "examined": 0}
     if not form.is_valid():
@@ -217,18 +244,21 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
     candidates = sorted(recent + waiting, key=lambda m: m["seq"], reverse=True)[:PREVIEW]
     own = request.POST.get("selector_id")
     others = [s for s in others if str(s["id"]) != own]
+    waiting_seqs = {m["seq"] for m in waiting}
     try:
-        meets = matcher(settings) if settings["when"] in ("match", "filter") else None
-        taken = []
+        judge = why_not_taken(settings, others)
+        taken, not_taken = [], []
         for out in candidates:
-            message = to_message(out)
-            hit = meets(message) if meets else taken_by(settings, others, message)
-            if hit:
+            reason = judge(to_message(out))
+            if reason is None:
                 taken.append(shown(out))
+            else:
+                seq = out["seq"]
+                not_taken.append({"seq": seq, "address": out.get("address") or "",
+                                  "waiting": seq in waiting_seqs, "reason": reason})  # fmt: skip
     except InvalidSelector as invalid:
         context["error"] = str(invalid)
         return render(request, "console/partials/preview.html", context)
-    waiting_seqs = {m["seq"] for m in waiting}
     for message in taken:
         message["waiting"] = message["seq"] in waiting_seqs
         message["priority"] = priority_level(message, levels)
@@ -238,6 +268,7 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
     context.update(
         levels=levels,
         taken=taken,
+        not_taken=not_taken,
         examined=len(candidates),
         when=settings["when"],
         action=settings["action"],
