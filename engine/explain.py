@@ -12,6 +12,14 @@ far as it goes before the next and before the take (rules.py routes an arrival a
 so a queue that one reaches is visited for the rest (rule 2), as it is for the routing.
 Targets named by the message are found by the routing's own `_named_target`.
 
+Shards (forwarding.py, docs/scaling.md): a copy, move, bounce or dead letter into another
+shard's queue (a stand-in) is a forward there, and a DELIVER to a destination read on
+another shard a MOVE into its delivery queue there (no such queue known here: dead-lettered
+`no-target`, as rules.py does). Such a queue is a step of its own, with its `shard` and the
+outcome `forwarded`, where the walk ends: a stand-in is a name and a shard, and this engine
+holds none of that shard's selectors, limits or dead-letter queues to follow, so explain
+says no more than it knows. A MOVE's step says the credit it holds until settled back.
+
 Nothing changes: no counter, depth, credit, turn, history, journal event or mid is touched
 (the message is checked as a publish checks it but keeps the mid it was given, or none).
 Conditions are compiled per call (explain is not a hot path); the verdicts use the same
@@ -31,7 +39,7 @@ from engine.errors import InvalidArgument
 from engine.fields import field_reader
 from engine.message import Message
 from engine.routing_table import SelectorRuntime, condition_matcher
-from engine.rules import QueueRuntime, _bounced, _choose_taker, dead_lettered
+from engine.rules import QueueRuntime, _bounced, _choose_taker, dead_lettered, no_delivery_queue
 from engine.selectors import all_matches, describe
 from engine.validation import check_name
 
@@ -57,6 +65,8 @@ class Explaining:
     _time: Callable[[], float]
     _target_named: Callable[[str], QueueRuntime | None]
     _named_target: Callable[..., tuple[Any, tuple[str, str | None, dict | None]]]
+    _elsewhere: Callable[[str], str | None]  # forwarding.py: a destination read elsewhere
+    _remote: dict[str, Any]  # forwarding.py: stand-ins of other shards' queues
     dead_letter: str | None
 
     def explain(self, queue: str, message: Message) -> dict[str, Any]:
@@ -100,7 +110,12 @@ class _Walk:
         self.ends.append({"queue": queue, "outcome": outcome, **more})
 
     def arrive(
-        self, qrt: QueueRuntime, message: Message, how: str, source: dict[str, Any] | None
+        self,
+        qrt: QueueRuntime,
+        message: Message,
+        how: str,
+        source: dict[str, Any] | None,
+        destination: str | None = None,
     ) -> None:
         step: dict[str, Any] = {"queue": qrt.name, "arrives_by": how, "from": source}
         if len(self.steps) >= MAX_STEPS:
@@ -109,6 +124,9 @@ class _Walk:
             return
         self.steps.append(step)
         self.visited.add(qrt.name)
+        if qrt.remote is not None:  # another shard's queue: forwarded, routed there
+            self.forwarded(step, qrt.name, qrt.remote, destination)
+            return
         state = qrt.state
         step["ahead"] = state.depth()  # messages it would wait behind (FIFO)
         expires = qrt.expires_at(message)
@@ -150,6 +168,29 @@ class _Walk:
     def follow(self, hop: Hop | None) -> None:
         if hop is not None:
             self.arrive(*hop)
+
+    def forwarded(
+        self, step: dict[str, Any], queue: str, shard: str, destination: str | None
+    ) -> None:
+        """The message arrives at another shard's queue (a stand-in): the routing records a
+        forward, carried to that shard and routed by its router. This engine holds no
+        selectors, limit or dead-letter queue of that queue (a stand-in is a name and a
+        shard), so the walk ends here; `destination`: the queue is that destination's
+        delivery queue (a DELIVER to a destination read on that shard)."""
+        step["shard"] = shard
+        what = f"queue {queue!r}" if destination is None else (
+            f"the delivery queue {queue!r} of destination {destination!r}")  # fmt: skip
+        step["outcome"] = {
+            "kind": "forwarded",
+            "shard": shard,
+            "reason": f"{what} lives on shard {shard!r}: the message is forwarded there and "
+            f"routed by that shard's router; this engine does not hold the selectors of "
+            f"shard {shard!r}, so the walk ends here",
+        }
+        more = {} if destination is None else {"destination": destination}
+        self.end(queue, "forwarded", shard=shard, by=step["arrives_by"], **more,
+                 reason=f"routed on shard {shard!r}, whose selectors this engine does not "
+                 "hold")  # fmt: skip
 
     def overflowed(self, step: dict[str, Any], qrt: QueueRuntime, message: Message) -> Hop | None:
         """A full queue that no overflow selector takes it from: dead-lettered or dropped,
@@ -245,7 +286,7 @@ class _Walk:
                 v["reason"] = f"already arrived in {target.name!r} in this step: not copied twice"
             else:
                 v["target"] = target.name
-                hop = self.hop(target, message, "copy", {"queue": qrt.name, "selector": sel.id})
+                hop = (target, message, "copy", {"queue": qrt.name, "selector": sel.id})
             if hop is not None:
                 self.arrive(*hop)
         if taker is None:
@@ -278,9 +319,12 @@ class _Walk:
             return self.dead_letter(step, qrt, message, reason, failure, detail, extra)
         if action == "deliver":
             v["target"] = target
-            step["outcome"] = {"kind": "delivered", "selector": sel.id, "destination": target}
-            self.end(qrt.name, "delivered", destination=target, selector=sel.id)
-            return None
+            home = self.engine._elsewhere(target)
+            if home is None:  # read on this shard (or the engine has no shards)
+                step["outcome"] = {"kind": "delivered", "selector": sel.id, "destination": target}
+                self.end(qrt.name, "delivered", destination=target, selector=sel.id)
+                return None
+            return self.deliver_elsewhere(step, qrt, sel, v, message, target, home)
         v["target"] = target.name
         if target.name in self.visited:  # a copy, a move or a dead letter got there first
             step["outcome"] = {"kind": "taken", "selector": sel.id, "action": action}
@@ -288,19 +332,50 @@ class _Walk:
             return self.dead_letter(step, qrt, message, "unroutable", loop)
         step["outcome"] = {"kind": "taken", "selector": sel.id, "action": action,
                            "to": target.name}  # fmt: skip
-        moved = _bounced(message) if action == "bounce" else message
-        return self.hop(target, moved, action, {"queue": qrt.name, "selector": sel.id})
-
-    def hop(
-        self, target: QueueRuntime, message: Message, how: str, source: dict[str, Any]
-    ) -> Hop | None:
-        """`message` goes to `target` now (rules.py routes an arrival at once): the hop to
-        follow, or None when it leaves for another shard (whose engine routes it there)."""
         if target.remote is not None:
-            self.visited.add(target.name)
-            self.end(target.name, "forwarded", shard=target.remote, by=how)
-            return None
-        return target, message, how, source
+            step["outcome"]["shard"] = target.remote
+            step["outcome"]["reason"] = _held_until_settled(sel, target.name, target.remote)
+        moved = _bounced(message) if action == "bounce" else message
+        return target, moved, action, {"queue": qrt.name, "selector": sel.id}
+
+    def deliver_elsewhere(
+        self,
+        step: dict[str, Any],
+        qrt: QueueRuntime,
+        sel: SelectorRuntime,
+        v: dict[str, Any],
+        message: Message,
+        destination: str,
+        home: str,
+    ) -> Hop | None:
+        """A DELIVER to a destination read on shard `home` (rules.py _take): a MOVE into
+        its delivery queue there, the queue of its name, if this engine knows one (a
+        stand-in); else dead-lettered `no-target`. The walk ends at that queue."""
+        far = self.engine._remote.get(destination)
+        if far is None:
+            detail = no_delivery_queue(destination, home)
+            failure = {"reason": "no-target", "detail": detail, "target": destination}
+            v["target_failure"] = failure
+            step["outcome"] = {"kind": "taken", "selector": sel.id, "action": "deliver"}
+            extra = {"x-target": destination}
+            return self.dead_letter(step, qrt, message, "no-target", failure, detail, extra)
+        if far.name in self.visited:  # a copy or a dead letter got there first: a loop
+            step["outcome"] = {"kind": "taken", "selector": sel.id, "action": "deliver"}
+            loop = {"reason": "a loop of moves"}
+            return self.dead_letter(step, qrt, message, "unroutable", loop)
+        step["outcome"] = {
+            "kind": "taken",
+            "selector": sel.id,
+            "action": "deliver",
+            "destination": destination,
+            "to": far.name,
+            "shard": home,
+            "reason": f"destination {destination!r} is read on shard {home!r}: a MOVE into "
+            f"its delivery queue {far.name!r} there, counted delivered here; "
+            + _held_until_settled(sel, far.name, home, acked=True),
+        }
+        self.arrive(far, message, "move", {"queue": qrt.name, "selector": sel.id}, destination)
+        return None
 
     def target_of(
         self, qrt: QueueRuntime, sel: SelectorRuntime, message: Message
@@ -346,7 +421,7 @@ class _Walk:
             outcome["failure"] = failure
         step["outcome"] = outcome
         letter = dead_lettered(message, reason, qrt.name, detail, extra)
-        return self.hop(target, letter, "dead_letter", {"queue": qrt.name, "reason": reason})
+        return target, letter, "dead_letter", {"queue": qrt.name, "reason": reason}
 
     def dead_letter_copy(
         self, qrt: QueueRuntime, message: Message, letter: tuple[str, str | None, dict | None]
@@ -359,7 +434,7 @@ class _Walk:
             self.end(qrt.name, "dropped", reason=reason)
             return None
         dead = dead_lettered(message, reason, qrt.name, detail, extra)
-        return self.hop(target, dead, "dead_letter", {"queue": qrt.name, "reason": reason})
+        return target, dead, "dead_letter", {"queue": qrt.name, "reason": reason}
 
 
 def why_not_met(
@@ -429,6 +504,26 @@ def _why_not_taken(sel: SelectorRuntime, taker: SelectorRuntime | None) -> str:
     if taker is not None:
         return f"selector {taker.id} takes it: its turn comes first (round-robin)"
     return "cannot take now"
+
+
+def _held_until_settled(sel: SelectorRuntime, queue: str, shard: str, acked: bool = False) -> str:
+    """What a MOVE into another shard's queue holds here (forwarding.py, docs/scaling.md):
+    its entry stays outstanding at the selector, with the credit it took, until that shard
+    settles it back, whichever way it leaves the queue there (rules.py _settle). `acked`:
+    a DELIVER's MOVE into its delivery queue, whose settlement counts as its ack here."""
+    unlimited = sel.state.credit < 0
+    held = "its credit is unlimited" if unlimited else "holding one of its credits"
+    back = [] if unlimited else ["its credit back"]
+    if acked:
+        back.append("counted confirmed here")
+        ways = "acked by a consumer there, or dead-lettered or dropped there, which settles it too"
+    else:
+        ways = "confirmed or deleted further on, only copied on, dead-lettered or dropped"
+    settles = f"settles it back ({' and '.join(back)})" if back else "settles it back"
+    return (
+        f"it stays outstanding at selector {sel.id} ({held}) until shard {shard!r} {settles} "
+        f"when it leaves {queue!r} there in any way: {ways}"
+    )
 
 
 def _target_missing(sel: SelectorRuntime) -> bool:

@@ -18,6 +18,11 @@ A MOVE into a stand-in keeps its entry outstanding at the selector, with `downst
 naming the remote queue: deleting the selector or recalling work never puts back a
 message another shard now holds (it is settled as processed there instead).
 
+A destination's *home* (the shard its subscribers read) is the shard of the queue of its
+name, else the home the caller recorded for it (`set_destination_homes`: the service keeps
+each destination's home from the first DELIVER to it, so adding shards moves none), else
+where placement would put a queue of that name.
+
 Every method runs under the engine lock through the rules' `_run`, as every public call.
 """
 
@@ -96,6 +101,7 @@ class Forwarding(Rules):
     _queues: dict
     _local_shard: str | None = None
     _store_of: Any  # core.py: the store of a local queue or a stand-in
+    _homes: Mapping[str, str] = {}  # set_destination_homes: destination -> its shard
 
     def set_remote_queues(self, queues: Mapping[str, str]) -> None:
         """The queues of other shards, name -> shard; each call replaces the last. A name
@@ -132,19 +138,32 @@ class Forwarding(Rules):
             self._local_shard = shard
             self._shards = names
 
+    def set_destination_homes(self, homes: Mapping[str, str]) -> None:
+        """The homes recorded for destinations, destination -> shard (see the module doc);
+        each call replaces the last. A bad name is refused (InvalidName), the last homes
+        kept."""
+        for name, shard in homes.items():
+            check_name("destination", name, allow_reserved=True)
+            check_name("shard", shard)
+        with self._lock:
+            self._homes = dict(homes)
+
     def destination_home(self, destination: str) -> str | None:
         """The shard whose subscribers of `destination` read it: the shard of the queue of
-        that name, else where placement would put one (None: this engine has no shards)."""
+        that name, else its recorded home, else where placement would put a queue of that
+        name (None: this engine has no shards)."""
         with self._lock:
             if not self._shards:
                 return None
-            own = self._queues.get(destination)
-            if own is not None:
-                return own.spec.store
-            remote = self._remote.get(destination)
-            if remote is not None:
-                return remote.remote
-            return place(destination, self._shards, store_of=self._store_of)
+            found = self._queue_or_home(destination)
+            if found is not None:
+                return found
+            return place(destination, self._shards, store_of=self._queue_or_home)
+
+    def _queue_or_home(self, name: str) -> str | None:
+        """The shard of the queue `name` (here or a stand-in), else its recorded home."""
+        found = self._store_of(name)
+        return found if found is not None else self._homes.get(name)
 
     def _elsewhere(self, destination: str) -> str | None:
         """The shard `destination` is read on, when not this one (a DELIVER to it is a MOVE

@@ -346,8 +346,7 @@ class Rules:
                 # the destination's name (forwarding.py), settled back when it is acked
                 target = self._remote.get(destination)  # type: ignore[assignment]
                 if target is None:
-                    detail = (f"destination {destination!r} is read on shard {home!r}, "
-                              f"which has no queue {destination!r} to deliver it")  # fmt: skip
+                    detail = no_delivery_queue(destination, home)  # type: ignore[arg-type]
                     self._dead_letter(qrt, entry, "no-target", detail, {"x-target": destination})
                     return
                 action = "move"
@@ -756,6 +755,14 @@ def _bounced(message: Message) -> Message:
 
 
 NO_FAILURE: tuple = (None, None, None)
+
+
+def no_delivery_queue(destination: str, home: str) -> str:
+    """A dead letter's `x-detail` when a DELIVER to `destination`, read on shard `home`,
+    finds no queue of its name there to move it into (its delivery queue; explain says
+    the same)."""
+    return (f"destination {destination!r} is read on shard {home!r}, which has no queue "
+            f"{destination!r} to deliver it")  # fmt: skip
 
 
 def is_name(name: str) -> bool:

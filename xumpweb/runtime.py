@@ -1060,8 +1060,9 @@ class Router:
         return version
 
     def _refresh_remote(self, engine: Engine, client: redis.Redis | None = None) -> None:
-        """With shards: read the other shards' queues into the engine's stand-ins when the
-        wiring moved since they were read (one round trip to see it)."""
+        """With shards: read the other shards' queues into the engine's stand-ins, and the
+        destinations' recorded homes (xumpweb/shards.py), when the wiring moved since they
+        were read (one round trip to see it)."""
         if self.shards is None:
             return
         if client is None:
@@ -1079,6 +1080,7 @@ class Router:
         catalog = engine.catalog
         assert isinstance(catalog, ShardCatalog)
         engine.set_remote_queues(catalog.remote_queues())
+        engine.set_destination_homes(catalog.destination_homes())
         self._remote_version = version
 
     def _snapshot(self, relay: _RelayRouter) -> None:

@@ -221,6 +221,31 @@ def test_a_deliver_to_a_destination_read_on_another_shard_is_a_move_into_its_que
     assert (stats["delivered"], stats["confirmed"]) == (2, 1)
 
 
+def test_a_recorded_home_wins_over_placement_and_a_queue_of_the_name_over_both() -> None:
+    """The homes the service recorded (set_destination_homes): a destination placement
+    would read on b but recorded here is delivered here, as are the private names of its
+    owner; one recorded on b is read there; a queue of the name decides before them."""
+    engine = shard_router("a")
+    queue = named_for("a", "q")
+    engine.queue_create(queue, store="a")
+    kept, moved = named_for("b", "d"), named_for("a", "e")
+    assert engine.destination_home(kept) == "b"
+    engine.set_destination_homes({kept: "a", moved: "b", queue: "b"})
+    assert engine.destination_home(kept) == "a"
+    assert engine.destination_home(f"{kept}:worker-1") == "a"
+    assert engine.destination_home(moved) == "b"
+    assert engine.destination_home(queue) == "a"  # its queue's shard
+    selector = engine.selector_create(queue).when_always()
+    with pytest.raises(InvalidSelector, match=f"destination '{moved}' is read on shard 'b'"):
+        selector.do_deliver(moved)
+    selector.do_deliver(kept).enable()
+    [delivery] = engine.publish(queue, Message(body=b"x"))
+    assert delivery.destination == kept and engine.take_forwards() == ([], [])
+    with pytest.raises(InvalidName):
+        engine.set_destination_homes({"bad\x00name": "a"})
+    assert engine.destination_home(kept) == "a"  # the last homes kept
+
+
 def test_an_envelope_target_read_elsewhere_goes_to_its_queue_or_is_dead_lettered() -> None:
     engine = shard_router("a")
     queue = named_for("a", "q")

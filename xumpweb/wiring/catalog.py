@@ -3,6 +3,12 @@
 The routing process's engine writes every wiring change through this catalog, so the models
 always hold what the engine runs, and a process that builds a new engine from them rebuilds
 the same network (selector ids included).
+
+Destinations' homes (xumpweb/shards.py): recording a selector that DELIVERs to a destination
+by name records the destination's home when it has none yet, and deleting the last such
+selector (or its queue) forgets it. Here, because every selector the engine wires (through
+the API, a pattern, a STOMP subscription, an import) is recorded here, and only when the
+wiring changes: nothing per message.
 """
 
 from __future__ import annotations
@@ -10,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q, QuerySet
 
 from engine.catalog import QueueSpec, SelectorSpec, StoreSpec
 from engine.core import LIFETIME_OPTIONS  # kept as Queue columns of the same names
 from engine.errors import AlreadyExists
+from xumpweb import shards
 from xumpweb.wiring import models
 
 
@@ -53,7 +60,9 @@ class DjangoCatalog:
         )
 
     def delete_queue(self, name: str) -> None:
+        delivered = _delivered_to(models.Selector.objects.filter(queue__name=name))
         models.Queue.objects.filter(name=name).delete()
+        _forget_homes(delivered)
 
     def next_selector_id(self, queue: str) -> int:
         with transaction.atomic():
@@ -82,9 +91,20 @@ class DjangoCatalog:
                 "target_from": spec.target_from,
             },
         )
+        if spec.action == "deliver" and spec.target and not spec.target_from:
+            _record_home(spec.target)
+        # (a selector turned elsewhere keeps the home of what it delivered to: its
+        # deliveries there are still outstanding; only deleting it revokes them)
 
     def delete_selector(self, queue: str, selector_id: int) -> None:
-        models.Selector.objects.filter(queue__name=queue, number=selector_id).delete()
+        row = models.Selector.objects.filter(queue__name=queue, number=selector_id)
+        delivered = _delivered_to(row)
+        row.delete()
+        _forget_homes(delivered)
+
+    def destination_homes(self) -> dict[str, str]:
+        """Every recorded home: destination -> its store (xumpweb/shards.py)."""
+        return dict(models.DestinationHome.objects.values_list("destination", "store"))
 
 
 class ShardCatalog(DjangoCatalog):
@@ -113,6 +133,31 @@ class ShardCatalog(DjangoCatalog):
         """Every other shard's queue: name -> its store."""
         rows = models.Queue.objects.exclude(store__name=self.store)
         return dict(rows.values_list("name", "store__name"))
+
+
+def _delivered_to(rows: QuerySet[models.Selector]) -> set[str]:
+    """The destinations these selectors DELIVER to by name (not from the envelope)."""
+    delivering = rows.filter(action="deliver", target__gt="").filter(
+        Q(target_from__isnull=True) | Q(target_from="")
+    )
+    return set(delivering.values_list("target", flat=True))
+
+
+def _record_home(destination: str) -> None:
+    """Its home, kept from now on, unless it has one (xumpweb/shards.py)."""
+    if not models.DestinationHome.objects.filter(destination=destination).exists():
+        home = shards.home_now(destination)
+        models.DestinationHome.objects.get_or_create(
+            destination=destination, defaults={"store": home}
+        )
+
+
+def _forget_homes(destinations: set[str]) -> None:
+    """Forget the homes of those `destinations` no selector DELIVERs to any more: their
+    deliveries were revoked with the selectors, nothing waits for a subscriber there."""
+    if destinations:
+        still = _delivered_to(models.Selector.objects.filter(target__in=destinations))
+        models.DestinationHome.objects.filter(destination__in=destinations - still).delete()
 
 
 def queue_spec(row: models.Queue) -> QueueSpec:

@@ -3,9 +3,10 @@
 Stores, queues and selectors are written by the routing process's engine through
 `DjangoCatalog`, so they always say what the engine runs; people change them through the
 API, the console or the admin, which send the change to that engine (xumpweb/runtime.py).
-Patterns are declarations that compile to queues and selectors; ApiTokens carry per-queue
-rights; QueueGrants give operators the same kind of rights (xumpweb/access.py decides with
-both); AuditEvents record who changed what.
+A DestinationHome keeps the shard a destination's subscribers read, recorded with the
+first DELIVER to it (xumpweb/shards.py). Patterns are declarations that compile to queues
+and selectors; ApiTokens carry per-queue rights; QueueGrants give operators the same kind
+of rights (xumpweb/access.py decides with both); AuditEvents record who changed what.
 """
 
 from __future__ import annotations
@@ -126,6 +127,22 @@ class Selector(models.Model):
         return describe_in_words(
             self.when or None, match, expression, self.action, self.target, more, self.target_from
         )
+
+
+class DestinationHome(models.Model):
+    """The shard (store) whose outbox a destination's subscribers read: recorded by the
+    catalog when the first selector that DELIVERs to it is, kept while any does, so that
+    adding shards moves no destination (xumpweb/shards.py, docs/scaling.md)."""
+
+    destination = models.CharField(max_length=200, unique=True)
+    store = models.CharField(max_length=200, help_text="the shard its subscribers read")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["destination"]
+
+    def __str__(self) -> str:
+        return f"{self.destination} @ {self.store}"
 
 
 class Pattern(models.Model):
