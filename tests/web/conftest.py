@@ -393,14 +393,17 @@ def worker_service(redis_server, tmp_path_factory):
     running.close()
 
 
-def service_with_own_redis(directory: Path) -> Iterator[tuple[Service, RedisServer]]:
+def service_with_own_redis(
+    directory: Path, **settings: str
+) -> Iterator[tuple[Service, RedisServer]]:
     """The service on a redis-server of its own, both of which a test may stop or kill
-    (a generator for fixtures: `yield from service_with_own_redis(tmp_path)`)."""
+    (a generator for fixtures: `yield from service_with_own_redis(tmp_path)`); `settings`:
+    more environment (XUMP_...=value)."""
     (directory / "redis").mkdir()
     (directory / "service").mkdir()
     redis_server = RedisServer(directory / "redis")
     redis_server.start()
-    running = start_service(redis_server.url, directory / "service", "inline")
+    running = start_service(redis_server.url, directory / "service", "inline", **settings)
     yield running, redis_server
     running.close()
     redis_server.stop()

@@ -37,6 +37,26 @@ parsed after it in the same batch are not carried out.
 Heart-beats as negotiated: a newline when nothing was written for the agreed interval; a
 client silent for twice its interval is gone (its deliveries go back). A client that has
 not completed its CONNECT within XUMP_STOMP_CONNECT_WAIT seconds is closed.
+
+**Redis away** (killed, restarting, unreachable). A subscription's pump whose take fails
+tells the client nothing and tries again every POP_WAIT; heart-beats go on. So an outage
+shorter than STORE_AWAY is ridden out: once Redis answers, what waits in the outbox comes (a
+restart on its AOF keeps every publish a RECEIPT confirmed), and the ACKs given meanwhile
+are sent again (outbox.py). When Redis stays away, the **store watch** ends the session: one
+task per process (store_watch.py, while it has subscriptions) that looks every LOOK_EVERY at
+two times each subscription keeps, when its first failed take of a run was asked
+(`away_since`) and when its take in flight was (`asked`, None between takes, for a Redis
+that takes the connection and never answers: past POP_WAIT + STORE_AWAY). Past STORE_AWAY it
+sends an ERROR `store unavailable` whose body names Redis and how long it has not answered,
+and the connection closes: at most STORE_AWAY (plus a look) after the take that first failed
+was asked. The ERROR goes at once, not behind answers that wait on Redis (a SEND's RECEIPT)
+nor behind the input lock: those may never come (each is lost with the connection, as when a
+socket breaks). Its deliveries the client had not acknowledged cannot be given back while
+Redis is away: the delivery timeout returns them to the destination's consumers once it is
+back (SPEC §7: nothing a RECEIPT confirmed is lost). A session with no subscription asks
+nothing of Redis until its next frame: a SEND then is refused (ERROR `store unavailable`,
+the group commit's); nor does a subscription whose window is full (prefetch reached), until
+the client's ACK or NACK opens it and its pump takes again.
 """
 
 from __future__ import annotations
@@ -83,7 +103,8 @@ from xumpweb.stomp.connection import (
     TempQueue,
     Unsubscribe,
 )
-from xumpweb.stompgate import clients, exchanges, mailboxes, topics
+from xumpweb.stompgate import clients, exchanges, mailboxes, store_watch, topics
+from xumpweb.stompgate.store_watch import STORE_AWAY
 
 logger = logging.getLogger("xump.stomp")
 
@@ -204,8 +225,14 @@ class _Subscription:
         self.item_size = 0  # the average size of the items of the last take
         self.registry_id = registry.new_id()
         self.since = time.time()
+        # for the store watch (see the module doc): when the take in flight was asked, and
+        # when the first of a run of failed takes was asked, with the last one's failure
+        self.asked: float | None = None
+        self.away_since: float | None = None
+        self.away_problem = ""
         self.pump = asyncio.create_task(self._pump())
         self.presence = asyncio.create_task(self._presence())
+        store_watch.watch(self)
 
     @property
     def unsettled(self) -> dict[str, None]:
@@ -224,12 +251,21 @@ class _Subscription:
                 await self.window_open.wait()
                 continue
             most = TAKE_BYTES // self.item_size if self.item_size else FIRST_TAKE
+            asked = self.asked = time.monotonic()
             try:
                 popped = await reader.take(max(1, min(self.credit, MAX_POP, most)))
             except redis.RedisError as problem:
-                logger.warning("cannot read outbox %r: %s", reader.outbox, problem)
+                popped = None
+                self._take_failed(asked, problem)
+            finally:
+                self.asked = None
+            if popped is None:
                 await asyncio.sleep(POP_WAIT)
                 continue
+            if self.away_since is not None:
+                logger.info("STOMP session %s: Redis answers again after %.1f s",
+                            session.id, time.monotonic() - self.away_since)  # fmt: skip
+                self.away_since = None
             if not popped:
                 continue
             if self.stopping:  # it ended while the take waited: what came is not ours
@@ -269,6 +305,31 @@ class _Subscription:
             if auto:
                 await reader.ack(auto)
 
+    def _take_failed(self, asked: float, problem: redis.RedisError) -> None:
+        """A take failed (Redis away, most likely): the pump tries again every POP_WAIT;
+        the store watch ends the session if Redis stays away (see the module doc)."""
+        self.away_problem = str(problem)
+        if self.away_since is None:
+            self.away_since = asked
+            logger.warning("STOMP session %s: cannot read outbox %r: %s; trying again every "
+                           "%g s, for %g s at most", self.session.id, self.reader.outbox,
+                           problem, POP_WAIT, STORE_AWAY)  # fmt: skip
+
+    def silent(self, now: float) -> tuple[float, str] | None:
+        """How long Redis has not answered this subscription and why, once that is past
+        the bound (see the module doc); else None."""
+        since = self.away_since
+        if since is not None and now - since >= STORE_AWAY:
+            return now - since, self.away_problem
+        asked = self.asked
+        if asked is not None and now - asked >= POP_WAIT + STORE_AWAY:
+            return now - asked, "a read of its outbox was not answered"
+        return None
+
+    def store_gone(self, silent: float, problem: str) -> None:
+        """The store watch: Redis has not answered this subscription for too long."""
+        self.session.store_gone(self, silent, problem)
+
     async def _untake(self, items: list[bytes]) -> None:
         """Items taken after the subscription ended (UNSUBSCRIBE, DISCONNECT, a closed
         socket while the take waited) go back to the head of the outbox as they were:
@@ -304,6 +365,7 @@ class _Subscription:
         if self.stopping:
             return
         self.stopping = True
+        store_watch.unwatch(self)
         self.window_open.set()
         await self.reader.stop(self.pump, self.registry_id)
         if asyncio.current_task() is not self.presence:
@@ -552,6 +614,30 @@ class StompSession:
     async def _fail(self, message: str, detail: str) -> None:
         async with self.lock:
             self._answer(self.connection.fail(message, detail))
+
+    def store_gone(self, sub: _Subscription, silent: float, problem: str) -> None:
+        """Redis has not answered `sub` for `silent` seconds, past STORE_AWAY (the store
+        watch): an ERROR naming it, and the connection ends. Not behind the input lock, nor
+        behind answers that wait on Redis (a SEND's RECEIPT): those may never come, and
+        the end must (each is lost with the connection, its outcome unknown, as when a
+        socket breaks)."""
+        if self.closed:
+            return
+        for slot in self.slots:
+            slot.ready = True
+        self.wake.set()
+        if self.refused:  # its ERROR is on its way already: it goes now
+            return
+        logger.warning("STOMP session %s: Redis has not answered for %.1f s (the limit is "
+                       "%g s): %s; ERROR sent, the connection ends", self.id, silent,
+                       STORE_AWAY, problem)  # fmt: skip
+        detail = (
+            f"Redis, the message store, has not answered for {silent:.1f} s while reading "
+            f"{sub.destination!r} ({problem}); a connection ends after {STORE_AWAY:g} s "
+            "without it. Deliveries not acknowledged are delivered again once Redis is back "
+            "(at the delivery timeout at the latest); connect again to go on"
+        )
+        self._answer(self._refusal(self.connection.fail("store unavailable", detail)))
 
     async def closed_by_operator(self) -> None:
         await self._fail("closed by an operator", "an operator closed this connection; its "
