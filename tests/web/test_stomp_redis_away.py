@@ -184,3 +184,35 @@ def test_a_subscriber_rides_out_a_redis_restart_within_the_bound(blip, over) -> 
     assert not subscriber.errors and not subscriber.disconnected
     assert subscriber.heartbeat_timeouts == 0
     subscriber.disconnect()
+
+
+@pytest.mark.parametrize("over", TRANSPORTS)
+def test_a_subscribe_to_a_new_queue_while_redis_is_away_is_refused_not_receipted(
+    blip, over
+) -> None:
+    """A SUBSCRIBE's RECEIPT means the subscription is in place: to a /queue/ whose mailbox
+    cannot be made (Redis away) it is an ERROR `store unavailable`, not a RECEIPT for a
+    subscription nothing would ever deliver to (before: RECEIPT, the failure only logged,
+    and the connection never asked for the mailbox again). Once Redis is back, the same
+    SUBSCRIBE makes the mailbox and what is sent there comes."""
+    service, redis_server = blip
+    port = _port(service, over)
+    queue = unique("later")
+    subscriber = _client(service, port, over)
+    redis_server.kill()
+    subscriber.connection.subscribe(f"/queue/{queue}", "1", ack="auto",
+                                    headers={"receipt": "sub"})  # fmt: skip
+    subscriber.wait(lambda: bool(subscriber.errors) or "sub" in subscriber.receipts,
+                    "an ERROR or the SUBSCRIBE's RECEIPT", WITHIN)  # fmt: skip
+    assert "sub" not in subscriber.receipts
+    (error,) = subscriber.errors
+    assert error.headers["message"] == "store unavailable", (error.headers, error.body)
+
+    redis_server.start()
+    again = eventually(lambda: _client(service, port, over, quiet=True),
+                       "a STOMP connection after the restart", within=WITHIN)  # fmt: skip
+    again.subscribe(f"/queue/{queue}", ack="auto")
+    again.send(f"/queue/{queue}", "hello", receipt="sent")
+    again.receipt("sent")
+    assert _bodies(again.take(1)) == ["hello"]
+    again.disconnect()

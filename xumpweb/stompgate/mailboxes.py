@@ -20,7 +20,7 @@ import logging
 import redis
 from asgiref.sync import sync_to_async
 
-from engine.errors import XumpError
+from engine.errors import StoreError, XumpError
 from xumpweb.router.operations import STOMP_PRIVATE
 from xumpweb.runtime import Service
 
@@ -35,11 +35,14 @@ def is_private(name: str) -> bool:
 
 async def ensure(found: Service, name: str, who: str) -> bool:
     """Make the mailbox `name` when it is missing (the caller has `manage` on it); True
-    when this call made it. A refusal (a bad name, the store down) is logged: the SEND or
-    SUBSCRIBE then meets the error it would have met anyway."""
+    when this call made it. A refusal (a bad name) is logged: the SEND or SUBSCRIBE then
+    meets the error it would have met anyway. StoreError when the store could not be asked
+    (Redis away): whether the mailbox exists is not known."""
     try:
         answer = await sync_to_async(found.call, thread_sensitive=False)("stomp_mailbox", name=name)
-    except (XumpError, redis.RedisError) as problem:
+    except (StoreError, redis.RedisError) as problem:
+        raise StoreError(f"cannot make the mailbox {name!r}: {problem}") from None
+    except XumpError as problem:
         logger.warning("cannot make the mailbox %r: %s", name, problem)
         return False
     if answer["created"]:

@@ -73,7 +73,7 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from engine.errors import InvalidSelector, MessageTooLarge, XumpError
+from engine.errors import InvalidSelector, MessageTooLarge, StoreError, XumpError
 from engine.filters import compile_filter
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
@@ -655,16 +655,27 @@ class StompSession:
             return
         group_commit().submit(_StompPending(self, queue, message, action.receipt, slot))
 
-    async def _mailbox(self, name: str, right: str) -> None:
+    async def _mailbox(self, name: str, right: str, receipt: str | None) -> bool:
         """/queue/<name>: make the mailbox <name> when it is missing and the caller may
         manage it (mailboxes.py) and do what it came for (`right`: publish or consume; a
         SEND or SUBSCRIBE refused for want of it leaves nothing behind); asked once per
-        name and connection."""
+        name and connection, once it is known made or there. When the store cannot be asked
+        (Redis away) a SUBSCRIBE is refused (ERROR `store unavailable`: its RECEIPT would
+        promise a subscription nothing delivers to) and a SEND meets its own error (the
+        append is refused too); the next frame that names it asks again."""
         if name in self.mailboxes or mailboxes.is_private(name):
-            return
-        self.mailboxes.add(name)
+            return True
         if self._may("manage", name) and self._may(right, name):
-            await mailboxes.ensure(self.service, name, self.who)
+            try:
+                await mailboxes.ensure(self.service, name, self.who)
+            except StoreError as problem:
+                if right != "consume":
+                    return True
+                self._answer(self._refusal(self.connection.fail(
+                    _error_message(problem), str(problem), receipt)))  # fmt: skip
+                return False
+        self.mailboxes.add(name)
+        return True
 
     async def _send_target(self, action: Publish) -> bool:
         """What a SEND's destination needs first: a mailbox, the topic router, an exchange;
@@ -674,14 +685,14 @@ class StompSession:
         if action.queue is None:
             await self._topic_router()
         else:
-            await self._mailbox(action.queue, "publish")
+            await self._mailbox(action.queue, "publish", action.receipt)
         return True
 
     async def _subscribe_target(self, action: Subscribe) -> bool:
         """The same for a SUBSCRIBE's: a mailbox, an exchange."""
         if action.kind == "queue":
-            await self._mailbox(action.destination, "consume")
-        elif action.kind == "exchange" and action.exchange is not None:
+            return await self._mailbox(action.destination, "consume", action.receipt)
+        if action.kind == "exchange" and action.exchange is not None:
             return await self._exchange(action.exchange, "consume", action.receipt)
         return True
 
