@@ -7,6 +7,12 @@ a Redis that cannot answer, and the subscriber, waiting in its claim, receives n
 Redis is then killed, still stopped, and started again from its AOF: the step never
 happened, the publish did (its RECEIPT came), and the subscriber receives the message once,
 not redelivered.
+
+A subscriber with a selector (a filtering consumer, xumpweb/live/outbox.py) passing over
+another's message at the head of its outbox: it reads the outbox again only when the outbox
+changes, so while the router is held still Redis counts none of its looks but a safety one;
+and Redis killed and started again while it waits does not leave it asleep: what is sent
+after the restart reaches it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import signal
 import time
 
 import pytest
+import redis
 
 from tests.web.conftest import eventually, service_with_own_redis, unique
 from tests.web.stomp_clients import Client
@@ -83,3 +90,84 @@ def test_a_step_redis_never_made_durable_sends_no_message(own_redis) -> None:
     # once; redelivered it may be: the ended session may have claimed it after the restart
     # and given it back unsent, which counts as a delivery (as RabbitMQ counts one)
     assert len(held(again)) == 1
+
+
+# -- a filtering subscriber (a `selector` on a /queue/ subscription) ---------------------------
+def _picky_and_holding(service, port: int) -> tuple[str, Client, Client, Client]:
+    """A destination read by a subscriber wanting only red messages and another wanting
+    the rest one at a time, holding a blue one while the next blue waits at the head of
+    the outbox, which the red one passes over: (queue, reds, blues, producer)."""
+    queue = unique("picky")
+    reds: Client = _stomp_client(service, port, None)
+    blues: Client = _stomp_client(service, port, None)
+    producer: Client = _stomp_client(service, port, None)
+    reds.subscribe(f"/queue/{queue}", selector="color = 'red'")  # makes the mailbox
+    blues.subscribe(f"/queue/{queue}", selector="color <> 'red'", **{"prefetch-count": "1"})
+    producer.send(f"/queue/{queue}", "b1", receipt="b1", color="blue")
+    producer.send(f"/queue/{queue}", "b2", receipt="b2", color="blue")
+    producer.receipt("b2")
+    blues.take(1)
+    return queue, reds, blues, producer
+
+
+def test_a_filtering_subscriber_passing_over_anothers_message_does_not_look_again_and_again(
+    own_redis,
+) -> None:
+    """SPEC §11: no poll on the path. While nothing changes in its outbox the subscriber's
+    reader does not read it; the router is held still meanwhile (inline: the web process),
+    so each LRANGE Redis counts is one of the reader's looks."""
+    service, redis_server = own_redis
+    port = service.start_stomp("stomp-picky")
+    queue, reds, blues, producer = _picky_and_holding(service, port)
+    stats = redis.Redis.from_url(redis_server.url)
+    web = service.processes["server"]
+    os.kill(web.pid, signal.SIGSTOP)  # the router's own reads of the inbox stop
+    try:
+        stats.config_resetstat()
+        time.sleep(1.5)  # nothing changes: any look now is a poll
+        looks = stats.info("commandstats").get("cmdstat_lrange", {}).get("calls", 0)
+    finally:
+        os.kill(web.pid, signal.SIGCONT)
+        stats.close()
+    # one safety look a second at most (against a wake-up lost), not ten polls a second
+    assert looks <= 2, f"{looks} looks at an outbox that did not change in 1.5 s"
+    producer.send(f"/queue/{queue}", "r1", receipt="r1", color="red")  # behind b2
+    (red,) = reds.take(1)
+    assert red.body == "r1"
+    blues.ack(blues.messages[0])
+    assert [m.body for m in blues.take(2)] == ["b1", "b2"]
+    assert [m.body for m in reds.messages] == ["r1"]
+
+
+def test_a_filtering_subscriber_waiting_when_redis_restarts_receives_what_comes_after(
+    own_redis,
+) -> None:
+    """A restart ends the connections its reader waits on: it must look again once Redis is
+    back, not sleep for good on a wake-up that cannot come."""
+    service, redis_server = own_redis
+    port = service.start_stomp("stomp-picky")
+    queue, reds, _, _ = _picky_and_holding(service, port)
+    redis_server.kill()
+    redis_server.start()  # the same port and AOF: b2 still waits at the head of the outbox
+    sent = eventually(lambda: _sent_after_restart(service, port, queue),
+                      "a receipted SEND after the restart", within=60)  # fmt: skip
+    reds.wait(lambda: bool(reds.messages), "the red message sent after the restart", 60)
+    assert [m.body for m in reds.messages] == [sent]
+    assert not reds.disconnected
+
+
+def _sent_after_restart(service, port: int, queue: str) -> str | None:
+    """A red message sent and receipted by a new connection (the STOMP server may refuse
+    SENDs while its connections to Redis come back): its body, or None to try again."""
+    producer = _stomp_client(service, port, None, quiet=True)
+    if producer is None:
+        return None
+    body = unique("r")
+    producer.send(f"/queue/{queue}", body, receipt=body, color="red")
+    try:
+        producer.wait(lambda: body in producer.receipts or bool(producer.errors), "a receipt", 10)
+    except AssertionError:
+        return None
+    finally:
+        producer.connection.disconnect()
+    return body if body in producer.receipts else None

@@ -235,6 +235,29 @@ def test_a_queue_selector_takes_only_matching_messages_and_leaves_the_rest(http,
     assert bodies(picky.messages) == ["m0", "m3"]
 
 
+def test_two_subscribers_with_complementary_selectors_each_receive_only_theirs(http, clients):
+    queue, destination = delivering(http)
+    reds, blues, producer = clients(), clients(), clients()
+    reds.subscribe(f"/queue/{destination}", selector="color = 'red'")
+    # one at a time and holding it: the next blue waits at the head of the outbox, so each
+    # red comes from behind a blue the red subscriber passes over
+    blues.subscribe(f"/queue/{destination}", selector="color <> 'red'", **{"prefetch-count": "1"})
+    colors = ["blue", "blue", "red", "blue", "blue", "red", "red", "blue", "red", "blue"]
+    for n, color in enumerate(colors):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}", color=color)
+    producer.receipt(f"r{len(colors) - 1}")
+    red = [f"m{n}" for n, color in enumerate(colors) if color == "red"]
+    blue = [f"m{n}" for n, color in enumerate(colors) if color != "red"]
+    for frame in reds.take(len(red)):
+        reds.ack(frame)
+    for count in range(1, len(blue) + 1):
+        blues.ack(blues.take(count)[-1])
+    eventually(lambda: stats(http, queue)["confirmed"] == len(colors), "every ack counted")
+    assert bodies(reds.messages) == red
+    assert bodies(blues.messages) == blue
+    assert all(frame.headers["redelivered"] == "false" for frame in reds.messages + blues.messages)
+
+
 def test_a_bad_selector_is_refused_with_an_error_frame(clients):
     client = clients()
     client.connection.subscribe(f"/queue/{unique('d')}", "1", headers={"selector": "color = "})

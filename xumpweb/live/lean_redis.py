@@ -34,8 +34,17 @@ TimeoutError, since the replies of a pipelined connection cannot be skipped. Whe
 failed write took effect is unknown, as with any client: a caller treats it as a lost
 answer (the group commit fails its publishes; the outbox reader sends its acks again).
 
+Tracking (`tracking=`): a connection that says HELLO 3 and CLIENT TRACKING ON NOLOOP
+when it is made, so Redis remembers the keys it reads and pushes it one `invalidate`
+message when another connection next changes one of them (RESP3 push messages: a key read
+again is remembered again). Each push, and the end of the connection (what it tracked is
+unknown then: Redis forgets a connection's keys with it), calls `tracking()`. A filtering
+consumer waits on it for changes of its outbox (xumpweb/live/outbox.py). Only such
+connections read pushes: a plain one runs the same code as before it existed.
+
 Not here: Redis Cluster redirections (the live processes talk to the node that serves
-their shard, xumpweb/redis_clients.py), RESP3, pub/sub subscriptions.
+their shard, xumpweb/redis_clients.py), RESP3 replies on plain connections, pub/sub
+subscriptions.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import asyncio
 import hashlib
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import hiredis
@@ -153,13 +163,64 @@ class _Protocol(asyncio.Protocol):
         return futures
 
 
+class _Tracking(_Protocol):
+    """A connection with CLIENT TRACKING on (see the module doc): Redis's pushes call
+    `changed` instead of answering a call, and so does the connection's end. Its loop is
+    _Protocol.data_received's with the pushes taken out first (kept apart, so plain
+    connections pay nothing for them)."""
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        super().__init__()
+        self.changed = changed
+
+    def data_received(self, data: bytes) -> None:
+        reader, waiting = self.reader, self.waiting
+        reader.feed(data)
+        while True:
+            try:
+                reply = reader.gets()
+            except InvalidResponse as problem:
+                self._lose(ConnectionError(f"Redis sent what is not RESP: {problem}"))
+                return
+            if reply is False:
+                return
+            if type(reply) is hiredis.PushNotification:  # a key it read was changed
+                self.changed()
+                continue
+            if not waiting:
+                self._lose(ConnectionError("Redis sent a reply nobody asked for"))
+                return
+            call = waiting[0]
+            if call[1] == 0:
+                waiting.popleft()
+                if not call[2].done():
+                    call[2].set_result(reply)
+                continue
+            call[0].append(reply)
+            if len(call[0]) == call[1]:
+                waiting.popleft()
+                if not call[2].done():
+                    call[2].set_result(call[0])
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.changed()  # what it tracked is gone with it: its reader must look again
+
+
 class LeanRedis:
     """A pipelined connection to the Redis server of `url` (see the module doc)."""
 
-    def __init__(self, url: str, timeout: float | None = 5.0, scripts: tuple = ()) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float | None = 5.0,
+        scripts: tuple = (),
+        tracking: Callable[[], None] | None = None,
+    ) -> None:
         self.options = parse_url(url)
         self.timeout = timeout
         self.scripts = scripts  # Lua scripts loaded on every connection it makes
+        self.tracking = tracking  # called when a key it read changes (see the module doc)
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Task | None = None
 
@@ -223,6 +284,9 @@ class LeanRedis:
                                  else ("AUTH", options["password"]))  # fmt: skip
                 if options.get("db"):
                     first.append(("SELECT", options["db"]))
+                if self.tracking is not None:
+                    first.append(("HELLO", "3"))
+                    first.append(("CLIENT", "TRACKING", "ON", "NOLOOP"))
                 first.extend(("SCRIPT", "LOAD", body) for body in self.scripts)
                 if first:
                     (future,) = protocol.write(tuple(first), False, asyncio.get_running_loop())
@@ -239,11 +303,17 @@ class LeanRedis:
             old.transport.close()
         return protocol
 
+    def _protocol_of(self) -> _Protocol:
+        """A new connection's protocol: a tracking one when `tracking` is given."""
+        if self.tracking is not None:
+            return _Tracking(self.tracking)
+        return _Protocol()
+
     async def _dial(self) -> _Protocol:
         loop = asyncio.get_running_loop()
         options = self.options
         if options.get("path"):
-            _, protocol = await loop.create_unix_connection(_Protocol, options["path"])
+            _, protocol = await loop.create_unix_connection(self._protocol_of, options["path"])
             return protocol
         context = None
         if (
@@ -255,7 +325,10 @@ class LeanRedis:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
         _, protocol = await loop.create_connection(
-            _Protocol, options.get("host", "localhost"), options.get("port", 6379), ssl=context
+            self._protocol_of,
+            options.get("host", "localhost"),
+            options.get("port", 6379),
+            ssl=context,
         )
         return protocol
 

@@ -24,11 +24,56 @@ autoacked list instead: the claim is the ack, which the router applies in its ne
 (engine/relay/__init__.py); the router finds the claims when it next looks at that list
 (xumpweb/runtime.py, CLAIMS_LOOK), and the reader rings its doorbell when it closes.
 
-A consumer with a filter of its own (a STOMP `selector` on a /queue/ subscription, as
-ActiveMQ's queue selectors) reads the head of the outbox (up to SCAN items), keeps the
-items its filter wants and takes exactly those with TAKE_THESE: the others stay, in order,
-for the destination's other consumers. When none of the head is wanted it looks again
-after SCAN_WAIT.
+**Filtering consumers.** A consumer with a filter of its own (a STOMP `selector` on a
+/queue/ subscription, as ActiveMQ's queue selectors) reads the head of the outbox (up to
+SCAN items), keeps the items its filter wants and takes exactly those with TAKE_THESE: the
+others stay, in order, for the destination's other consumers. No blocking pop can wait for
+an item it wants behind items it does not (the list is not empty), and a poll would make
+such an item wait (SPEC §11) and read the head again and again while it does not change.
+So the reader looks again when, and only when, the outbox changes, told by Redis itself:
+* **The wake-up is Redis's client-side caching.** The reader reads its outbox on a
+  connection of its own (`watch`, lean_redis.py's tracking) that has CLIENT TRACKING on:
+  Redis remembers that it read the key and pushes it one `invalidate` message when any
+  other connection next changes it: the router's commit appending deliveries, another
+  consumer's take or claim (which moves the head the reader sees), an item given back
+  (UNTAKE), a PURGE. One push per read (the key is remembered again by the next read), so
+  a busy outbox costs the reader at most one look per change and one look at a time,
+  never a storm; with NOLOOP its own take (TAKE_THESE goes on the same connection) does
+  not wake it, as it looks again after a take anyway. The writers do nothing for it: the
+  router's commit, its scripts and every other consumer send the same commands as before,
+  and none waits for the push, which Redis writes after the turn's fsync like any reply.
+  (A ring from the router instead, as its doorbell is rung, would need the router to know
+  which destinations have filtering consumers, a lookup or a command in every commit, and
+  would say nothing of other consumers' takes; a pub/sub message can be lost unnoticed,
+  a push only with its connection, which the reader sees end.)
+* **No wake-up lost.** `changed` is cleared before each look is sent; a change after the
+  look's read was executed makes a push that comes after its reply, on the same
+  connection, so the wait that follows sees it; the push of a change made before the
+  read comes ahead of its reply, and costs one needless look at most. The end of the
+  connection (Redis restarted, a network fault) also wakes the reader, since Redis
+  forgets what a connection tracked with it: it looks again on a new connection, and
+  while Redis is away the pump retries every POP_WAIT. As a last fallback (a connection
+  silently dead, a push lost for any reason), a reader that heard nothing for POP_WAIT
+  looks again anyway: one cheap look a second while nothing changes, never the path of a
+  message in the normal case.
+* **A look reads what is new, not the whole head again.** Items are unique (each carries
+  its tag) and the outbox changes only by removals anywhere, pushes at the head (UNTAKE)
+  and appends at the tail (the router). So when the head it knows (`head`: what the last
+  look read, less what it took since) still starts and ends with the same items, nothing
+  was removed from it nor pushed before it, and only the items after it are new: one
+  round trip of two LINDEX and an LRANGE of what follows it, so a long head of items
+  nobody takes costs a few bytes a change, not SCAN items. Otherwise it reads the whole
+  head again, and also when it has trusted the ends after a change for POP_WAIT (items
+  given back together with one of the head's own, while others took one of its middle,
+  could keep both ends). Items already judged are not decoded again (`judged`).
+* **Shards and Redis Cluster.** The watch is a connection to the server that holds the
+  destination's home shard (xumpweb/shards.py; on a cluster the node serving its hash tag's
+  slot), where the outbox key and every write to it live: tracking is per server, and the
+  key's server is the one that pushes.
+* **What it costs others.** Nothing when no filtering consumer exists: no command, no
+  write, no fsync anywhere. Once any connection has used tracking, Redis looks up each key
+  a command writes in its tracking table (a radix-tree lookup, no I/O); a push is sent only
+  for an outbox a filtering reader read since it last changed.
 
 Acks go to the router at once as a relay confirm command (the JSON
 engine.relay.RelayClient.confirm writes, appended to the store's inbox by engine.relay.PUSH,
@@ -48,6 +93,8 @@ destination had no consumer (its presence key was gone), it rings the routers wi
 arrival (runtime.py), so work held while the destination was away goes out at once.
 
 Rules this file keeps:
+* a filtering reader waits for a change of its outbox, never for a time on the normal path:
+  POP_WAIT only as the fallback against a wake-up lost (see "Filtering consumers");
 * a take in flight is never cancelled (its items would leave the list unseen, and come
   back only at their delivery timeout): `close()` waits for it, at most POP_WAIT; what
   it returns to a consumer that is ending goes back untaken (`untake`), first, in order;
@@ -87,7 +134,6 @@ logger = logging.getLogger("xump.live")
 POP_WAIT = 1.0  # seconds a pop waits for the outbox; also the longest a close waits for it
 MAX_POP = 1000  # deliveries taken off the outbox at once
 SCAN = 1000  # items of the outbox head a filtering consumer looks at
-SCAN_WAIT = 0.1  # seconds before a filtering consumer that wanted none looks again
 ACK_BATCH = 1000  # acks gathered (while a round trip is in flight) go at once past this
 RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis is away
 
@@ -150,12 +196,23 @@ class OutboxReader:
         self.registry_redis = client
         if self.registry_store != self.store and redis_clients.clustered():
             self.registry_redis = redis_clients.for_store(self.registry_store)
-        self.take_these = client.register_script(TAKE_THESE)
         self.untake_script = client.register_script(UNTAKE)
         self.claim_check = client.register_script(CLAIM_CHECK)
         self.on_problem = on_problem
         self.wanted = wanted
-        self.judged: dict[bytes, bool] = {}  # outbox items a filtering reader looked at last
+        # a filtering reader (see the module doc): its connection tracking the outbox, told
+        # of a change (or of that connection's end) by `changed`; the outbox's items it
+        # judged at the last look; the head of the outbox as it knows it (read at the last
+        # look, less what it took since); when it last read the whole head (the loop's
+        # clock) and whether a look trusted the head's ends since; whether its last wait
+        # ended with no change heard (the fallback)
+        self.watch: LeanRedis | None = None
+        self.changed = asyncio.Event()
+        self.judged: dict[bytes, bool] = {}
+        self.head: list[bytes] = []
+        self.whole_head_at = float("-inf")
+        self.trusted_ends = False
+        self.quiet = False
         self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
         self.claimed: list[bytes] = []  # items claimed by a BLMOVE, not stamped yet
         # ack:auto (STOMP): a claim settles the delivery (see the module doc)
@@ -272,20 +329,58 @@ class OutboxReader:
         return evalsha(STAMP, [self.claimed_key, self.taken], items)
 
     async def _take_wanted(self, count: int) -> list[bytes]:
-        head = await self.redis.lrange(self.outbox, 0, SCAN - 1)
-        # an item judged at the last look is not read again (a head of items nobody
-        # wants would otherwise be decoded every SCAN_WAIT)
+        """A filtering reader's take: the wanted items of the head, or when there are none,
+        a wait until the outbox changes (see the module doc); [] then."""
+        watch = self.watch
+        if watch is None:
+            url = redis_clients.node_url(redis_clients.store_url(), self.store)
+            watch = self.watch = LeanRedis(url, timeout=None, scripts=(TAKE_THESE,),
+                                           tracking=self.changed.set)  # fmt: skip
+        self.changed.clear()  # before the look: a change after its read wakes the wait
+        head = await self._look(watch, self.quiet)
+        self.quiet = False
+        # an item judged at the last look is not decoded again
         judged, wanted = self.judged, self.wanted
         self.judged = {item: judged[item] if item in judged else wanted(item) for item in head}  # type: ignore[misc]
         chosen = [item for item, keep in self.judged.items() if keep][:count]
-        if not chosen:
-            if not head:
-                await self.redis.blmove(self.outbox, self.outbox, POP_WAIT, "LEFT", "LEFT")
-            else:
-                await asyncio.sleep(SCAN_WAIT)
-            return []
-        keys = [self.outbox, self.taken, self.revoked]
-        return await self.take_these(keys=keys, args=chosen)  # type: ignore[no-any-return]
+        if chosen:
+            # after the take they are gone from the outbox, taken by this reader or by
+            # another before it: the rest is what the next look checks the ends of
+            going = set(chosen)
+            self.head = [item for item in head if item not in going]
+            keys = [self.outbox, self.taken, self.revoked]
+            return await watch.script(TAKE_THESE, keys, chosen)  # type: ignore[no-any-return]
+        self.head = head
+        if not self.stopping:
+            try:
+                async with asyncio.timeout(POP_WAIT):
+                    await self.changed.wait()
+            except TimeoutError:  # the fallback (module doc): nothing changed, or lost
+                self.quiet = True
+        return []
+
+    async def _look(self, watch: LeanRedis, quiet: bool) -> list[bytes]:
+        """The outbox's first SCAN items, read on `watch` (which tracks the key from then
+        on): only those after the head known from the last look when its two ends are
+        still where they were, else all of them (see the module doc). `quiet`: the look
+        comes after a wait that heard no change (the fallback)."""
+        head, outbox = self.head, self.outbox
+        now = asyncio.get_running_loop().time()
+        if head and not (self.trusted_ends and now - self.whole_head_at >= POP_WAIT):
+            first, last, after = await watch.execute(
+                ("LINDEX", outbox, 0),
+                ("LINDEX", outbox, len(head) - 1),
+                ("LRANGE", outbox, len(head), SCAN - 1),
+            )
+            if first == head[0] and last == head[-1]:
+                # only a change can make the ends mislead: after none heard, the trust
+                # stays as it was
+                self.trusted_ends = self.trusted_ends or not quiet
+                return head + after  # type: ignore[no-any-return]
+        self.trusted_ends = False
+        self.whole_head_at = now
+        (found,) = await watch.execute(("LRANGE", outbox, 0, SCAN - 1))
+        return found  # type: ignore[no-any-return]
 
     async def untake(self, items: list[bytes]) -> None:
         """Put items `take` returned and the consumer never handed on (it was ending
@@ -473,7 +568,8 @@ class OutboxReader:
 
     async def _unblock(self) -> None:
         """End the wait of the claim in flight, if one waits (it answers as timed out,
-        or with what it claimed before)."""
+        or with what it claimed before), or a filtering reader's wait for a change."""
+        self.changed.set()
         waiting = self.blocked_id
         if waiting is None:
             return
@@ -488,12 +584,14 @@ class OutboxReader:
         pump has stopped taking (see the module doc)."""
         self.closed = True
         self.stopping = True
-        if self.blocking is not None:
-            if self.taking:  # a claim still waits there (stop gave up on it): dropped
-                self.blocking.abort()
+        for connection in (self.blocking, self.watch):
+            if connection is None:
+                continue
+            if self.taking:  # a take still waits there (stop gave up on it): dropped
+                connection.abort()
             else:
-                await self.blocking.aclose()
-            self.blocking = None
+                await connection.aclose()
+        self.blocking = self.watch = None
         if self.ack_task is not None:  # a round trip in flight is never cancelled
             await asyncio.wait({self.ack_task}, timeout=POP_WAIT + 5)
         await self.flush_acks()
