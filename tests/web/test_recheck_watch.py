@@ -49,3 +49,75 @@ def test_the_watcher_checks_the_connections_once_more_at_its_first_look(
     seen = django_script(redis_server.url, tmp_path, FIRST_LOOK)
     # at least once: another test revoking a token meanwhile (the same Redis) adds one
     assert seen["rechecks"] >= 1
+
+
+AWAY_ONCE = """
+import asyncio, json, logging
+import django
+django.setup()
+import redis
+from xumpweb import redis_clients
+from xumpweb.live import security
+
+security.WATCH_EVERY = 0.01
+said = []
+
+
+class Said(logging.Handler):
+    def emit(self, record):
+        said.append((record.levelname, record.getMessage()))
+
+
+logging.getLogger("xump.live").addHandler(Said())
+logging.getLogger("xump.live").setLevel(logging.INFO)
+
+
+class Flaky:
+    # the tokens' version read: answers, fails 50 times (Redis away), answers again
+    def __init__(self):
+        self.reads = 0
+
+    async def get(self, key):
+        self.reads += 1
+        if 2 <= self.reads <= 51:
+            raise redis.ConnectionError("Connection refused")
+        return b"1"
+
+    async def aclose(self):
+        pass
+
+
+flaky = Flaky()
+redis_clients.general = lambda **options: flaky
+
+
+class Connection:
+    async def recheck(self):
+        pass
+
+
+async def run():
+    connection = Connection()
+    security.watch(connection)
+    for _ in range(2000):
+        if flaky.reads > 60:
+            break
+        await asyncio.sleep(0.01)
+    security.unwatch(connection)
+    await asyncio.sleep(0.05)
+
+
+asyncio.run(run())
+print(json.dumps({"said": said, "reads": flaky.reads}))
+"""
+
+
+def test_an_outage_is_logged_once_not_at_every_look(redis_server, tmp_path) -> None:
+    """The watcher looks four times a second: while Redis is away it said so at every look
+    (a warning four times a second per process); now once an outage, and once when the
+    version can be read again."""
+    seen = django_script(redis_server.url, tmp_path, AWAY_ONCE)
+    assert seen["reads"] > 51
+    warnings = [text for level, text in seen["said"] if level == "WARNING"]
+    assert len(warnings) == 1 and "tokens' version" in warnings[0], seen["said"]
+    assert any("again" in text for level, text in seen["said"] if level == "INFO")

@@ -129,13 +129,20 @@ async def _watch_versions() -> None:
         # revoked in between moved the version this look already sees, so they are checked
         # once more now (a revoked token's connection stayed open for good otherwise)
         await _recheck_all()
+        away = False  # Redis did not answer the last look: said once an outage
         while _watched:
             await asyncio.sleep(WATCH_EVERY)
             try:
                 now = await client.get(auth.tokens_version_key())
             except redis.RedisError as problem:
-                logger.warning("cannot read the tokens' version: %s", problem)
+                if not away:
+                    logger.warning("cannot read the tokens' version: %s; looking again "
+                                   "every %g s", problem, WATCH_EVERY)  # fmt: skip
+                away = True
                 continue
+            if away:
+                logger.info("the tokens' version can be read again")
+                away = False
             if now != seen:
                 seen = now
                 await _recheck_all()
