@@ -148,6 +148,13 @@ async def home(found: Service, destination: str) -> Service:
     return await sync_to_async(found.shard_for, thread_sensitive=False)(destination)
 
 
+def _retrieved(future: asyncio.Future) -> None:
+    """Take a future's exception (one nobody will await), so that asyncio does not log it
+    as never retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _tag(item: bytes) -> str | None:
     """An outbox item's tag (None if it is not an item the router wrote)."""
     if item.startswith(b'{"tag":"'):  # as the router writes them (relay/wire.py): read up
@@ -293,6 +300,7 @@ class OutboxReader:
             ("EXISTS", self.revoked),
             ("LLEN", self.outbox),
         )
+        every = list(answers)
         try:
             for reply in answers[: len(first)]:
                 answer(await reply)
@@ -308,6 +316,8 @@ class OutboxReader:
             self.blocked_id = None
             self.drained = False
             connection.abort()  # never reused half-read
+            for reply in every:  # those not awaited fail with it: their errors are this one
+                reply.add_done_callback(_retrieved)
             raise
         if item is None:
             return []
@@ -512,6 +522,7 @@ class OutboxReader:
         """Keep the destination's presence key and the registry entry `info(acks/s)` fresh
         until closed; True when an operator asked the consumer to close (it must)."""
         counted, at = 0, asyncio.get_running_loop().time()
+        away = False  # Redis did not answer the last refresh: said once an outage
         while not self.closed:
             now = asyncio.get_running_loop().time()
             rate = (self.acked - counted) / (now - at) if now > at else 0.0
@@ -525,7 +536,12 @@ class OutboxReader:
                                 self.destination)  # fmt: skip
                     return True
             except redis.RedisError as problem:
-                logger.warning("cannot note the presence of %r: %s", self.destination, problem)
+                if not away:
+                    logger.warning("cannot note the presence of %r: %s", self.destination,
+                                   problem)  # fmt: skip
+                away = True
+            else:
+                away = False
             await asyncio.sleep(min(PRESENCE_EVERY, registry.REFRESH_EVERY))
         return False
 
