@@ -15,14 +15,15 @@ acks). It is decided once too, and kept:
    records the first selector that DELIVERs to the destination by name (a selector made
    through the API, a pattern, a STOMP subscription, a definitions import: everything the
    engine wires goes through wiring/catalog.py), as rules 1 or 3 give it at that moment,
-   and forgets it when the last such selector is deleted (which revokes its deliveries;
-   a selector turned to another destination leaves the old one's home recorded, as its
-   deliveries there are still outstanding);
+   and forgets it once no selector DELIVERs there, when a selector or queue is deleted
+   (which revokes its deliveries; a selector turned to another destination leaves the old
+   one's home recorded until then, as its deliveries there may be outstanding);
 3. else where placement would put a queue of that name now (rule 2 of placement, "lives
    with the queue named before the `:`", looks the owner up by these same rules).
 
-A new queue named for a destination with a recorded home is placed on that home (unless
-its store is given), so making the queue never moves the destination either. The routers'
+A new queue named for a destination with a recorded home is placed on that home, and one
+given another store is refused (InvalidArgument, a 400), so making the queue never moves
+the destination either (its outbox, with what waits there, stays where it is read). The routers'
 engines get the recorded homes with the other shards' queues (runtime.py, `Engine.
 set_destination_homes`), so a router and a subscriber always agree where a destination is
 read: a DELIVER whose destination is at home on the selector's shard writes to the outbox
@@ -61,6 +62,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 
+from engine.errors import InvalidArgument
 from engine.placement import place
 
 Where = Callable[[str], "str | None"]  # a name -> its queue's shard, else its recorded home
@@ -169,6 +171,12 @@ class Placement:
         if found is not None:
             return found
         if explicit is not None:
+            home = homes.get(queue)
+            if home is not None and explicit != home:
+                raise InvalidArgument(
+                    f"a queue named {queue!r} lives where its destination is read, shard "
+                    f"{home!r} (its recorded home): give that store, or none"
+                )
             return explicit
 
         def where(name: str) -> str | None:

@@ -153,10 +153,17 @@ with override_settings(XUMP_SHARDS=4):
                      (names["lone"], names["served"], names["never"], names["lone"] + ":x")}
     # a new queue named for a destination that has a home is made on its home
     found["new_queue"] = placement.place(names["lone"], 1)
-    found["explicit"] = placement.place(names["lone"], 1, explicit=four[3])
+    try:  # another store than its home: refused, it would move the destination
+        placement.place(names["lone"], 1, explicit=four[3])
+        found["explicit"] = "made"
+    except Exception as refused:
+        found["explicit"] = str(refused)
+    found["explicit_home"] = placement.place(names["lone"], 1, explicit=two[1])
     catalog.save_selector(SelectorSpec(queue=names["queue"], id=1, action="deliver",
                                        target=names["other"]))
     found["retargeted"] = homes()
+    catalog.delete_selector(names["queue"], 2)
+    found["swept"] = homes()
     catalog.delete_queue(names["queue"])
     found["deleted"] = homes()
     catalog.save_queue(QueueSpec(names["queue"], four[3]))
@@ -198,14 +205,19 @@ def test_the_home_rule(redis_server, tmp_path):
         names["never"]: four[3],  # never delivered to: placement over 4
         names["lone"] + ":x": two[1],  # lives with its owner's home
     }
-    assert found["new_queue"] == two[1] and found["explicit"] == four[3]
+    assert found["new_queue"] == two[1] and found["explicit_home"] == two[1]
+    # a queue of its name given another store than its home: refused (it would move the
+    # destination and strand what waits in its outbox; the probe saw 5 stranded)
+    assert "recorded home" in found["explicit"] and two[1] in found["explicit"]
     # a selector turned to another destination: that one's home recorded, the old one's
-    # kept (its deliveries there are outstanding until acked)
+    # kept while the selector lives (its deliveries there may be outstanding)
     other = place(names["other"], four)
     assert found["retargeted"] == {**found["recorded"], names["other"]: other}
-    # its queue deleted: the homes of what it delivered to are forgotten
-    assert found["deleted"] == {names["lone"]: two[1]}
-    assert found["on_four"] == {names["lone"]: two[1], names["never"]: four[3]}
+    # a selector deleted: every home nothing delivers to is forgotten, the old target's too
+    # (before, it stayed for good and held a lower XUMP_SHARDS up at start)
+    assert found["swept"] == {names["other"]: other}
+    assert found["deleted"] == {}
+    assert found["on_four"] == {names["never"]: four[3]}
     assert found["beyond"] == {four[3]: 1}
     assert found["shrunk"] == [
         f"XUMP_SHARDS=2 leaves out shards that destinations are read on: {four[3]} "

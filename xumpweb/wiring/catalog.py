@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Q
 
 from engine.catalog import QueueSpec, SelectorSpec, StoreSpec
 from engine.core import LIFETIME_OPTIONS  # kept as Queue columns of the same names
@@ -60,9 +60,8 @@ class DjangoCatalog:
         )
 
     def delete_queue(self, name: str) -> None:
-        delivered = _delivered_to(models.Selector.objects.filter(queue__name=name))
         models.Queue.objects.filter(name=name).delete()
-        _forget_homes(delivered)
+        _forget_homes()
 
     def next_selector_id(self, queue: str) -> int:
         with transaction.atomic():
@@ -93,14 +92,12 @@ class DjangoCatalog:
         )
         if spec.action == "deliver" and spec.target and not spec.target_from:
             _record_home(spec.target)
-        # (a selector turned elsewhere keeps the home of what it delivered to: its
-        # deliveries there are still outstanding; only deleting it revokes them)
+        # (a selector turned elsewhere leaves the old destination's home until the next
+        # selector or queue deleted sweeps the homes nothing delivers to: _forget_homes)
 
     def delete_selector(self, queue: str, selector_id: int) -> None:
-        row = models.Selector.objects.filter(queue__name=queue, number=selector_id)
-        delivered = _delivered_to(row)
-        row.delete()
-        _forget_homes(delivered)
+        models.Selector.objects.filter(queue__name=queue, number=selector_id).delete()
+        _forget_homes()
 
     def destination_homes(self) -> dict[str, str]:
         """Every recorded home: destination -> its store (xumpweb/shards.py)."""
@@ -135,14 +132,6 @@ class ShardCatalog(DjangoCatalog):
         return dict(rows.values_list("name", "store__name"))
 
 
-def _delivered_to(rows: QuerySet[models.Selector]) -> set[str]:
-    """The destinations these selectors DELIVER to by name (not from the envelope)."""
-    delivering = rows.filter(action="deliver", target__gt="").filter(
-        Q(target_from__isnull=True) | Q(target_from="")
-    )
-    return set(delivering.values_list("target", flat=True))
-
-
 def _record_home(destination: str) -> None:
     """Its home, kept from now on, unless it has one (xumpweb/shards.py)."""
     if not models.DestinationHome.objects.filter(destination=destination).exists():
@@ -152,12 +141,16 @@ def _record_home(destination: str) -> None:
         )
 
 
-def _forget_homes(destinations: set[str]) -> None:
-    """Forget the homes of those `destinations` no selector DELIVERs to any more: their
-    deliveries were revoked with the selectors, nothing waits for a subscriber there."""
-    if destinations:
-        still = _delivered_to(models.Selector.objects.filter(target__in=destinations))
-        models.DestinationHome.objects.filter(destination__in=destinations - still).delete()
+def _forget_homes() -> None:
+    """Forget the homes of the destinations no selector DELIVERs to any more (by name): those
+    of the selectors just deleted, and one a selector delivered to before it was turned
+    elsewhere (kept while that selector lived, as its deliveries there may be outstanding;
+    a home kept for nothing would hold a lower XUMP_SHARDS up at start, xump.E002)."""
+    delivering = models.Selector.objects.filter(action="deliver", target__gt="").filter(
+        Q(target_from__isnull=True) | Q(target_from="")
+    )
+    gone = models.DestinationHome.objects.exclude(destination__in=delivering.values("target"))
+    gone.delete()
 
 
 def queue_spec(row: models.Queue) -> QueueSpec:
