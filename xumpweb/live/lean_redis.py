@@ -87,6 +87,8 @@ def answer(reply: Any) -> Any:
 class _Protocol(asyncio.Protocol):
     """One connection: writes packed commands, hands replies to the calls in order."""
 
+    PUSH: type | None = None  # the replies that are Redis's pushes, not answers (_Tracking)
+
     def __init__(self) -> None:
         # a refusal is read as redis-py's exception for it (OutOfMemoryError for OOM, ...)
         self.reader = hiredis.Reader(protocolError=InvalidResponse, replyError=parse_error)
@@ -100,7 +102,7 @@ class _Protocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        reader, waiting = self.reader, self.waiting
+        reader, waiting, push = self.reader, self.waiting, self.PUSH
         reader.feed(data)
         while True:
             try:
@@ -110,6 +112,9 @@ class _Protocol(asyncio.Protocol):
                 return
             if reply is False:
                 return
+            if type(reply) is push:  # a key a tracking connection read was changed
+                self.changed()
+                continue
             if not waiting:
                 self._lose(ConnectionError("Redis sent a reply nobody asked for"))
                 return
@@ -165,42 +170,14 @@ class _Protocol(asyncio.Protocol):
 
 class _Tracking(_Protocol):
     """A connection with CLIENT TRACKING on (see the module doc): Redis's pushes call
-    `changed` instead of answering a call, and so does the connection's end. Its loop is
-    _Protocol.data_received's with the pushes taken out first (kept apart, so plain
-    connections pay nothing for them)."""
+    `changed` instead of answering a call (_Protocol.data_received tells them by their type,
+    PUSH), and so does the connection's end."""
+
+    PUSH = hiredis.PushNotification
 
     def __init__(self, changed: Callable[[], None]) -> None:
         super().__init__()
         self.changed = changed
-
-    def data_received(self, data: bytes) -> None:
-        reader, waiting = self.reader, self.waiting
-        reader.feed(data)
-        while True:
-            try:
-                reply = reader.gets()
-            except InvalidResponse as problem:
-                self._lose(ConnectionError(f"Redis sent what is not RESP: {problem}"))
-                return
-            if reply is False:
-                return
-            if type(reply) is hiredis.PushNotification:  # a key it read was changed
-                self.changed()
-                continue
-            if not waiting:
-                self._lose(ConnectionError("Redis sent a reply nobody asked for"))
-                return
-            call = waiting[0]
-            if call[1] == 0:
-                waiting.popleft()
-                if not call[2].done():
-                    call[2].set_result(reply)
-                continue
-            call[0].append(reply)
-            if len(call[0]) == call[1]:
-                waiting.popleft()
-                if not call[2].done():
-                    call[2].set_result(call[0])
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
