@@ -12,7 +12,13 @@ operation's arguments:
 * a pattern and a STOMP topic subscription go to their router queue's shard: their private
   queues are made there too (a pattern's are named `<router>:<name>` and placement keeps
   them there anyway; a subscription's queue is made on its router's shard explicitly), so
-  every queue, selector and delivery they make is on one shard;
+  every queue, selector and delivery they make is on one shard. Taking one down goes to
+  its private queue's shard (`stomp_topic_close` too: a /temp-queue/ queue, closed the
+  same way, lives where placement put it, not with the topic router);
+* a DELIVER to a destination read on another shard needs its delivery queue there, made
+  before the selector or pattern (`delivery_queue`); deleting a pattern takes it down
+  again when the service made it and nothing else uses it (`release_delivery_queue`), so
+  a pattern leaves nothing behind, as on one store;
 * listing queues asks every shard for its own and puts the pages together in the order
   asked; expiring and trimming run on every shard.
 
@@ -23,9 +29,13 @@ fails leaves the earlier ones applied, which the answer says.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from engine.errors import InvalidArgument, NotFound, XumpError
+
+logger = logging.getLogger("xump.shards")
+SERVICE = "xump"  # the audit entries' `who` for what the service does by itself
 
 # operations on one queue, by the argument that names it
 ON_QUEUE = {
@@ -34,8 +44,7 @@ ON_QUEUE = {
     "selector_update": "queue", "selector_delete": "queue", "selector_credit": "queue",
     "browse": "queue", "since": "queue", "peek": "queue", "stats": "queue", "purge": "queue",
     "dead_letter_send": "queue", "messages_operate": "queue", "scheduled": "queue",
-    "cancel": "queue", "explain": "queue", "pattern_remove": "queue",
-    "stomp_topic_close": "router",
+    "cancel": "queue", "explain": "queue",
 }  # fmt: skip
 # operations that may make the queue they name: placement decides
 PLACED = {"queue_create": "name", "stomp_mailbox": "name", "stomp_topic_router": "router",
@@ -78,11 +87,10 @@ def call(service: Any, method: str, arguments: dict[str, Any]) -> Any:
     if method == "reject":
         [shard] = service._tags_by_shard([arguments.get("tag")])
         return shard.call_here("reject", **arguments)
-    if method == "pattern_unbuild":
-        queues = arguments.get("queues") or []
-        first = queues[0] if queues and isinstance(queues[0], str) else None
-        shard = service.shard_of(first) if first is not None else service
-        return shard.call_here(method, **arguments)
+    if method in ("pattern_remove", "pattern_unbuild"):
+        return _pattern_take_down(service, method, arguments)
+    if method == "stomp_topic_close":
+        return _closing_shard(service, arguments).call_here(method, **arguments)
     if method == "definitions_apply":
         return _definitions(service, arguments)
     return service.call_here(method, **arguments)  # unknown: its router refuses it
@@ -103,9 +111,56 @@ def delivery_queue(service: Any, shard: Any, destination: str) -> None:
         return
     made = home.call_here("stomp_mailbox", name=destination)
     if made.get("created"):
+        from xumpweb.wiring import audit
         from xumpweb.wiring.models import Queue
 
         Queue.objects.filter(name=destination).update(mailbox=True)
+        # the record that the service made it, not a user: deleting what delivered
+        # through it takes it down again (release_delivery_queue)
+        audit.record(SERVICE, "queue.create", destination, None, _made_for(destination))
+
+
+def release_delivery_queue(service: Any, destination: str) -> None:
+    """After a DELIVER to `destination` was deleted: take its delivery queue down when the
+    service made it (delivery_queue) and nothing else uses it any more, so what a pattern
+    leaves behind does not depend on the number of shards (with one store there is no
+    delivery queue). It stays when it is not as made (a mailbox a user made through STOMP,
+    or any queue of that name a user made or rewired), when another selector still
+    DELIVERs to the destination or sends to the queue, and when it is a queue's dead-letter
+    queue. Read from the wiring, then deleted by its shard's router: a DELIVER made in
+    between (a pattern built at that moment) is not seen (docs/scaling.md, Consumers)."""
+    from xumpweb.wiring import audit
+    from xumpweb.wiring.models import AuditEvent, Queue, Selector
+
+    queue = Queue.objects.filter(name=destination, mailbox=True).first()
+    if queue is None:
+        return
+    own = list(Selector.objects.filter(queue=queue).values_list(
+        "when", "action", "target", "target_from", "filter", "enabled", "credit"))  # fmt: skip
+    if own != [("always", "deliver", destination, None, None, True, -1)]:
+        return
+    if Selector.objects.filter(target=destination).exclude(queue=queue).exists():
+        return
+    if Queue.objects.filter(dead_letter=destination).exists():
+        return
+    made = AuditEvent.objects.filter(action="queue.create", subject=destination).first()
+    # none: a delivery queue made before they were recorded (a user's mailbox always is)
+    if made is not None and made.after != _made_for(destination):
+        return
+    try:
+        service.shard_of(destination).call_here("queue_delete", name=destination)
+    except NotFound:
+        return  # deleted meanwhile
+    except XumpError as problem:  # the pattern is gone all the same; the queue is visible
+        logger.warning("cannot remove the delivery queue %r: %s", destination, problem)
+        return
+    audit.record(SERVICE, "queue.delete", destination, _made_for(destination), None)
+
+
+def _made_for(destination: str) -> dict[str, Any]:
+    """A delivery queue as its audit entries say it (STOMP's mailboxes say `via: stomp`)."""
+    return {"name": destination, "mailbox": True, "selector": f"always → deliver {destination}",
+            "via": "delivery"}  # fmt: skip
 
 
 def _selector_delivers(service: Any, shard: Any, queue: str, arguments: dict[str, Any]) -> None:
@@ -121,6 +176,46 @@ def _selector_delivers(service: Any, shard: Any, queue: str, arguments: dict[str
             return
     if action == "deliver":
         delivery_queue(service, shard, target)
+
+
+def _pattern_take_down(service: Any, method: str, arguments: dict[str, Any]) -> Any:
+    """pattern_remove (a pattern deleted) or pattern_unbuild (a build whose record could not
+    be written) on the shard of the pattern's private queue, then the delivery queues its
+    DELIVERs needed on other shards, when nothing else uses them. The private queue an
+    operator deleted already: where placement keeps it (with its router, whose selectors
+    the pattern made), as one store takes down what is left."""
+    from xumpweb.wiring.models import Selector
+
+    if method == "pattern_remove":
+        queues = [_name(arguments, "queue")]
+    else:
+        queues = [q for q in arguments.get("queues") or [] if isinstance(q, str)]
+    owners = [pair[0] for pair in arguments.get("selectors") or []
+              if isinstance(pair, list | tuple) and pair and isinstance(pair[0], str)]  # fmt: skip
+    first = next(iter(queues + owners), None)
+    shard = service.shard_for(first) if first is not None else service
+    delivered = Selector.objects.filter(
+        queue__name__in=queues, action="deliver", target__isnull=False, target_from__isnull=True
+    )
+    destinations = sorted(set(delivered.values_list("target", flat=True)))  # before they go
+    answer = shard.call_here(method, **arguments)
+    for destination in destinations:
+        release_delivery_queue(service, destination)
+    return answer
+
+
+def _closing_shard(service: Any, arguments: dict[str, Any]) -> Any:
+    """Where stomp_topic_close runs: the shard of the private queue it takes down, which
+    stomp_topic_open made on its router's shard, and a /temp-queue/ one where placement put
+    it, whatever shard the topic router is on; the router's when the queue is gone (its
+    COPY may be left), else shard 0 (nothing to take down: answered as one store does)."""
+    version = service.wiring_version()
+    for key in ("queue", "router"):
+        name = arguments.get(key)
+        store = service.placement.store_of(name, version) if isinstance(name, str) else None
+        if store is not None:
+            return service._shard(store, f"queue {name!r}")
+    return service
 
 
 def _name(arguments: dict[str, Any], key: str) -> str:

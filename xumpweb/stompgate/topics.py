@@ -121,8 +121,10 @@ def sweep(found: Service) -> list[str]:
     if not names:
         found.redis.delete(candidates_key)
         return []
-    pipe = found.redis.pipeline(transaction=False)
-    for name in names:  # its subscriber's presence is kept on the queue's shard
+    # its subscriber's presence is kept on the queue's shard: on a Redis Cluster another
+    # node may serve it than shard 0's (a cluster client's pipeline asks each its own)
+    pipe = found.general.pipeline(transaction=False)
+    for name in names:
         pipe.exists(found.shard_of(name, version).keys["present"] + name)
     present = pipe.execute()
     absent = {name for name, here in zip(names, present, strict=True) if not here}
