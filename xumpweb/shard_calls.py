@@ -16,9 +16,9 @@ operation's arguments:
   its private queue's shard (`stomp_topic_close` too: a /temp-queue/ queue, closed the
   same way, lives where placement put it, not with the topic router);
 * a DELIVER to a destination read on another shard needs its delivery queue there, made
-  before the selector or pattern (`delivery_queue`); deleting a pattern takes it down
-  again when the service made it and nothing else uses it (`release_delivery_queue`), so
-  a pattern leaves nothing behind, as on one store;
+  before the selector or pattern (`delivery_queue`); deleting the pattern, the selector or
+  its queue takes it down again when the service made it and nothing else uses it
+  (`release_delivery_queue`), so nothing is left behind, as on one store;
 * listing queues asks every shard for its own and puts the pages together in the order
   asked; expiring and trimming run on every shard.
 
@@ -60,6 +60,8 @@ def call(service: Any, method: str, arguments: dict[str, Any]) -> Any:
         shard = service.shard_of(name)
         if method in ("selector_create", "selector_update"):
             _selector_delivers(service, shard, name, arguments)
+        if method in ("selector_delete", "queue_delete"):
+            return _delivering_taken_down(service, shard, method, name, arguments)
         return shard.call_here(method, **arguments)
     if method in PLACED:
         name = _name(arguments, PLACED[method])
@@ -176,6 +178,29 @@ def _selector_delivers(service: Any, shard: Any, queue: str, arguments: dict[str
             return
     if action == "deliver":
         delivery_queue(service, shard, target)
+
+
+def _delivering_taken_down(
+    service: Any, shard: Any, method: str, queue: str, arguments: dict[str, Any]
+) -> Any:
+    """selector_delete or queue_delete, then the delivery queues the deleted selectors'
+    DELIVERs needed on other shards, when nothing else uses them (release_delivery_queue),
+    as a pattern's deletion takes down what it needed."""
+    from xumpweb.wiring.models import Selector
+
+    delivered = Selector.objects.filter(
+        queue__name=queue, action="deliver", target__isnull=False, target_from__isnull=True
+    )
+    if method == "selector_delete":
+        number = arguments.get("id")
+        if type(number) is not int or not 0 < number < 2**63:  # the router refuses it
+            return shard.call_here(method, **arguments)
+        delivered = delivered.filter(number=number)
+    destinations = sorted(set(delivered.values_list("target", flat=True)) - {queue, ""})
+    answer = shard.call_here(method, **arguments)
+    for destination in destinations:
+        release_delivery_queue(service, destination)
+    return answer
 
 
 def _pattern_take_down(service: Any, method: str, arguments: dict[str, Any]) -> Any:

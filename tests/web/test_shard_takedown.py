@@ -235,3 +235,30 @@ def test_an_exchange_subscription_whose_exchange_was_deleted_ends_without_a_trac
         client.unsubscribe("ex")
         assert wait_for(lambda: not queues(http, mine), within=WITHIN), queues(http, mine)
     assert homes(two_shards, [private]) == {}
+
+
+def test_deleting_a_deliver_selector_or_its_queue_removes_the_delivery_queue_it_needed(
+    two_shards,
+):
+    """A DELIVER selector made through the API to a destination read on another shard had a
+    delivery queue made there: deleting the selector (or the queue that holds it) takes it
+    down with its home, as deleting a pattern does (it stayed before)."""
+    source = on(two_shards, 0, "src")
+    first, second = on(two_shards, 1, "dest"), on(two_shards, 1, "dest")
+    with two_shards.client() as http:
+        assert http.post("/api/queues", json={"name": source}).status_code == 201
+        made = [
+            http.post(f"/api/queues/{source}/selectors", json={
+                "when": "always", "action": "deliver", "target": target, "enabled": True})
+            for target in (first, second)
+        ]  # fmt: skip
+        assert [m.status_code for m in made] == [201, 201], [m.text for m in made]
+        for target in (first, second):
+            assert http.get(f"/api/queues/{target}").json()["mailbox"] is True
+        number = made[0].json()["id"]
+        assert http.delete(f"/api/queues/{source}/selectors/{number}").status_code == 200
+        assert gone(http, first) and not gone(http, second)
+        assert homes(two_shards, [first, second]) == {second: two_shards.shards[1]}
+        assert http.delete(f"/api/queues/{source}").status_code in (200, 204)
+        assert gone(http, second)
+    assert homes(two_shards, [first, second]) == {}
