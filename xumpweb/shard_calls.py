@@ -33,6 +33,7 @@ import logging
 from typing import Any
 
 from engine.errors import InvalidArgument, NotFound, XumpError
+from engine.validation import check_name
 
 logger = logging.getLogger("xump.shards")
 SERVICE = "xump"  # the audit entries' `who` for what the service does by itself
@@ -102,10 +103,11 @@ def delivery_queue(service: Any, shard: Any, destination: str) -> None:
     """Before a DELIVER to `destination` is made on `shard`: when the destination is read
     on another shard (its home), make sure that shard has the queue of its name (its
     delivery queue, a mailbox: docs/scaling.md, Consumers), which the DELIVER moves into.
-    A bad name is left for the operation itself to refuse."""
+    A bad name is left for the operation itself to refuse (as a destination's name)."""
     if not isinstance(destination, str) or not destination or destination.startswith("$"):
         return
     try:
+        check_name("destination", destination)
         home = service.shard_for(destination)
     except XumpError:
         return

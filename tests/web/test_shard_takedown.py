@@ -262,3 +262,19 @@ def test_deleting_a_deliver_selector_or_its_queue_removes_the_delivery_queue_it_
         assert http.delete(f"/api/queues/{source}").status_code in (200, 204)
         assert gone(http, second)
     assert homes(two_shards, [first, second]) == {}
+
+
+def test_a_bad_deliver_target_is_refused_as_a_destination_name_whatever_its_shard(two_shards):
+    """A DELIVER target that is no name is refused as the selector refuses it on one store:
+    "destination name ..." (one read on another shard was checked as its delivery queue's
+    name first: "queue name ...", seen by the probe)."""
+    sources = [on(two_shards, 0, "bad"), on(two_shards, 1, "bad")]
+    with two_shards.client() as http:
+        for source in sources:
+            assert http.post("/api/queues", json={"name": source}).status_code == 201
+        for source in sources:
+            for target in ("a\tb", "\ufeffa", "a b", "x" * 201):
+                answer = http.post(f"/api/queues/{source}/selectors", json={
+                    "when": "always", "action": "deliver", "target": target})  # fmt: skip
+                assert answer.status_code == 400, answer.text
+                assert "destination name" in answer.json()["detail"], answer.text
