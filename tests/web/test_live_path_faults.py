@@ -171,3 +171,39 @@ def _sent_after_restart(service, port: int, queue: str) -> str | None:
     finally:
         producer.connection.disconnect()
     return body if body in producer.receipts else None
+
+
+def test_a_new_connection_s_first_send_to_a_queue_that_exists_needs_no_router(
+    own_redis,
+) -> None:
+    """SPEC §11: a SEND's RECEIPT means the append is durable; nothing else is on its way.
+    A connection's first SEND to a /queue/ asked the router for the mailbox even when the
+    queue existed (a router call on the path, and no RECEIPT while the router was held
+    still: an adversarial probe saw it); the wiring the STOMP server reads already knows."""
+    service, redis_server = own_redis
+    queue = unique("exists")
+    port = service.start_stomp("stomp-first")
+    with service.client() as http:
+        assert http.post("/api/queues", json={"name": queue}).status_code == 201
+    warm: Client = _stomp_client(service, port, None)  # the STOMP server has read the wiring
+    warm.send(f"/queue/{queue}", "warm", receipt="w0")
+    warm.receipt("w0")
+    web = service.processes["server"]
+    os.kill(web.pid, signal.SIGSTOP)  # the router (inline: the web process) holds still
+    try:
+        producer: Client = _stomp_client(service, port, None)
+        producer.send(f"/queue/{queue}", "first", receipt="r1")
+        producer.receipt("r1")  # durable in the inbox
+        # and no call for the router waits in the inbox (before: stomp_mailbox, asked
+        # while the SEND waited, answered only when its call timed out)
+        inbox = redis.Redis.from_url(redis_server.url)
+        try:
+            waiting = inbox.lrange(f"xump:{{{service.env['XUMP_STORE']}}}:inbox", 0, -1)
+        finally:
+            inbox.close()
+        assert not [item for item in waiting if b"stomp_mailbox" in item], waiting
+    finally:
+        os.kill(web.pid, signal.SIGCONT)
+    with service.client() as http:
+        eventually(lambda: http.get(f"/api/queues/{queue}/stats").json().get("published") == 2,
+                   "both published", within=60)  # fmt: skip

@@ -659,11 +659,21 @@ class StompSession:
         """/queue/<name>: make the mailbox <name> when it is missing and the caller may
         manage it (mailboxes.py) and do what it came for (`right`: publish or consume; a
         SEND or SUBSCRIBE refused for want of it leaves nothing behind); asked once per
-        name and connection, once it is known made or there. When the store cannot be asked
-        (Redis away) a SUBSCRIBE is refused (ERROR `store unavailable`: its RECEIPT would
-        promise a subscription nothing delivers to) and a SEND meets its own error (the
-        append is refused too); the next frame that names it asks again."""
+        name and connection, once it is known made or there, and not at all when the
+        wiring (read as every request reads it) has the queue: a first SEND to a queue
+        that exists needs no router call (it waited for one, and for a router held
+        still). When the store cannot be asked (Redis away) a SUBSCRIBE is refused (ERROR
+        `store unavailable`: its RECEIPT would promise a subscription nothing delivers
+        to) and a SEND meets its own error (the append is refused too); the next frame
+        that names it asks again."""
         if name in self.mailboxes or mailboxes.is_private(name):
+            return True
+        try:
+            there = name in await sync_to_async(self.service.queue_names, thread_sensitive=False)()
+        except (StoreError, redis.RedisError):  # Redis away: as when the router is asked
+            there = False
+        if there:  # no router call on the SEND's way
+            self.mailboxes.add(name)
             return True
         if self._may("manage", name) and self._may(right, name):
             try:
