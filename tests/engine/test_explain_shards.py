@@ -16,6 +16,8 @@ import pytest
 
 from engine import Engine, Message
 from engine.placement import shard_by_hash
+from tests.engine.test_explain import snapshot
+from tests.engine.test_explain_edges import done_by_routing
 
 FAR = "far"  # the other shard
 
@@ -34,18 +36,6 @@ def homed(eng: Engine, shard: str, prefix: str) -> str:
     shards = eng.shards()
     names = (f"{prefix}{n}" for n in range(1000))
     return next(name for name in names if shard_by_hash(name, shards) == shard)
-
-
-def snapshot(eng: Engine) -> list:
-    """Everything a user could see of the engine's state."""
-    seen = []
-    for info in eng.queues():
-        name = info.name
-        seen.append((
-            info, eng.stats(name), eng.browse(name, start="oldest", count=100), eng.peek(name),
-            [(s.spec, s.available_credit, s.outstanding) for s in eng.selectors(name)],
-        ))  # fmt: skip
-    return seen
 
 
 def explained(eng: Engine, queue: str, message: Message) -> dict[str, Any]:
@@ -95,26 +85,10 @@ def published(eng: Engine, queue: str, message: Message) -> tuple[dict[str, Any]
     the deliveries."""
     depths = {info.name: info.depth for info in eng.queues()}
     deliveries = eng.publish(queue, message)
-    routes: Counter = Counter()
-    dead_letters: Counter = Counter()
-    dropped: Counter = Counter()
-    for event in eng.journal.drain().events:
-        kind, source, target, detail = event[1], event[3], event[5], event[6]
-        if kind == "route":
-            routes[(source, target, detail)] += 1
-        elif kind == "dead_letter":
-            dead_letters[(source, target)] += 1
-        elif kind == "drop":
-            dropped[source] += 1
-    waiting = Counter()
-    for info in eng.queues():
-        if info.depth - depths.get(info.name, 0):
-            waiting[info.name] = info.depth - depths.get(info.name, 0)
+    done = done_by_routing(eng, deliveries, depths)
+    del done["deleted"]  # explain's ends here say nothing of deletes (`said_by_explain`)
     forwards, _ = eng.take_forwards()
-    done = {"routes": routes, "dead_letters": dead_letters,
-            "delivered": Counter((d.queue, d.destination) for d in deliveries),
-            "dropped": dropped, "waiting": waiting,
-            "forwards": [(f.shard, f.queue) for f in forwards]}  # fmt: skip
+    done["forwards"] = [(f.shard, f.queue) for f in forwards]
     return done, deliveries
 
 
