@@ -15,7 +15,7 @@ import itertools
 import secrets
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 from engine.absence import Absence
@@ -128,6 +128,14 @@ class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
         self._settles: list[Settle] = []
         self._visited: set[tuple[str | None, str]] = set()
         self._nesting = 0  # depth of fast-path routing on the stack
+        # what rules.py and forwarding.py declare with a class default, set here too: an
+        # attribute read from the instance is specialised by CPython 3.11, one found on the
+        # class is looked up through the Engine's whole MRO at every read (the hot path
+        # reads each once or twice a message)
+        self._clock = 0.0
+        self._tick_now = 0.0
+        self._local_shard: str | None = None
+        self._homes: Mapping[str, str] = {}
         self._turns = itertools.count(1)
         self._serials = itertools.count(1)
         self._prefix = secrets.token_hex(4)
