@@ -249,3 +249,39 @@ def test_the_preview_refuses_a_lone_surrogate_with_a_clear_error(service, xump, 
     )
     assert answer.status_code == 200, answer.text
     assert 'role="alert"' in answer.text and "field" in answer.text
+
+
+# -- the preview's cap: hostile or careless wiring must not hold a web worker ------------------
+CUT = re.compile(r'<div class="flash" id="preview-cut" role="status">(.*?)</div>', re.S)
+
+
+def test_a_preview_too_costly_is_cut_short_and_says_so(service, xump, console):
+    """A DEFAULT selector's preview tries each of the queue's other enabled selectors on every
+    message: hundreds of regexes over long headers is more than a preview may read (before,
+    1,000 of them took 22 s). It answers with the messages it judged, the latest first, and
+    a note saying it was cut short and why; never a 500."""
+    queue = unique()
+    xump.call("queue_create", name=queue, history=100)
+    first = xump.call("selector_create", queue=queue, when="always", action="delete",
+                      enabled=True)  # fmt: skip
+    big = "a" * 20_000 + "!"  # (a+)+ never holds for it: each regex reads it to the end
+    xump.publish(queue, [{"body": f"{n}", "address": f"m{n}", "headers": {"big": big}}
+                         for n in range(100)], chunk=10)  # fmt: skip
+    assert wait_for(lambda: xump.stats(queue)["history_size"] == 100)
+    for n in range(300):
+        xump.call("selector_create", queue=queue, when="match", action="delete", enabled=True,
+                  match={"operator": "regex", "pattern": f"(a+)+b{n}", "field": "big"})  # fmt: skip
+
+    text = preview(console, queue, {**BLANK, "when": "default"})
+    assert "Traceback" not in text
+    taken, examined = (int(n) for n in SUMMARY.search(text).groups())
+    assert examined < 100, examined  # cut short: the latest ones only
+    [note] = CUT.findall(text)
+    note = html.unescape(re.sub(r"<[^>]+>", "", note))
+    assert "cut short" in note and f"{examined} of the latest 100" in note, note
+    assert "301 other enabled selectors" in note, note  # what made it costly: 300 + delete
+    # what it judged it shows in full: each examined message either taken or explained
+    why = not_taken(text)
+    assert taken == 0 and len(why) == examined, (taken, len(why), examined)
+    assert sorted(why, reverse=True) == list(range(100, 100 - examined, -1))
+    assert all(f"selector {first['id']} matches it" in line for line in why.values())

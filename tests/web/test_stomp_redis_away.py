@@ -79,9 +79,7 @@ def _port(service: Service, over: str) -> int | None:
 
 def _store_away(service: Service) -> float:
     """The session's bound, as the code has it (store_watch.STORE_AWAY)."""
-    printed = service.shell(
-        "from xumpweb.stompgate.store_watch import STORE_AWAY\nprint(STORE_AWAY)"
-    )
+    printed = service.shell("from xumpweb.live.store_watch import STORE_AWAY\nprint(STORE_AWAY)")
     return float(printed.splitlines()[-1])
 
 

@@ -6,11 +6,24 @@ of the last 100 messages (history and waiting) the selector would take, and says
 other one why not, in the words of the engine's explain (SPEC §12: which condition failed
 on what value, the filter FALSE or UNKNOWN, the default or overflow rule); it changes
 nothing.
+
+The preview runs in a web worker, so its work is capped (`Budget`): a DEFAULT selector's
+preview tries each of the queue's other enabled selectors on every message, and each
+condition reads its field to the end: RE2 is linear, but 1,000 regexes over 100 messages
+with 50 KB headers is 100,000 scans, 22 s (and a pattern with a capturing group, such as
+`(a+)+`, runs on RE2's slower submatch engine over fields of up to tens of KB, some 15 times
+the DFA's time: google-re2's fullmatch asks for the groups). The budget counts the
+characters the conditions read (PREVIEW_READS, so the cut does not depend on the machine)
+and the time (PREVIEW_SECONDS, for what reading does not measure: compiling the selectors,
+filters, slow patterns), checked before each selector is tried on each message. When it is
+spent the preview stops and shows what it judged (the latest messages first), saying it was
+cut short and why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.contrib import messages
@@ -20,6 +33,7 @@ from django.views.decorators.http import require_POST
 
 from engine.errors import InvalidSelector
 from engine.explain import OVERFLOW_ONLY, default_passes, why_not_met
+from engine.fields import field_reader
 from engine.filters import compile_filter
 from engine.matching import check_pattern
 from engine.message import Message
@@ -29,7 +43,34 @@ from xumpweb.console.common import CallFailed, audit, call, shown, to_message
 from xumpweb.console.forms import SelectorForm
 from xumpweb.console.queues import column_error, fetch_queue
 
-PREVIEW = 100
+PREVIEW = 100  # the latest messages (history and waiting) a preview judges
+PREVIEW_SECONDS = 2.0  # the time a preview may spend judging them
+PREVIEW_READS = 100_000_000  # characters of message fields its conditions may read
+
+
+class PreviewCut(Exception):
+    """The preview spent its budget: what ran out, in words."""
+
+
+class Budget:
+    """What one preview may spend (see the module doc): `spend(reads)` before each piece of
+    work, which raises PreviewCut once the characters or the time are used up."""
+
+    def __init__(self, seconds: float = PREVIEW_SECONDS, reads: float = PREVIEW_READS) -> None:
+        self.seconds = seconds
+        self.reads = reads
+        self.left = reads
+        self.deadline = time.monotonic() + seconds
+
+    def spend(self, reads: int = 0) -> None:
+        self.left -= reads
+        if self.left < 0:
+            raise PreviewCut(f"its conditions would read more than {self.reads:,} characters")
+        if time.monotonic() > self.deadline:
+            raise PreviewCut(f"it took more than {self.seconds:g} s")
+
+
+UNLIMITED = Budget(seconds=float("inf"), reads=float("inf"))
 
 
 def fetch_selector(queue: str, number: int) -> dict[str, Any]:
@@ -160,12 +201,43 @@ def unmet(settings: dict[str, Any]) -> Callable[[Message], dict[str, Any] | None
     """Why a message does not meet a WHEN of MATCH conditions and/or a filter (None when it
     does), as the engine decides it when it routes or replays history and says it when it
     explains (engine.explain.why_not_met). InvalidSelector for a bad pattern or filter."""
+    return _unmet_reading(settings)[0]
+
+
+def _unmet_reading(
+    settings: dict[str, Any],
+) -> tuple[Callable[[Message], dict[str, Any] | None], tuple[str, ...]]:
+    """`unmet(settings)`, and the fields its conditions read (each once)."""
     matches = settings.get("matches") or ([settings["match"]] if settings.get("match") else [])
+    conditions = checked_matches(matches) if matches else ()
     expression = settings.get("filter")
-    return why_not_met(
-        checked_matches(matches) if matches else (),
-        compile_filter(expression) if expression else None,
-    )
+    fails = why_not_met(conditions, compile_filter(expression) if expression else None)
+    return fails, tuple(dict.fromkeys(field for _, _, field in conditions))
+
+
+class _Reading:
+    """How many characters conditions on `fields` read in one message: its fields' lengths,
+    each read once a message however many selectors read it."""
+
+    def __init__(self) -> None:
+        self.readers: dict[str, Callable[[Message], str | None]] = {}
+        self.message: Message | None = None
+        self.sizes: dict[str, int] = {}
+
+    def size(self, message: Message, fields: Sequence[str]) -> int:
+        if message is not self.message:
+            self.message, self.sizes = message, {}
+        total = 0
+        for field in fields:
+            size = self.sizes.get(field)
+            if size is None:
+                read = self.readers.get(field)
+                if read is None:
+                    read = self.readers[field] = field_reader(field)
+                value = read(message)
+                size = self.sizes[field] = 0 if value is None else len(value)
+            total += size
+        return total
 
 
 def selector_settings(selector: dict[str, Any]) -> dict[str, Any]:
@@ -173,37 +245,53 @@ def selector_settings(selector: dict[str, Any]) -> dict[str, Any]:
             "matches": selector.get("matches"), "filter": selector.get("filter")}  # fmt: skip
 
 
+def rivals_of(others: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The selectors a DEFAULT selector beside `others` yields to: the enabled ones, defaults
+    and overflows aside, by id."""
+    return [
+        other for other in sorted(others, key=lambda other: other["id"])
+        if other.get("enabled") and other["when"] not in ("default", "overflow")
+    ]  # fmt: skip
+
+
 def why_not_taken(
-    settings: dict[str, Any], others: list[dict[str, Any]]
+    settings: dict[str, Any], others: list[dict[str, Any]], budget: Budget = UNLIMITED
 ) -> Callable[[Message], str | None]:
     """For the selector in `settings` beside the queue's `others`: a function giving, for
     one message, None when the selector would take it, else why not. A DEFAULT selector
     acts only on what no other enabled selector (defaults and overflows aside) matches; an
     OVERFLOW selector only on a message arriving at a full queue, which a message already
-    in the queue did not (or it would not be there)."""
+    in the queue did not (or it would not be there). Each selector compiled and each one
+    tried on a message is spent from `budget` first: PreviewCut when it runs out."""
     when = settings["when"]
     if when == "always":
         return lambda message: None
     if when == "overflow":
         return lambda message: OVERFLOW_ONLY
+    reading = _Reading()
     if when == "default":
-        rivals = [
-            (other["id"], str(other.get("describe") or ""), unmet(selector_settings(other)))
-            for other in sorted(others, key=lambda other: other["id"])
-            if other.get("enabled") and other["when"] not in ("default", "overflow")
-        ]
+        rivals = []
+        for other in rivals_of(others):
+            budget.spend()
+            fails, fields = _unmet_reading(selector_settings(other))
+            rivals.append((other["id"], str(other.get("describe") or ""), fails, fields))
 
         def default(message: Message) -> str | None:
-            matched = [(number, said) for number, said, fails in rivals if fails(message) is None]
+            matched = []
+            for number, said, fails, fields in rivals:
+                budget.spend(reading.size(message, fields))
+                if fails(message) is None:
+                    matched.append((number, said))
             if not matched:
                 return None
             return default_passes([number for number, _ in matched], matched[0][1])
 
         return default
-    fails = unmet(settings)
+    own, fields = _unmet_reading(settings)
 
     def condition(message: Message) -> str | None:
-        failed = fails(message)
+        budget.spend(reading.size(message, fields))
+        failed = own(message)
         return None if failed is None else failed["reason"]
 
     return condition
@@ -224,7 +312,8 @@ def priority_level(message: dict[str, Any], levels: int) -> int:
 @require_POST
 def preview(request: HttpRequest, name: str) -> HttpResponse:
     """Which of the source queue's last 100 messages the selector in the form would take,
-    and why each other one would not be taken."""
+    and why each other one would not be taken; cut short, and saying so, when judging them
+    spends the preview's budget (see the module doc)."""
     form = SelectorForm(request.POST)
     context: dict[str, Any] = {"queue": {"name": name}, "taken": [], "examined": 0}
     if not form.is_valid():
@@ -245,11 +334,14 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
     own = request.POST.get("selector_id")
     others = [s for s in others if str(s["id"]) != own]
     waiting_seqs = {m["seq"] for m in waiting}
+    taken: list[dict[str, Any]] = []
+    not_taken: list[dict[str, Any]] = []
+    examined = 0
     try:
-        judge = why_not_taken(settings, others)
-        taken, not_taken = [], []
-        for out in candidates:
+        judge = why_not_taken(settings, others, Budget())
+        for out in candidates:  # the latest first: a preview cut short shows those
             reason = judge(to_message(out))
+            examined += 1
             if reason is None:
                 taken.append(shown(out))
             else:
@@ -259,6 +351,8 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
     except InvalidSelector as invalid:
         context["error"] = str(invalid)
         return render(request, "console/partials/preview.html", context)
+    except PreviewCut as cut:
+        context["cut"] = _cut_note(str(cut), settings, others, examined, len(candidates))
     for message in taken:
         message["waiting"] = message["seq"] in waiting_seqs
         message["priority"] = priority_level(message, levels)
@@ -269,9 +363,27 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
         levels=levels,
         taken=taken,
         not_taken=not_taken,
-        examined=len(candidates),
+        examined=examined,
         when=settings["when"],
         action=settings["action"],
         target=settings.get("target") or settings.get("target_from"),
     )
     return render(request, "console/partials/preview.html", context)
+
+
+def _cut_note(ran_out: str, settings: dict[str, Any], others: list[dict[str, Any]],
+              examined: int, candidates: int) -> str:  # fmt: skip
+    """What the preview says when its budget ran out (`ran_out`: which, in words)."""
+    if settings["when"] == "default":
+        tried = len(rivals_of(others))
+        costly = (
+            f"a DEFAULT selector's preview tries each of the {tried} other enabled selectors "
+            "of this queue on every message"
+        )
+    else:
+        costly = "its conditions read long fields"
+    return (
+        f"Preview cut short: it judged {examined} of the latest {candidates} messages, then "
+        f"stopped, as {ran_out} ({costly}). The messages it did not judge are left out; "
+        "the selector itself, once saved, judges every message."
+    )

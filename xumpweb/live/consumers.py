@@ -17,7 +17,22 @@ Rules this file keeps:
 * a take in flight is never cancelled (its items would leave the list unseen, and come
   back only at their delivery timeout): closing waits for it to return, at most POP_WAIT;
 * a client settles only tags this connection sent it; a bad frame gets an error frame and
-  the connection stays open.
+  the connection stays open;
+* Redis away is said once an outage, never once a retry (below).
+
+**Redis away** (killed, restarting, unreachable), as STOMP sessions ride it out
+(xumpweb/stompgate/session.py, "Redis away"). The pump whose take fails tries again every
+POP_WAIT, quietly: the client gets one `store_unavailable` error frame when the first take
+of the outage fails (or when acks or rejects first cannot be sent: the reader sends them
+again until Redis answers), and one `store_available` frame when a take works again; the
+connection stays open and heartbeats go on, so a short outage is ridden out with nothing
+lost or sent twice (what waits in the outbox comes once Redis answers, on its AOF). When
+Redis stays away, the process's store watch (store_watch.py, shared with STOMP)
+ends the connection STORE_AWAY after the first failed take was asked (POP_WAIT +
+STORE_AWAY after a take Redis never answers): a second error frame saying so, then close
+4503. Its unacked deliveries cannot be given back while Redis is away: the delivery
+timeout returns them once it is back. A connection whose window is shut (credit 0) takes
+nothing, so it notices nothing until its acks or its next take meet the outage.
 """
 
 from __future__ import annotations
@@ -37,7 +52,7 @@ from engine.errors import InvalidName
 from engine.relay.trace import TRACE, stamped
 from engine.validation import check_name
 from xumpweb import access, metrics, redis_clients
-from xumpweb.live import monitor, registry
+from xumpweb.live import monitor, registry, store_watch
 from xumpweb.live.frames import Undeliverable, delivery_frame, encode
 from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader, home
 from xumpweb.live.security import (
@@ -49,6 +64,7 @@ from xumpweb.live.security import (
     user_principal,
     watch,
 )
+from xumpweb.live.store_watch import STORE_AWAY
 from xumpweb.live.tracing import trace_later, traces_sent
 from xumpweb.runtime import service
 
@@ -61,6 +77,7 @@ AUTH_WAIT = 10.0  # seconds a connection may stay open without authenticating
 HEARTBEAT = 15.0  # seconds of silence after which the server sends a heartbeat
 CLOSE_BAD_TARGET, CLOSE_UNAUTHORIZED, CLOSE_FORBIDDEN = 4400, 4401, 4403
 CLOSE_BY_OPERATOR = 4000  # an operator closed the connection (the consumers page)
+CLOSE_STORE_AWAY = 4503  # Redis did not answer for STORE_AWAY seconds (see the module doc)
 
 
 _HEARTBEAT_FRAME = encode({"type": "heartbeat"})
@@ -214,13 +231,16 @@ class LiveSocket(LayerlessConsumer):
     async def error(self, code: str, detail: str, **extra: Any) -> None:
         await self.send_text(encode({"type": "error", "error": code, "detail": detail, **extra}))
 
-    async def fail(self, code: str, detail: str, close_code: int) -> None:
-        """Tell the client why, then close the connection."""
+    async def fail(self, code: str, detail: str, close_code: int, reason: str = "") -> None:
+        """Tell the client why, then close the connection (`reason`: the close frame's)."""
         await self.error(code, detail)
         if not self.closed:
             self.closed = True
+            close: dict[str, Any] = {"type": "websocket.close", "code": close_code}
+            if reason:
+                close["reason"] = reason
             try:
-                await self.send({"type": "websocket.close", "code": close_code})
+                await self.send(close)
             except ClientDisconnected:
                 pass
         await self.finish()
@@ -353,8 +373,16 @@ class SubscribeConsumer(LiveSocket):
         self.since = time.time()
         client = self.scope.get("client") or ("", 0)
         self.remote = f"{client[0]}:{client[1]}" if client and client[0] else ""
+        # Redis away (see the module doc): when the take in flight was asked (None between
+        # takes), when the first failed take of a run was, the last failure, and whether the
+        # client was told the store is unavailable (and not yet that it is back)
+        self.asked: float | None = None
+        self.away_since: float | None = None
+        self.away_problem = ""
+        self.told_away = False
         self.pump = asyncio.create_task(self._pump())
         self.tasks.append(asyncio.create_task(self._presence()))
+        store_watch.watch(self)
         metrics.subscriber_joined(self)  # sampled for /metrics until it stops
         await self.send_text(encode({"type": "subscribed", "destination": self.destination}))
 
@@ -363,7 +391,69 @@ class SubscribeConsumer(LiveSocket):
         return self.reader.unsettled
 
     async def _store_problem(self, detail: str) -> None:
-        await self.error("store_unavailable", detail)
+        """The reader cannot send acks or rejects (it sends them again until Redis answers)."""
+        await self._tell_away(f"{detail}; acks and rejects are sent again once it answers")
+
+    async def _tell_away(self, problem: str) -> None:
+        """Say once an outage that Redis does not answer (see the module doc)."""
+        if self.told_away:
+            return
+        self.told_away = True
+        await self.error("store_unavailable", (
+            f"Redis, the message store, does not answer ({problem}); deliveries resume once "
+            f"it does, and the connection closes if it stays away {STORE_AWAY:g} s"
+        ))  # fmt: skip
+
+    async def _take_failed(self, asked: float, problem: redis.RedisError) -> None:
+        """A take failed (Redis away, most likely): the pump tries again every POP_WAIT and
+        the store watch ends the connection if Redis stays away (see the module doc)."""
+        self.away_problem = str(problem)
+        if self.away_since is None:
+            self.away_since = asked
+            logger.warning("cannot read outbox %r: %s; trying again every %g s, for %g s at "
+                           "most", self.reader.outbox, problem, POP_WAIT, STORE_AWAY)  # fmt: skip
+        await self._tell_away(f"cannot read deliveries: {problem}")
+
+    async def _store_back(self) -> None:
+        """A take worked again after Redis was away: say so, once."""
+        if self.away_since is not None:
+            logger.info("outbox %r: Redis answers again after %.1f s", self.reader.outbox,
+                        time.monotonic() - self.away_since)  # fmt: skip
+            self.away_since = None
+        if self.told_away:
+            self.told_away = False
+            await self.send_text(encode({
+                "type": "store_available",
+                "detail": "Redis, the message store, answers again; deliveries resume",
+            }))  # fmt: skip
+
+    def silent(self, now: float) -> tuple[float, str] | None:
+        """How long Redis has not answered this connection's takes and why, once that is
+        past the bound (the store watch asks; see the module doc); else None."""
+        since = self.away_since
+        if since is not None and now - since >= STORE_AWAY:
+            return now - since, self.away_problem
+        asked = self.asked
+        if asked is not None and now - asked >= POP_WAIT + STORE_AWAY:
+            return now - asked, "a read of the outbox was not answered"
+        return None
+
+    def store_gone(self, silent: float, problem: str) -> None:
+        """The store watch: Redis has not answered for too long; the connection ends."""
+        if self.closed or self.finished:
+            return
+        logger.warning("subscriber of %r: Redis has not answered for %.1f s (the limit is %g "
+                       "s): %s; the connection ends", self.destination, silent, STORE_AWAY,
+                       problem)  # fmt: skip
+        detail = (
+            f"Redis, the message store, has not answered for {silent:.1f} s ({problem}); the "
+            f"connection closes after {STORE_AWAY:g} s without it. Deliveries not acked are "
+            "delivered again once Redis is back (at the delivery timeout at the latest); "
+            "connect again to go on"
+        )
+        self.tasks.append(asyncio.create_task(
+            self.fail("store_unavailable", detail, CLOSE_STORE_AWAY, "store unavailable")
+        ))  # fmt: skip
 
     async def _presence(self) -> None:
         """Tell the router this destination has a subscriber, for as long as it has, and
@@ -385,13 +475,18 @@ class SubscribeConsumer(LiveSocket):
                 self.window_open.clear()
                 await self.window_open.wait()
                 continue
+            asked = self.asked = time.monotonic()
             try:
                 popped = await reader.take(min(self.credit, MAX_POP))
             except redis.RedisError as problem:
-                logger.warning("cannot read outbox %r: %s", reader.outbox, problem)
-                popped = None
-                await self.error("store_unavailable", f"cannot read deliveries: {problem}")
+                self.asked = None
+                await self._take_failed(asked, problem)
                 await asyncio.sleep(POP_WAIT)
+                continue
+            finally:
+                self.asked = None
+            if self.away_since is not None or self.told_away:
+                await self._store_back()
             if not popped:
                 continue
             learned = time.time()
@@ -491,6 +586,7 @@ class SubscribeConsumer(LiveSocket):
         if not self.authorized:
             return
         self.stopping = True
+        store_watch.unwatch(self)
         self.window_open.set()
         await self.reader.stop(self.pump, self.connection_id)
         await traces_sent()  # a traced frame's "write" line goes out on this client

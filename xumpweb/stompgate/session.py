@@ -81,11 +81,12 @@ from engine.relay import delivery_from_json
 from engine.relay.trace import TRACE, stamped
 from engine.validation import check_optional_seconds
 from xumpweb import access, metrics, redis_clients
-from xumpweb.live import registry
+from xumpweb.live import registry, store_watch
 from xumpweb.live.group_commit import Pending, RouterAnswers, group_commit
 from xumpweb.live.outbox import MAX_POP, POP_WAIT, OutboxReader, home
 from xumpweb.live.publish import Forbidden, error_code
 from xumpweb.live.security import find_token, unwatch, user_principal, watch
+from xumpweb.live.store_watch import STORE_AWAY
 from xumpweb.live.tracing import trace_later, traces_sent
 from xumpweb.runtime import service
 from xumpweb.stomp.connection import (
@@ -103,8 +104,7 @@ from xumpweb.stomp.connection import (
     TempQueue,
     Unsubscribe,
 )
-from xumpweb.stompgate import clients, exchanges, mailboxes, store_watch, topics
-from xumpweb.stompgate.store_watch import STORE_AWAY
+from xumpweb.stompgate import clients, exchanges, mailboxes, topics
 
 logger = logging.getLogger("xump.stomp")
 

@@ -1,5 +1,6 @@
-"""The store watch: a STOMP session ends when Redis stays away under one of its
-subscriptions (session.py's module doc, "Redis away").
+"""The store watch: a STOMP session or a JSON WebSocket subscriber ends when Redis stays
+away under one of its subscriptions (stompgate/session.py's module doc, "Redis away", and
+live/consumers.py's).
 
 One task per process, while it has subscriptions, looks every LOOK_EVERY at each watched
 subscription's `silent(now)` (how long Redis has not answered it, once past the bound) and
