@@ -84,6 +84,50 @@ def test_filter_shows_only_matching_queues(page, relay):
     assert row(page, other).count() == 0
 
 
+def test_a_refresh_answered_first_does_not_undo_the_filter(page, relay):
+    """The table refreshes itself (a new queue, the poll) while the filter asks for rows too:
+    the request sent last must win. A refresh sent just before the filter's request and
+    answered first replaced the table, so the filter's answer went to a table no longer on
+    the page and every queue stayed shown under a filled-in filter (the rare failure of the
+    test above). Both requests are held here and answered in that order."""
+    prefix = unique("late")
+    first, second = make_queue(relay, f"{prefix}-a"), make_queue(relay, f"{prefix}-b")
+    page.goto(f"/?q={prefix}")
+    row(page, first).wait_for(state="visible")
+    held = []
+    page.route("**/dashboard/rows/**", lambda route: held.append(route))  # answered later
+    page.evaluate("""() => {
+        window.__rows = [];
+        document.getElementById("queue-table").dataset.before = "1";
+        document.body.addEventListener("htmx:xhr:abort", () => window.__rows.push("abort"));
+        document.body.addEventListener("htmx:afterRequest", (e) => {
+            if (e.detail.elt.id === "queue-filter") window.__rows.push("filtered");
+        });
+    }""")
+    with page.expect_request("**/dashboard/rows/**"):  # the refresh (every queue)
+        page.evaluate("htmx.trigger('#queue-table', 'refresh')")
+    with page.expect_request(f"**q={prefix}-b**"):  # then the filter's
+        page.get_by_label("Filter queues").fill(f"{prefix}-b")
+    for _ in range(300):  # the route handler runs as the page's events are dispatched
+        if len(held) == 2:
+            break
+        page.wait_for_timeout(50)
+    refresh, filtered = held
+    try:
+        refresh.continue_()  # answered first
+    except Exception:  # the page gave it up for the filter's (aborted)
+        pass
+    page.wait_for_function(  # shown, or given up
+        "() => !document.getElementById('queue-table').dataset.before"
+        " || window.__rows.includes('abort')",
+        timeout=15_000,
+    )
+    filtered.continue_()
+    page.wait_for_function("() => window.__rows.includes('filtered')", timeout=15_000)
+    row(page, second).wait_for(state="visible")
+    assert row(page, first).count() == 0
+
+
 def test_sort_by_depth_puts_the_deepest_first(page, relay, console, redis_server):
     prefix = unique("srt")
     shallow, deep = make_queue(relay, f"{prefix}-a"), make_queue(relay, f"{prefix}-b")
