@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -20,6 +21,33 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` itself holds a TCP socket listening on `port` (Linux's /proc):
+    a free port can be taken by another process before a server binds it (tests run in
+    several processes), and then the other's server answers on it."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for descriptor in descriptors:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{descriptor}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 class RedisServer:
     """A private redis-server on a free port, its data (AOF, fsync on every write) in a
     directory of its own. Tests may kill and restart it; nothing else uses it. `settings`:
@@ -31,8 +59,25 @@ class RedisServer:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
+        self.started = False  # once started, restarts keep the port its clients know
 
     def start(self) -> None:
+        """Start it and wait until it answers, itself: a free port can be taken by another
+        process between `free_port` and the bind (tests run in several processes), and then
+        another server would answer our ping, its data ours to flush. So the answer's
+        process id must be ours; at the first start a taken port is given up for another."""
+        for _ in range(5):
+            if self._started():
+                self.started = True
+                return
+            if self.started:
+                raise RuntimeError(f"the private redis-server did not start on {self.port} again")
+            self.port = free_port()
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+        raise RuntimeError("the private redis-server found no free port")
+
+    def _started(self) -> bool:
+        """Whether it now listens on `port` and answers there (False: its port was taken)."""
         self.process = subprocess.Popen(
             [
                 "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
@@ -48,12 +93,18 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while True:
             try:
-                redis.Redis(port=self.port).ping()
-                return
+                answered = redis.Redis(port=self.port).info("server")["process_id"]
             except redis.ConnectionError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError("the private redis-server did not start") from None
-                time.sleep(0.05)
+                answered = None
+            if answered == self.process.pid:
+                return True
+            if self.process.poll() is not None:  # it could not listen: the port is taken
+                self.process = None
+                return False
+            if time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError("the private redis-server did not start")
+            time.sleep(0.05)
 
     def kill(self) -> None:
         """kill -9: no shutdown, no final save."""

@@ -41,7 +41,7 @@ import redis
 import stomp
 
 from engine.relay import RelayClient
-from tests.conftest import RedisServer, free_port
+from tests.conftest import RedisServer, free_port, listens
 from tests.web.in_django import InDjango
 from tests.web.stomp_clients import TRANSPORTS, Client, disconnect_all, stomp_connection
 
@@ -96,37 +96,37 @@ class Service:
     def start_web(self, name: str) -> Service:
         """Another web process (ASGI server) of this service, on a free port, over the same
         database, Redis and store; a Service that reaches it, its process under "server"."""
-        port = free_port()
         log = Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log"
-        process = _serve(self.env, port, log)
-        other = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", self.env,
-                        {"server": process}, self.admin_token)  # fmt: skip
-        if not _answers(other.url, process):
+        for _ in range(3):  # a port found free may be taken before the server binds it
+            port = free_port()
+            process = _serve(self.env, port, log)
+            other = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", self.env,
+                            {"server": process}, self.admin_token)  # fmt: skip
+            if _answers(other.url, process):
+                return other
             other.stop("server", kill=True)
-            raise RuntimeError(f"the web process {name} did not start; see {log}")
-        return other
+        raise RuntimeError(f"the web process {name} did not start; see {log}")
 
     def start_stomp(self, name: str = "stomp", port: int | None = None, **settings: str) -> int:
         """The STOMP TCP server (`manage.py stomp_server`) on `port` (default: a free one,
         e.g. the one a killed server had, for its clients to come back to); the port, once it
         accepts connections. `settings`: more environment (XUMP_...=value)."""
-        port = port or free_port()
-        log = open(Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log", "ab")  # noqa: SIM115
-        process = subprocess.Popen(
-            [PYTHON, "manage.py", "stomp_server", "--port", str(port)],
-            cwd=ROOT, env={**self.env, **settings}, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.processes[name] = process
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=2).close()
-                return port
-            except OSError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError(f"the STOMP server did not start; see {name}.log")
-            time.sleep(0.1)
+        for _ in range(1 if port else 3):  # a free port may be taken before it binds it
+            listening = port or free_port()
+            log = open(Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log", "ab")  # noqa: SIM115
+            process = subprocess.Popen(
+                [PYTHON, "manage.py", "stomp_server", "--port", str(listening)],
+                cwd=ROOT, env={**self.env, **settings}, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            self.processes[name] = process
+            deadline = time.monotonic() + 30
+            while process.poll() is None and time.monotonic() < deadline:
+                if listens(process.pid, listening):  # itself, not another's on the port
+                    socket.create_connection(("127.0.0.1", listening), timeout=2).close()
+                    return listening
+                time.sleep(0.1)
+            self.stop(name, kill=True)
+        raise RuntimeError(f"the STOMP server did not start; see {name}.log")
 
     def stop(self, name: str, kill: bool = False) -> None:
         process = self.processes.pop(name, None)
@@ -170,15 +170,17 @@ def _serve(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen:
 
 
 def _answers(url: str, process: subprocess.Popen, within: float = 30.0) -> bool:
-    """Whether the server at `url` answers /api/health before `within` seconds pass (and
-    before its process ends)."""
+    """Whether `process` listens at `url` and answers /api/health there before `within`
+    seconds pass (and before it ends: another process may have taken the port first)."""
     deadline = time.monotonic() + within
+    port = int(url.rsplit(":", 1)[1])
     while True:
-        try:
-            if httpx.get(url + "/api/health", timeout=2).status_code < 500:
-                return True
-        except httpx.HTTPError:
-            pass
+        if listens(process.pid, port):
+            try:
+                if httpx.get(url + "/api/health", timeout=2).status_code < 500:
+                    return True
+            except httpx.HTTPError:
+                pass
         if time.monotonic() > deadline or process.poll() is not None:
             return False
         time.sleep(0.1)
@@ -260,11 +262,15 @@ def start_service(redis_url: str, directory: Path, routing: str, **settings: str
     port = free_port()
     service = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", env)
     service.admin_token = _database(service, directory)
-    service.processes["server"] = _serve(env, port, directory / "server.log")
-    if not _answers(service.url, service.processes["server"]):
-        service.close()
-        raise RuntimeError(f"the server did not start; see {directory / 'server.log'}")
-    return service
+    for _ in range(3):  # a port found free may be taken before the server binds it
+        service.processes["server"] = _serve(env, port, directory / "server.log")
+        if _answers(service.url, service.processes["server"]):
+            return service
+        service.stop("server", kill=True)
+        port = free_port()
+        service.url, service.ws_url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}"
+    service.close()
+    raise RuntimeError(f"the server did not start; see {directory / 'server.log'}")
 
 
 @pytest.fixture(scope="session")
