@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable
+from re import _constants, _parser  # the tree re.compile parses, to size a pattern
 from typing import Any
 
 import re2
@@ -266,10 +267,18 @@ def compile_regex(pattern: str) -> Any:
     _check_text("regular expression", pattern)
     try:
         re.compile(pattern)
+        parsed = _parser.parse(pattern)
     except re.error as exc:
         column = (exc.pos + 1) if exc.pos is not None else None
         where = f" at column {column}" if column else ""
         raise InvalidSelector(f"invalid regular expression: {exc.msg}{where}", column) from None
+    items = _written_out(parsed.data)
+    if items > MAX_WRITTEN_OUT:
+        raise InvalidSelector(
+            f"regular expression too large: its repetitions written out make more than "
+            f"{MAX_WRITTEN_OUT:,} items (RE2 compiles a{{0,1000}} as 1,000 copies of a, and "
+            "the time grows faster than the count): repeat less, or use * and +"
+        )
     try:
         return re2.compile(_END_OF_TEXT.sub(r"\1\\z", pattern), _RE2_OPTIONS)
     except re2.error as exc:
@@ -285,6 +294,37 @@ def compile_regex(pattern: str) -> Any:
             "i, m, s and U are refused, as are repetitions over 1000",
             column,
         ) from None
+
+
+# A regex's repetitions written out, at most (see _written_out): "a{0,1000}" 10 times
+# compiles in a few tenths of a second; 110 times took RE2 about 40 s.
+MAX_WRITTEN_OUT = 10_000
+
+
+def _written_out(items: Any) -> int:
+    """How many items a parsed regex (Python's re parser's tree) is when RE2 writes its
+    counted repetitions out: each {m,n} is n copies of what it repeats (m+1 for {m,}: RE2
+    writes m copies and a star), nested ones multiply. Stops counting past the limit."""
+    total = 0
+    for operator, argument in items:
+        if operator in _REPEATS:
+            low, high, repeated = argument
+            copies = high if high != _constants.MAXREPEAT else low + 1
+            total += max(copies, 1) * _written_out(repeated)
+        elif operator is _constants.SUBPATTERN:
+            total += _written_out(argument[-1])
+        elif operator is _constants.BRANCH:
+            total += sum(_written_out(branch) for branch in argument[1])
+        elif operator in (_constants.ASSERT, _constants.ASSERT_NOT):
+            total += _written_out(argument[1])
+        else:
+            total += 1
+        if total > MAX_WRITTEN_OUT:
+            break
+    return total
+
+
+_REPEATS = (_constants.MAX_REPEAT, _constants.MIN_REPEAT, _constants.POSSESSIVE_REPEAT)
 
 
 def check_pattern(operator: str, pattern: str) -> None:

@@ -89,3 +89,16 @@ def test_a_stored_regex_that_needs_backtracking_loads_disabled_instead_of_breaki
     assert rebuilt.selector_fetch("in", 1).enabled is False
     assert rebuilt.selector_fetch("in", 2).enabled is True
     assert len(rebuilt.publish("in", Message(address="ok"))) == 1
+
+
+def test_a_regex_whose_repetitions_expand_too_far_is_refused_at_once():
+    """RE2 compiles a counted repetition by writing it out: "a{0,1000}" 110 times is
+    110,000 items, which took RE2 about 40 s to compile, holding whatever compiled it (a
+    router making the selector, a web worker previewing it). Refused before RE2 sees it."""
+    eng = Engine()
+    eng.queue_create("in")
+    for pattern in ("a{0,1000}" * 110, "a{0,1000}" * 11, "(?:x{0,100}y){0,101}"):
+        with pytest.raises(InvalidSelector, match="repetitions"):
+            eng.selector_create("in").when_match("regex", pattern)
+    for pattern in ("a{0,1000}" * 5, "x{1000}" * 10, r"[^/]{1,200}/[^/]{1,200}"):
+        eng.selector_create("in").when_match("regex", pattern).do_delete().enable()
