@@ -56,6 +56,15 @@ def topic_words(key: str) -> list[str]:
     return key.split(".") if key else []
 
 
+def pattern_words(pattern: str) -> list[str]:
+    """The words of a topic pattern, with each run of `#` words as one: `#.#` swallows what
+    `#` does (any number of words), but every `#` is a live state of the trie's walk at
+    every word of the key, so `#` written 499 times over a key of 100,000 words cost 50
+    million steps (an adversarial probe: 16 s for one message)."""
+    words = topic_words(pattern)
+    return [word for at, word in enumerate(words) if word != "#" or not at or words[at - 1] != "#"]
+
+
 class ExactIndex:
     __slots__ = ("_items",)
 
@@ -116,7 +125,8 @@ class _TopicNode:
         self.children: dict[str, _TopicNode] = {}
         self.hash_child: _TopicNode | None = None  # children["#"], kept apart for speed
         self.is_hash = is_hash  # reached through a `#`: may swallow further words
-        self.items: set[Hashable] = set()
+        # each item and how many of its patterns end here (`#.#` and `#` end at one node)
+        self.items: dict[Hashable, int] = {}
 
 
 class TopicTrie:
@@ -128,7 +138,7 @@ class TopicTrie:
     is proportional to the key's words times the live states, not the number of patterns.
     """
 
-    __slots__ = ("_cache", "_root")
+    __slots__ = ("_added", "_cache", "_root")
 
     # Routing keys repeat (a set of symbols, regions, services), so answers are remembered
     # per key; the memory is bounded and forgotten whenever a pattern is added or removed.
@@ -137,29 +147,40 @@ class TopicTrie:
     def __init__(self) -> None:
         self._root = _TopicNode()
         self._cache: dict[str, set[Hashable]] = {}
+        self._added: set[tuple[str, Hashable]] = set()  # (pattern, item), as given
 
     def add(self, pattern: str, item: Hashable) -> None:
+        if (pattern, item) in self._added:
+            return
+        self._added.add((pattern, item))
         self._cache.clear()
         node = self._root
-        for word in topic_words(pattern):
+        for word in pattern_words(pattern):
             nxt = node.children.get(word)
             if nxt is None:
                 nxt = node.children[word] = _TopicNode(is_hash=word == "#")
                 if word == "#":
                     node.hash_child = nxt
             node = nxt
-        node.items.add(item)
+        node.items[item] = node.items.get(item, 0) + 1
 
     def discard(self, pattern: str, item: Hashable) -> None:
+        if (pattern, item) not in self._added:
+            return
+        self._added.discard((pattern, item))
         self._cache.clear()
         path = [self._root]
-        words = topic_words(pattern)
+        words = pattern_words(pattern)
         for word in words:
             nxt = path[-1].children.get(word)
             if nxt is None:
                 return
             path.append(nxt)
-        path[-1].items.discard(item)
+        items = path[-1].items
+        if items.get(item, 0) > 1:
+            items[item] -= 1
+        else:
+            items.pop(item, None)
         # prune empty branches so the trie does not grow with churn
         for depth in range(len(words), 0, -1):
             node = path[depth]
@@ -201,7 +222,7 @@ class TopicTrie:
         hits: set[Hashable] = set()
         for node in states:
             if node.items:
-                hits |= node.items
+                hits.update(node.items)
         return hits
 
 

@@ -191,3 +191,23 @@ def test_many_hashes_against_a_long_key_stay_fast() -> None:
     assert trie.match(key) == {"y"}
     assert trie.match(key + ".z") == {"x"}
     assert time.thread_time() - started < 0.5
+
+
+# the deadline is the run's own: with every `#` a live state, the key's 300,000 words times
+# 1,000 of them are a hundred million steps of Python
+@pytest.mark.timeout(60)
+def test_a_run_of_hashes_swallows_what_one_does_in_one_step() -> None:
+    trie = TopicTrie()
+    trie.add("#." * 1_000 + "b", "many")
+    trie.add("#.#.b", "many")  # equivalent: the same node, kept till both are discarded
+    trie.add("#.b", "one")
+    trie.add("a.#.#", "tail")
+    key = "x." * 300_000 + "b"
+    assert trie.match(key) == {"many", "one"}
+    assert trie.match("b") == {"many", "one"}
+    assert trie.match("a") == {"tail"}
+    assert trie.match("a.c.d") == {"tail"}
+    trie.discard("#." * 1_000 + "b", "many")
+    assert trie.match("b") == {"many", "one"}
+    trie.discard("#.#.b", "many")
+    assert trie.match("b") == {"one"}
