@@ -430,13 +430,7 @@ class SubscribeConsumer(LiveSocket):
     def silent(self, now: float) -> tuple[float, str] | None:
         """How long Redis has not answered this connection's takes and why, once that is
         past the bound (the store watch asks; see the module doc); else None."""
-        since = self.away_since
-        if since is not None and now - since >= STORE_AWAY:
-            return now - since, self.away_problem
-        asked = self.asked
-        if asked is not None and now - asked >= POP_WAIT + STORE_AWAY:
-            return now - asked, "a read of the outbox was not answered"
-        return None
+        return store_watch.silence(now, self.away_since, self.away_problem, self.asked)
 
     def store_gone(self, silent: float, problem: str) -> None:
         """The store watch: Redis has not answered for too long; the connection ends."""

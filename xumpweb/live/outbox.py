@@ -30,50 +30,92 @@ SCAN items), keeps the items its filter wants and takes exactly those with TAKE_
 others stay, in order, for the destination's other consumers. No blocking pop can wait for
 an item it wants behind items it does not (the list is not empty), and a poll would make
 such an item wait (SPEC §11) and read the head again and again while it does not change.
-So the reader looks again when, and only when, the outbox changes, told by Redis itself:
-* **The wake-up is Redis's client-side caching.** The reader reads its outbox on a
-  connection of its own (`watch`, lean_redis.py's tracking) that has CLIENT TRACKING on:
-  Redis remembers that it read the key and pushes it one `invalidate` message when any
-  other connection next changes it: the router's commit appending deliveries, another
-  consumer's take or claim (which moves the head the reader sees), an item given back
-  (UNTAKE), a PURGE. One push per read (the key is remembered again by the next read), so
-  a busy outbox costs the reader at most one look per change and one look at a time,
-  never a storm; with NOLOOP its own take (TAKE_THESE goes on the same connection) does
-  not wake it, as it looks again after a take anyway. The writers do nothing for it: the
+So the head is read again when, and only when, the outbox changes, told by Redis itself;
+and it is read once a change for all the filtering readers of that outbox in the process,
+however many (200 subscriptions with selectors on one destination, each woken and looking
+at every change, cost 650 to 1,000 Redis commands a message and most of a core; see
+docs/live-path.md):
+* **One view of the head per outbox and process** (`HeadView`, head_view.py). The
+  process's filtering readers of an outbox (in one event loop, on the Redis server holding
+  it) share one view of its head: the head as the process knows it (`head`: what the last
+  look read, less what its readers took since), one connection that reads it (`watch`)
+  and one task that reads it again (`_run`, the **look**). The view is made when the first
+  of them takes and closed, with its connection and its task, when the last one closes
+  (`join_view`, `leave_view`). A reader never reads the outbox itself: it judges the
+  head's items with its own filter, each item once (`judged`), and hands the view the
+  items it wants (`HeadView.take`).
+* **The wake-up is Redis's client-side caching.** The watch has CLIENT TRACKING on
+  (lean_redis.py's tracking): Redis remembers that it read the key and pushes it one
+  `invalidate` message when any other connection next changes it: the router's commit
+  appending deliveries, another process's consumer taking or claiming (which moves the head
+  the view knows), an item given back (UNTAKE), a PURGE. One push per read (the key is
+  remembered again by the next read), so a busy outbox costs the process at most one look
+  per change and one look at a time, never a storm. The writers do nothing for it: the
   router's commit, its scripts and every other consumer send the same commands as before,
   and none waits for the push, which Redis writes after the turn's fsync like any reply.
   (A ring from the router instead, as its doorbell is rung, would need the router to know
   which destinations have filtering consumers, a lookup or a command in every commit, and
   would say nothing of other consumers' takes; a pub/sub message can be lost unnoticed,
-  a push only with its connection, which the reader sees end.)
-* **No wake-up lost.** `changed` is cleared before each look is sent; a change after the
+  a push only with its connection, which the view sees end.)
+* **Its readers' takes go with its looks.** The takes the view's readers asked for since
+  its last look are sent on the watch, each its own TAKE_THESE (one reader's refusal is
+  its own), with a look after them in the same write: one round trip. The items a reader
+  asks for leave the view's head at once, so no other reader of the process chooses them
+  again (two readers wanting one item: the first to ask has it; between processes
+  TAKE_THESE's atomic LREM decides, and the loser finds it gone at its next look). With
+  NOLOOP Redis does not push the view its own takes, and a change makes Redis forget who
+  read the key, the taker too: the look sent after the takes is what tracks the key again,
+  and what shows the view the items its takes let into the first SCAN. So the readers of a
+  process see each other's takes in the round trip of the take, with no push.
+* **Who is woken.** After a look, the view judges the items new to its head for each
+  reader that waits (with that reader's filter: a reader waits only when it wanted none
+  of the rest) and, for one that wants some, asks for them itself (up to the reader's
+  count, in order, none another reader asked for), with its next look, and wakes it to
+  await them (`given`). A reader that does not wait (it is handing on its last take, its
+  credit is spent) judges the head's items it has not judged at its next take. So a
+  change costs the process one look and a filter call per new item and reader (each
+  reader must judge each item once anyway), not a look and a wake-up per reader, and the
+  reader that wants the item wakes once, with it. The view looks at each change as it
+  comes, one look at a time, not at the pace of its readers.
+* **No wake-up lost.** `due` is cleared before each look is sent; a change after the
   look's read was executed makes a push that comes after its reply, on the same
   connection, so the wait that follows sees it; the push of a change made before the
-  read comes ahead of its reply, and costs one needless look at most. The end of the
-  connection (Redis restarted, a network fault) also wakes the reader, since Redis
-  forgets what a connection tracked with it: it looks again on a new connection, and
-  while Redis is away the pump retries every POP_WAIT. As a last fallback (a connection
-  silently dead, a push lost for any reason), a reader that heard nothing for POP_WAIT
-  looks again anyway: one cheap look a second while nothing changes, never the path of a
-  message in the normal case.
+  read comes ahead of its reply, and costs one needless look at most. A change made
+  between the view's own takes and the look sent after them is not pushed (the take made
+  Redis forget the key) but that look reads after it. Every item of the head is judged by
+  every reader that waits: a reader judges the head and starts waiting in one step (no
+  await between), and the view puts a look's items into its head and judges the new ones
+  for the readers waiting in one step too; so a reader that joins while a look is in
+  flight judges the head as it is, and the new items of that look when it comes back. The
+  end of the connection (Redis restarted, a network fault) also wakes the view, since Redis
+  forgets what a connection tracked with it: it looks again on a new connection. While
+  Redis is away the view tries again every POP_WAIT, what it was asked to take fails with
+  the same problem, and its readers' takes raise it (their pumps retry, and the store
+  watch counts how long, as before). As a last fallback (a connection silently dead, a
+  push lost for any reason), a view that heard nothing for POP_WAIT looks again anyway:
+  one cheap look a second for the process while nothing changes, never the path of a
+  message in the normal case. A take waits once at most, up to POP_WAIT, and returns
+  none when nothing came for it, as a pump expects.
 * **A look reads what is new, not the whole head again.** Items are unique (each carries
   its tag) and the outbox changes only by removals anywhere, pushes at the head (UNTAKE)
-  and appends at the tail (the router). So when the head it knows (`head`: what the last
-  look read, less what it took since) still starts and ends with the same items, nothing
-  was removed from it nor pushed before it, and only the items after it are new: one
-  round trip of two LINDEX and an LRANGE of what follows it, so a long head of items
-  nobody takes costs a few bytes a change, not SCAN items. Otherwise it reads the whole
-  head again, and also when it has trusted the ends after a change for POP_WAIT (items
-  given back together with one of the head's own, while others took one of its middle,
-  could keep both ends). Items already judged are not decoded again (`judged`).
+  and appends at the tail (the router). So when the head the view knows still starts and
+  ends with the same items, nothing was removed from it nor pushed before it, and only the
+  items after it are new: two LINDEX and an LRANGE of what follows it, in one round trip,
+  so a long head of items nobody takes costs a few bytes a change, not SCAN items.
+  Otherwise it reads the whole head again, and also when it has trusted the ends after a
+  change for POP_WAIT (items given back together with one of the head's own, while others
+  took one of its middle, could keep both ends), and after a failure (what a take whose
+  answer was lost removed is unknown).
 * **Shards and Redis Cluster.** The watch is a connection to the server that holds the
   destination's home shard (xumpweb/shards.py; on a cluster the node serving its hash tag's
   slot), where the outbox key and every write to it live: tracking is per server, and the
-  key's server is the one that pushes.
+  key's server is the one that pushes. Views are told apart by that server's URL and the
+  outbox's key.
 * **What it costs others.** Nothing when no filtering consumer exists: no command, no
-  write, no fsync anywhere. Once any connection has used tracking, Redis looks up each key
-  a command writes in its tracking table (a radix-tree lookup, no I/O); a push is sent only
-  for an outbox a filtering reader read since it last changed.
+  write, no fsync anywhere; ordinary readers of the same destination take and claim as
+  before. Once any connection has used tracking, Redis looks up each key a command writes
+  in its tracking table (a radix-tree lookup, no I/O); a push is sent only for an outbox a
+  view read since it last changed.
 
 Acks go to the router at once as a relay confirm command (the JSON
 engine.relay.RelayClient.confirm writes, appended to the store's inbox by engine.relay.PUSH,
@@ -95,6 +137,9 @@ arrival (runtime.py), so work held while the destination was away goes out at on
 Rules this file keeps:
 * a filtering reader waits for a change of its outbox, never for a time on the normal path:
   POP_WAIT only as the fallback against a wake-up lost (see "Filtering consumers");
+* the filtering readers of one outbox in a process share one view of its head: one
+  connection, one look a change, however many they are; the view lives exactly as long
+  as its readers (made by the first one's take, closed by the last one's close);
 * a take in flight is never cancelled (its items would leave the list unseen, and come
   back only at their delivery timeout): `close()` waits for it, at most POP_WAIT; what
   it returns to a consumer that is ending goes back untaken (`untake`), first, in order;
@@ -119,21 +164,19 @@ from engine.relay import (
     PUSH,
     STAMP,
     TAKE,
-    TAKE_THESE,
     UNTAKE,
     delivery_from_json,
 )
 from xumpweb import redis_clients
 from xumpweb.live import registry
 from xumpweb.live.frames import encode
+from xumpweb.live.head_view import POP_WAIT, HeadView, join_view, leave_view, retrieved
 from xumpweb.live.lean_redis import LeanRedis, answer, evalsha
 from xumpweb.runtime import Service
 
 logger = logging.getLogger("xump.live")
 
-POP_WAIT = 1.0  # seconds a pop waits for the outbox; also the longest a close waits for it
 MAX_POP = 1000  # deliveries taken off the outbox at once
-SCAN = 1000  # items of the outbox head a filtering consumer looks at
 ACK_BATCH = 1000  # acks gathered (while a round trip is in flight) go at once past this
 RESEND_EVERY = 0.2  # seconds between tries to send acks and rejects while Redis is away
 
@@ -146,13 +189,6 @@ async def home(found: Service, destination: str) -> Service:
     if not found.sharded:
         return found
     return await sync_to_async(found.shard_for, thread_sensitive=False)(destination)
-
-
-def _retrieved(future: asyncio.Future) -> None:
-    """Take a future's exception (one nobody will await), so that asyncio does not log it
-    as never retrieved."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _tag(item: bytes) -> str | None:
@@ -207,19 +243,14 @@ class OutboxReader:
         self.claim_check = client.register_script(CLAIM_CHECK)
         self.on_problem = on_problem
         self.wanted = wanted
-        # a filtering reader (see the module doc): its connection tracking the outbox, told
-        # of a change (or of that connection's end) by `changed`; the outbox's items it
-        # judged at the last look; the head of the outbox as it knows it (read at the last
-        # look, less what it took since); when it last read the whole head (the loop's
-        # clock) and whether a look trusted the head's ends since; whether its last wait
-        # ended with no change heard (the fallback)
-        self.watch: LeanRedis | None = None
-        self.changed = asyncio.Event()
+        # a filtering reader (see the module doc): the view of the outbox's head it shares
+        # with the process's other filtering readers of it (from its first take on); the
+        # head's items it judged (wanted or not); `changed`: set when it waits and the view
+        # took items for it (`given`), or failed (or when it stops)
+        self.view: HeadView | None = None
         self.judged: dict[bytes, bool] = {}
-        self.head: list[bytes] = []
-        self.whole_head_at = float("-inf")
-        self.trusted_ends = False
-        self.quiet = False
+        self.changed = asyncio.Event()
+        self.given: asyncio.Future | None = None  # the take the view asked for it as it waited
         self.unsettled: dict[str, None] = {}  # tags taken off the outbox, in delivery order
         self.claimed: list[bytes] = []  # items claimed by a BLMOVE, not stamped yet
         # ack:auto (STOMP): a claim settles the delivery (see the module doc)
@@ -317,7 +348,7 @@ class OutboxReader:
             self.drained = False
             connection.abort()  # never reused half-read
             for reply in every:  # those not awaited fail with it: their errors are this one
-                reply.add_done_callback(_retrieved)
+                reply.add_done_callback(retrieved)
             raise
         if item is None:
             return []
@@ -339,58 +370,55 @@ class OutboxReader:
         return evalsha(STAMP, [self.claimed_key, self.taken], items)
 
     async def _take_wanted(self, count: int) -> list[bytes]:
-        """A filtering reader's take: the wanted items of the head, or when there are none,
-        a wait until the outbox changes (see the module doc); [] then."""
-        watch = self.watch
-        if watch is None:
-            url = redis_clients.node_url(redis_clients.store_url(), self.store)
-            watch = self.watch = LeanRedis(url, timeout=None, scripts=(TAKE_THESE,),
-                                           tracking=self.changed.set)  # fmt: skip
-        self.changed.clear()  # before the look: a change after its read wakes the wait
-        head = await self._look(watch, self.quiet)
-        self.quiet = False
-        # an item judged at the last look is not decoded again
-        judged, wanted = self.judged, self.wanted
-        self.judged = {item: judged[item] if item in judged else wanted(item) for item in head}  # type: ignore[misc]
+        """A filtering reader's take: the wanted items of the head its view knows, or when
+        there are none, those the view takes for it when its next looks bring some (see
+        the module doc); [] when none came within POP_WAIT."""
+        view = self.view
+        if view is None:
+            view = self.view = join_view(self)
+        if view.failure is not None:  # Redis is away: the pump retries (see the module doc)
+            raise view.failure
+        # an item judged before is not decoded again; one gone from the head is forgotten
+        judged, wants = self.judged, self._wants
+        self.judged = {item: judged[item] if item in judged else wants(item) for item in view.head}
         chosen = [item for item, keep in self.judged.items() if keep][:count]
         if chosen:
-            # after the take they are gone from the outbox, taken by this reader or by
-            # another before it: the rest is what the next look checks the ends of
-            going = set(chosen)
-            self.head = [item for item in head if item not in going]
-            keys = [self.outbox, self.taken, self.revoked]
-            return await watch.script(TAKE_THESE, keys, chosen)  # type: ignore[no-any-return]
-        self.head = head
-        if not self.stopping:
-            try:
-                async with asyncio.timeout(POP_WAIT):
-                    await self.changed.wait()
-            except TimeoutError:  # the fallback (module doc): nothing changed, or lost
-                self.quiet = True
-        return []
+            return await view.take(chosen)
+        if self.stopping:
+            return []
+        # no await since the head was judged: the view judges what its next looks bring
+        # for this reader, and takes for it what it wants (HeadView._news)
+        self.changed.clear()
+        view.waiting[self] = count
+        try:
+            async with asyncio.timeout(POP_WAIT):
+                await self.changed.wait()
+        except TimeoutError:  # nothing for it: the pump asks again (see the module doc)
+            pass
+        finally:
+            view.waiting.pop(self, None)
+        given, self.given = self.given, None
+        if given is None:  # none came, or it stops, or the view failed
+            return []
+        return await given  # taken, or a take in flight when the wait ended (never dropped)
 
-    async def _look(self, watch: LeanRedis, quiet: bool) -> list[bytes]:
-        """The outbox's first SCAN items, read on `watch` (which tracks the key from then
-        on): only those after the head known from the last look when its two ends are
-        still where they were, else all of them (see the module doc). `quiet`: the look
-        comes after a wait that heard no change (the fallback)."""
-        head, outbox = self.head, self.outbox
-        now = asyncio.get_running_loop().time()
-        if head and not (self.trusted_ends and now - self.whole_head_at >= POP_WAIT):
-            first, last, after = await watch.execute(
-                ("LINDEX", outbox, 0),
-                ("LINDEX", outbox, len(head) - 1),
-                ("LRANGE", outbox, len(head), SCAN - 1),
-            )
-            if first == head[0] and last == head[-1]:
-                # only a change can make the ends mislead: after none heard, the trust
-                # stays as it was
-                self.trusted_ends = self.trusted_ends or not quiet
-                return head + after  # type: ignore[no-any-return]
-        self.trusted_ends = False
-        self.whole_head_at = now
-        (found,) = await watch.execute(("LRANGE", outbox, 0, SCAN - 1))
-        return found  # type: ignore[no-any-return]
+    def _wants(self, item: bytes) -> bool:
+        """Whether this reader's filter wants `item` (one it cannot judge is wanted: the
+        consumer sets it aside, with its reason, as it does an item it cannot read)."""
+        try:
+            return self.wanted(item)  # type: ignore[misc]
+        except Exception:
+            logger.exception("the filter of a consumer of %r failed", self.destination)
+            return True
+
+    def judge(self, items: list[bytes]) -> bool:
+        """Judge `items`, new to the head, for this reader while it waits (the view calls
+        it after a look); whether it wants one of them."""
+        judged, wants = self.judged, False
+        for item in items:
+            keep = judged[item] = self._wants(item)
+            wants = wants or keep
+        return wants
 
     async def untake(self, items: list[bytes]) -> None:
         """Put items `take` returned and the consumer never handed on (it was ending
@@ -600,14 +628,15 @@ class OutboxReader:
         pump has stopped taking (see the module doc)."""
         self.closed = True
         self.stopping = True
-        for connection in (self.blocking, self.watch):
-            if connection is None:
-                continue
+        if self.blocking is not None:
             if self.taking:  # a take still waits there (stop gave up on it): dropped
-                connection.abort()
+                self.blocking.abort()
             else:
-                await connection.aclose()
-        self.blocking = self.watch = None
+                await self.blocking.aclose()
+            self.blocking = None
+        if self.view is not None:  # the last of its readers closes the view
+            view, self.view = self.view, None
+            await leave_view(view, self)
         if self.ack_task is not None:  # a round trip in flight is never cancelled
             await asyncio.wait({self.ack_task}, timeout=POP_WAIT + 5)
         await self.flush_acks()

@@ -14,11 +14,26 @@ import asyncio
 import time
 from typing import Protocol
 
+from xumpweb.live.head_view import POP_WAIT
+
 # seconds a session rides out Redis being away under one of its subscriptions (its takes
 # failing, or one in flight not answered STORE_AWAY seconds past POP_WAIT) before it ends
 # with an ERROR naming Redis
 STORE_AWAY = 10.0
 LOOK_EVERY = 0.25  # seconds between the watch's looks at the subscriptions
+
+
+def silence(
+    now: float, away_since: float | None, problem: str, asked: float | None
+) -> tuple[float, str] | None:
+    """How long Redis has not answered a subscription and why, once that is past the bound
+    (else None): since its first failed take (`away_since`, failing with `problem`), or
+    since a take it never answered was asked (`asked`)."""
+    if away_since is not None and now - away_since >= STORE_AWAY:
+        return now - away_since, problem
+    if asked is not None and now - asked >= POP_WAIT + STORE_AWAY:
+        return now - asked, "a read of the outbox was not answered"
+    return None
 
 
 class Watched(Protocol):
