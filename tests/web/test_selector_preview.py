@@ -288,3 +288,25 @@ def test_a_preview_too_costly_is_cut_short_and_says_so(service, xump, console):
     assert taken == 0 and len(why) == examined, (taken, len(why), examined)
     assert sorted(why, reverse=True) == list(range(100, 100 - examined, -1))
     assert all(f"selector {first['id']} matches it" in line for line in why.values())
+
+
+def test_cheap_conditions_on_long_headers_are_not_cut_short(service, xump, console):
+    """A condition is charged what its operator reads: an equality or a prefix compares no
+    more than its pattern. Before, each was charged its whole field, so a DEFAULT selector
+    beside 101 prefix selectors over 1 MB headers was cut short at its first message (an
+    adversarial probe), its work a fraction of a second."""
+    queue = unique()
+    xump.call("queue_create", name=queue, history=5)
+    xump.call("selector_create", queue=queue, when="always", action="delete", enabled=True)
+    big = "b" * 1_000_000
+    xump.publish(queue, [{"body": f"{n}", "address": f"m{n}", "headers": {"big": big}}
+                         for n in range(3)])  # fmt: skip
+    assert wait_for(lambda: xump.stats(queue)["history_size"] == 3)
+    for n in range(101):
+        xump.call("selector_create", queue=queue, when="match", action="delete", enabled=True,
+                  match={"operator": "prefix", "pattern": f"a{n}", "field": "big"})  # fmt: skip
+
+    text = preview(console, queue, {**BLANK, "when": "default"})
+    assert CUT.search(text) is None, CUT.search(text)
+    # every message judged (the ALWAYS selector holds for each: the default takes none)
+    assert SUMMARY.search(text).groups() == ("0", "3")

@@ -11,13 +11,13 @@ The preview runs in a web worker, so its work is capped (`Budget`): a DEFAULT se
 preview tries each of the queue's other enabled selectors on every message, and each
 condition reads its field to the end: RE2 is linear, but 1,000 regexes over 100 messages
 with 50 KB headers is 100,000 scans, 22 s (and a pattern with a capturing group, such as
-`(a+)+`, runs on RE2's slower submatch engine over fields of up to tens of KB, some 15 times
-the DFA's time: google-re2's fullmatch asks for the groups). The budget counts the
-characters the conditions read (PREVIEW_READS, so the cut does not depend on the machine)
-and the time (PREVIEW_SECONDS, for what reading does not measure: compiling the selectors,
-filters, slow patterns), checked before each selector is tried on each message. When it is
-spent the preview stops and shows what it judged (the latest messages first), saying it was
-cut short and why.
+`(a+)+`, ran on RE2's slower submatch engine, some 15 times the DFA's time, before regexes
+were compiled with never_capture). The budget counts the characters the conditions read,
+by operator, and a filter's headers (PREVIEW_READS, so the cut does not depend on the
+machine) and the time (PREVIEW_SECONDS, for what reading does not measure: compiling the
+selectors, filters, slow patterns), checked before each selector is tried on each
+message. When it is spent the preview stops and shows what it judged (the latest messages
+first), saying it was cut short and why.
 """
 
 from __future__ import annotations
@@ -206,38 +206,57 @@ def unmet(settings: dict[str, Any]) -> Callable[[Message], dict[str, Any] | None
 
 def _unmet_reading(
     settings: dict[str, Any],
-) -> tuple[Callable[[Message], dict[str, Any] | None], tuple[str, ...]]:
-    """`unmet(settings)`, and the fields its conditions read (each once)."""
+) -> tuple[Callable[[Message], dict[str, Any] | None], tuple[tuple[str, int | None], ...]]:
+    """`unmet(settings)`, and what judging a message reads: a (field, at most) pair for each
+    condition (see `_Reading`), and ("", None) for a filter (it may read any header)."""
     matches = settings.get("matches") or ([settings["match"]] if settings.get("match") else [])
     conditions = checked_matches(matches) if matches else ()
     expression = settings.get("filter")
     fails = why_not_met(conditions, compile_filter(expression) if expression else None)
-    return fails, tuple(dict.fromkeys(field for _, _, field in conditions))
+    reads = tuple((field, _READ_AT_MOST.get(operator, lambda _: None)(pattern))
+                  for operator, pattern, field in conditions)  # fmt: skip
+    return fails, reads + ((("", None),) if expression else ())
+
+
+# what a condition reads of its field, at most, by operator (the whole field when absent):
+# an equality or a prefix compares no more than its pattern's length; a topic and a regex
+# read it all, each condition again
+_READ_AT_MOST: dict[str, Callable[[str], int | None]] = {
+    "eq": lambda pattern: len(pattern) + 1,
+    "prefix": lambda pattern: len(pattern) + 1,
+}
 
 
 class _Reading:
-    """How many characters conditions on `fields` read in one message: its fields' lengths,
-    each read once a message however many selectors read it."""
+    """How many characters judging one message reads: for each condition its field's
+    length, or less when its operator stops sooner (`_READ_AT_MOST`); for a filter, every
+    header's text and the address (field ""). Each field is measured once a message."""
 
     def __init__(self) -> None:
         self.readers: dict[str, Callable[[Message], str | None]] = {}
         self.message: Message | None = None
         self.sizes: dict[str, int] = {}
 
-    def size(self, message: Message, fields: Sequence[str]) -> int:
+    def size(self, message: Message, reads: Sequence[tuple[str, int | None]]) -> int:
         if message is not self.message:
             self.message, self.sizes = message, {}
         total = 0
-        for field in fields:
+        for field, at_most in reads:
             size = self.sizes.get(field)
             if size is None:
-                read = self.readers.get(field)
-                if read is None:
-                    read = self.readers[field] = field_reader(field)
-                value = read(message)
-                size = self.sizes[field] = 0 if value is None else len(value)
-            total += size
+                size = self.sizes[field] = self._measure(message, field)
+            total += size if at_most is None else min(size, at_most)
         return total
+
+    def _measure(self, message: Message, field: str) -> int:
+        if not field:  # a filter's: whatever it may read
+            headers = message.headers or {}
+            return len(message.address or "") + sum(len(str(v)) for v in headers.values())
+        read = self.readers.get(field)
+        if read is None:
+            read = self.readers[field] = field_reader(field)
+        value = read(message)
+        return 0 if value is None else len(value)
 
 
 def selector_settings(selector: dict[str, Any]) -> dict[str, Any]:
@@ -273,13 +292,13 @@ def why_not_taken(
         rivals = []
         for other in rivals_of(others):
             budget.spend()
-            fails, fields = _unmet_reading(selector_settings(other))
-            rivals.append((other["id"], str(other.get("describe") or ""), fails, fields))
+            fails, reads = _unmet_reading(selector_settings(other))
+            rivals.append((other["id"], str(other.get("describe") or ""), fails, reads))
 
         def default(message: Message) -> str | None:
             matched = []
-            for number, said, fails, fields in rivals:
-                budget.spend(reading.size(message, fields))
+            for number, said, fails, reads in rivals:
+                budget.spend(reading.size(message, reads))
                 if fails(message) is None:
                     matched.append((number, said))
             if not matched:
@@ -287,10 +306,10 @@ def why_not_taken(
             return default_passes([number for number, _ in matched], matched[0][1])
 
         return default
-    own, fields = _unmet_reading(settings)
+    own, reads = _unmet_reading(settings)
 
     def condition(message: Message) -> str | None:
-        budget.spend(reading.size(message, fields))
+        budget.spend(reading.size(message, reads))
         failed = own(message)
         return None if failed is None else failed["reason"]
 
