@@ -738,6 +738,28 @@ class _RelayRouter(RelayRouter):
 MOVED = "moved"  # a handoff's answer: the wiring moved since its publishes were sorted
 
 
+class HereStep:
+    """A step made on the event loop (Router.step_here), waiting for its commits to be sent
+    (Router.commit_here): the router, its commands, the deferred commits, the trace lines
+    it made (bench-only) and when it started."""
+
+    __slots__ = ("commands", "commits", "relay", "started", "traces")
+
+    def __init__(
+        self,
+        relay: _RelayRouter,
+        commands: list[Handed],
+        commits: list[tuple],
+        traces: list | None,
+        started: float,
+    ) -> None:
+        self.relay = relay
+        self.commands = commands
+        self.commits = commits
+        self.traces = traces
+        self.started = started
+
+
 class Handoff:
     """Publishes a process hands its own router (Router.hand): the commands, the wiring
     version (the wiring key's bytes) they were sorted by, and the future the router
@@ -917,11 +939,102 @@ class Router:
             if _taking_handoffs.get(self.store) is not self:
                 return None
             self._handoffs.append(handoff)
+        self._wake_router()
+        return handoff.future
+
+    _stepping_here = False  # a step of handoffs made on the event loop awaits its commit
+
+    def step_here(self, commands: list[Handed], version: bytes) -> HereStep | str | None:
+        """SPEC §11's co-located path without a thread hop: apply `commands` (publishes,
+        not calls) on the caller's thread (the event loop) now, in a step whose commits
+        are deferred (RedisStore.defer) for `commit_here` to send on the caller's own
+        connection. The engine's lock stays held until then, so no other step comes
+        between this one and its commit. MOVED when the wiring moved since the commands
+        were sorted; None when this cannot be done now (not routing, the router thread
+        is stepping or has handoffs waiting, a step here in flight, a call among them):
+        `hand` them instead. See the module doc, "The co-located path"."""
+        relay = self.relay
+        if (
+            relay is None
+            or self._stepping_here
+            or self._handoffs
+            or _taking_handoffs.get(self.store) is not self
+            or relay.store.broken is not None
+            or any(command.get("op") == "call" for command in commands)
+        ):
+            return None
+        lock = relay.engine._lock
+        if not lock.acquire(blocking=False):
+            return None
+        try:
+            if self.relay is not relay or relay.store.broken is not None:
+                lock.release()
+                return None
+            if version != str(relay.wiring_version).encode():
+                lock.release()
+                return MOVED
+            self._stepping_here = True
+            started = time.perf_counter()
+            relay.store.defer()
+            try:
+                relay._step([], (), commands)
+            finally:
+                commits = relay.store.sent_later()
+            traces, relay._traces = relay._traces, None
+        except BaseException as error:
+            relay.store.deferred_failed(error)  # memory may be ahead of Redis: reload
+            self._stepping_here = False
+            lock.release()
+            self._wake_router()
+            for command in commands:
+                command.committed = False
+            raise error if isinstance(error, StoreError) else StoreError(str(error)) from None
+        return HereStep(relay, commands, commits, traces, started)
+
+    async def commit_here(self, step: HereStep, execute: Callable[..., Any]) -> None:
+        """Send `step`'s commits in order with `execute` (an async call of Redis commands
+        on the caller's connection, LeanRedis.execute), then let the engine's lock go.
+        Once it returns, every command of the step is durable (`committed`). A commit that
+        fails (the lease lost, Redis away) leaves `committed` true only on the commands
+        of the commits before it; the router loads the store again before its next
+        write (RedisStore.deferred_failed), and the error is raised."""
+        relay = step.relay
+        failed: BaseException | None = None
+        cancelled: BaseException | None = None
+        done = 0
+        try:
+            for command in step.commits:
+                try:
+                    await execute(command)
+                except redis.exceptions.NoScriptError:  # nothing ran: once more, with its text
+                    await execute(("EVAL", relay.store.apply_source, *command[2:]))
+                done += 1
+        except BaseException as error:  # Redis's refusal, a lost connection, cancelled
+            failed = relay.store.deferred_failed(error)
+            if not isinstance(error, Exception):
+                cancelled = error
+            for command in step.commands:
+                if command.part >= done:
+                    command.committed = False
+        finally:
+            if failed is None:
+                relay.steps += 1
+            self._stepping_here = False
+            relay.engine._lock.release()
+        if failed is not None:
+            logger.info("a step's commit on the event loop failed (%s): the router "
+                        "loads store %r again", failed, self.store)  # fmt: skip
+            self._wake_router()  # it drops the engine and loads the store again
+            raise cancelled or failed
+        _count_step(len(step.commands), time.perf_counter() - step.started)
+        if relay._carried < relay._backlog or relay.engine.holds_for_settlements(HOLDS_LOOK):
+            self._wake_router()  # to carry to other shards, or to look for settlements
+
+    def _wake_router(self) -> None:
         wake = self._wake
         if wake is not None:
             with contextlib.suppress(OSError):  # full: a wake-up is already waiting
                 wake[1].send(b"\0")
-        return handoff.future
 
     def _take_handoffs(self) -> list[Handoff]:
         if not self._handoffs:
@@ -975,6 +1088,8 @@ class Router:
             doorbell.subscribe(self.keys["doorbell"])  # before the first look: no ring lost
             look = True  # read the inbox at the next step (see _RelayRouter.run_once)
             while stop is None or not stop.is_set():
+                if relay.store.broken is not None:  # a commit on the event loop failed
+                    raise relay.store.broken
                 handoffs = self._take_handoffs()
                 try:
                     done = relay.run_once(handoffs=handoffs, head=look)

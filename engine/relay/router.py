@@ -20,7 +20,7 @@ import redis
 
 from engine import errors
 from engine.core import Engine
-from engine.errors import GapMoved, StoreError, XumpError
+from engine.errors import GapMoved, NotWritten, StoreError, XumpError
 from engine.message import Delivery
 from engine.relay.scripts import HEAD, PURGE, PUSH, SWEEP
 from engine.relay.trace import TRACE, trace_channel, trace_line
@@ -79,6 +79,7 @@ class Handed(dict):
     list) came back: durable. Known by its class, never by its content."""
 
     committed = False
+    part = 0  # with the store's commits deferred: which of them applied it (RedisStore.defer)
 
     @classmethod
     def of(cls, payload: bytes) -> Handed:
@@ -400,7 +401,7 @@ class RelayRouter:
             committed = time.time()
             for command in commands:
                 if type(command) is Handed:
-                    command.committed = True
+                    self._mark_committed(command)
             self._forwarded(forwarded)
         except BaseException as error:
             if isinstance(error, StoreError) or not isinstance(error, Exception):
@@ -459,7 +460,12 @@ class RelayRouter:
 
     def _roll_back(self, journal: Any, mark: int) -> None:
         """Forget a step that was not committed: the store's records, the engine's state
-        (loaded again as last committed) and the journal events and forwards it recorded."""
+        (loaded again as last committed) and the journal events and forwards it recorded.
+        With the store's commits deferred (RedisStore.defer) the store is not as last
+        committed while they wait, so nothing is loaded: NotWritten, and the caller sends
+        none of them (xumpweb/runtime.py's Router.step_here)."""
+        if self.store.deferred is not None:
+            raise NotWritten("a command failed in a step whose commits were not sent yet")
         if journal is not None:
             journal.take_back(mark)
         self._marking = {}
@@ -633,7 +639,15 @@ class RelayRouter:
                 self.engine.reload()
             raise
         if type(command) is Handed:
-            command.committed = True
+            self._mark_committed(command)
+
+    def _mark_committed(self, command: Handed) -> None:
+        """`command` was applied by the commit just made (or deferred: RedisStore.defer,
+        and then `part` says which of the deferred commits it is in)."""
+        command.committed = True
+        deferred = self.store.deferred
+        if deferred is not None:
+            command.part = len(deferred) - 1
 
     def _committed(self, deliveries: list[Delivery]) -> None:
         """Called after each committed step with the deliveries it sent (a subclass may

@@ -70,7 +70,7 @@ import orjson
 import redis
 from hiredis import pack_command
 
-from engine.errors import GapMoved, LeaseLost, StoreError
+from engine.errors import GapMoved, LeaseLost, NotWritten, StoreError
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Message
 from engine.stores.base import COUNTERS, Entry
@@ -506,26 +506,70 @@ class RedisStore(JournaledStore):
         the commands, engine/relay's package doc)."""
         self._gap = (list_key, counter_key, gap)
 
+    # Commits deferred (a list: `defer`), or None: sent as they are made. See `defer`.
+    deferred: list[tuple] | None = None
+    # Set when a deferred commit failed (`deferred_failed`): this store's commits raise it,
+    # writing nothing, for its owner to drop the engine and load the store again.
+    broken: StoreError | None = None
+
+    def defer(self) -> None:
+        """Until `sent_later`, record each commit's command instead of sending it: the
+        caller sends them itself, in order, on a connection of its own (the co-located
+        router's step on the event loop, xumpweb/runtime.py), then says how that went
+        (`deferred_failed`). The engine and the store take a deferred commit as made."""
+        self.deferred = []
+
+    def sent_later(self) -> list[tuple]:
+        """The commits recorded since `defer`, oldest first: EVALSHA commands of the
+        store's apply script (`apply_source` for EVAL when the server lacks it)."""
+        commits, self.deferred = self.deferred or [], None
+        return commits
+
+    @property
+    def apply_source(self) -> str:
+        return self._apply_source
+
+    def deferred_failed(self, error: BaseException) -> StoreError:
+        """A deferred commit failed (`error`: Redis's refusal or a lost connection):
+        the StoreError it means (LeaseLost, a NotWritten, when the lease was lost), and
+        from now on every commit raises NotWritten, since memory holds what Redis may
+        not: the owner drops the engine and loads the store again."""
+        failure = self._commit_failure(error) if isinstance(error, redis.RedisError) else (
+            error if isinstance(error, StoreError) else StoreError(str(error)))  # fmt: skip
+        self.broken = NotWritten(
+            f"a commit to Redis store {self.name!r} failed ({failure}): this router loads "
+            "the store again before it writes"
+        )
+        return failure
+
     def _send(self, commands: list[tuple]) -> None:
         gap, self._gap = self._gap, None
+        if self.broken is not None:
+            raise self.broken
         words: list[Any] = [self.lease_token, self.lease_ms, self._fence, *(gap or ("", "", ""))]
         for command in _chunked(commands):
             words.append(len(command))
             words.extend(command)
+        if self.deferred is not None:
+            self.deferred.append((*self._apply_head, *words))
+            return
         try:
             self._run_apply(words)
         except redis.RedisError as error:
-            if "XUMP_LEASE_LOST" in str(error):
-                raise LeaseLost(
-                    f"this process lost the lease on Redis store {self.name!r} (it expired and "
-                    "another process took over); its changes were not written"
-                ) from None
-            if "XUMP_GAP_MOVED" in str(error):
-                raise GapMoved(
-                    f"a commit to Redis store {self.name!r} was refused: the list it expected "
-                    "had changed; nothing was written"
-                ) from None
-            raise StoreError(self._failure("writing to", error)) from None
+            raise self._commit_failure(error) from None
+
+    def _commit_failure(self, error: redis.RedisError) -> StoreError:
+        if "XUMP_LEASE_LOST" in str(error):
+            return LeaseLost(
+                f"this process lost the lease on Redis store {self.name!r} (it expired and "
+                "another process took over); its changes were not written"
+            )
+        if "XUMP_GAP_MOVED" in str(error):
+            return GapMoved(
+                f"a commit to Redis store {self.name!r} was refused: the list it expected "
+                "had changed; nothing was written"
+            )
+        return StoreError(self._failure("writing to", error))
 
     def _run_apply(self, words: list[Any]) -> None:
         """EVALSHA of _APPLY packed by hiredis in one call: redis-py's generic path looks

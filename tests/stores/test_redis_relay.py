@@ -16,7 +16,14 @@ import pytest
 import redis
 
 from engine import Delivery, Engine, Message
-from engine.errors import InvalidArgument, LeaseLost, NotFound, QueueFull, StoreError
+from engine.errors import (
+    InvalidArgument,
+    LeaseLost,
+    NotFound,
+    NotWritten,
+    QueueFull,
+    StoreError,
+)
 from engine.relay import (
     CLAIM_CHECK,
     PURGE,
@@ -757,6 +764,87 @@ def test_a_handed_publish_the_router_refuses_is_set_aside_and_counts_as_committe
     [failure] = redis.Redis.from_url(url).lrange(errors_key, 0, -1)
     assert json.loads(failure)["command"]["queue"] == "nowhere"
     assert [d.message.body for d in client.deliveries("app", count=10, wait=1)] == [b"good"]
+
+
+# -- deferred commits: the co-located step on the event loop (RedisStore.defer) -------------
+def _send_deferred(url: str, commits: list[tuple]) -> None:
+    """What the event loop's step does with its deferred commits: send them, in order."""
+    raw = redis.Redis.from_url(url)
+    for commit in commits:
+        raw.execute_command(*commit)
+
+
+def test_a_deferred_commit_is_written_only_when_its_caller_sends_it(shared) -> None:
+    url, name = shared
+    _, router, client = app_router(url, name)
+    payload, mids, _ = client.publish_command("q", [Message(body=b"deferred")])
+    handed = Handed.of(payload)
+    router.store.defer()
+    assert router.run_once(handed=[handed]) == 1
+    commits = router.store.sent_later()
+    assert handed.committed and handed.part == 0 and len(commits) == 1
+    assert client.deliveries("app", count=10, wait=0.2) == []  # not written yet
+    _send_deferred(url, commits)
+    [delivered] = client.deliveries("app", count=10, wait=1)
+    assert (delivered.message.body, delivered.message.mid) == (b"deferred", mids[0])
+    # the store sends its own commits again, on top of the deferred one
+    client.publish("q", Message(body=b"next"))
+    assert router.run_once() == 1
+    assert [d.message.body for d in client.deliveries("app", count=10, wait=1)] == [b"next"]
+
+
+def test_a_deferred_commit_refused_for_a_lost_lease_writes_nothing_and_stops_the_store(
+    shared,
+) -> None:
+    url, name = shared
+    _, router, client = app_router(url, name)
+    payload, _, _ = client.publish_command("q", [Message(body=b"deferred")])
+    handed = Handed.of(payload)
+    router.store.defer()
+    router.run_once(handed=[handed])
+    commits = router.store.sent_later()
+    raw = redis.Redis.from_url(url)
+    raw.delete(f"xump:{{{name}}}:lease")  # the lease expired...
+    other = Engine()
+    other.store_create("redis", name, url=url)
+    assert RelayRouter(other, name, name="other", lease_ms=5000).acquire(timeout=1)  # ...taken
+    with pytest.raises(redis.ResponseError) as refused:
+        _send_deferred(url, commits)
+    assert isinstance(router.store.deferred_failed(refused.value), LeaseLost)
+    assert client.deliveries("app", count=10, wait=0.2) == []
+    # memory holds what Redis does not: the store writes nothing more until loaded again
+    client.publish("q", Message(body=b"after"))
+    with pytest.raises(NotWritten):
+        router.run_once()
+    assert client.deliveries("app", count=10, wait=0.2) == []
+
+
+def test_a_command_failing_in_a_deferred_step_makes_the_step_not_written(
+    shared, monkeypatch
+) -> None:
+    """A step that fails (not a refusal: a defect, here injected) is rolled back by
+    loading the engine again from Redis, which lacks the commits still deferred: the
+    step stops instead, NotWritten, commits nothing, and its caller has the store loaded
+    again (xumpweb/runtime.py) and the publisher appends the commands to the inbox."""
+    url, name = shared
+    engine, router, client = app_router(url, name)
+    publish_many = engine.publish_many
+
+    def failing(queue, messages, **options):
+        if any(message.body == b"boom" for message in messages):
+            raise RuntimeError("a defect")
+        return publish_many(queue, messages, **options)
+
+    monkeypatch.setattr(engine, "publish_many", failing)
+    good, _, _ = client.publish_command("q", [Message(body=b"good")])
+    bad, _, _ = client.publish_command("q", [Message(body=b"boom")])
+    handed = [Handed.of(good), Handed.of(bad)]
+    router.store.defer()
+    with pytest.raises(NotWritten):
+        router.run_once(handed=handed)
+    assert router.store.sent_later() == []
+    assert not any(command.committed for command in handed)
+    assert client.deliveries("app", count=10, wait=0.2) == []
 
 
 def test_a_handed_publish_under_a_lost_lease_is_not_written_and_says_so(shared) -> None:

@@ -185,6 +185,36 @@ def test_a_killed_stomp_servers_lease_goes_to_a_worker_and_nothing_received_is_l
         service.stop("stomp-killed")
 
 
+def test_a_stomp_server_held_still_past_its_lease_delivers_each_receipted_send_once(
+    colocated,
+) -> None:
+    """SIGSTOP of the routing STOMP server until a worker takes its lease, then SIGCONT and
+    SENDs at once: its steps on the event loop are made against an engine whose lease is
+    gone, so their commits are refused by the fence (nothing written) and the SENDs go to
+    the inbox, where the worker routes them. Every SEND receipted is delivered once."""
+    service = colocated
+    port = service.start_stomp("stomp-held", **ROUTES)
+    queue = unique("held")
+    subscriber, producer = one_message_through(service, port, queue)
+    process = service.processes["stomp-held"]
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        eventually(lambda: worker_routes(service), "a worker taking the lease", within=60)
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    for n in range(20):
+        producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+    producer.receipt("r19")
+    receipted = {f"m{n}" for n in range(20) if f"r{n}" in producer.receipts}
+    assert receipted
+    subscriber.take(1 + len(receipted))
+    time.sleep(0.5)  # a duplicate would come right behind
+    bodies = [frame.body for frame in subscriber.messages]
+    assert len(bodies) == len(set(bodies))
+    assert receipted <= set(bodies)
+    service.stop("stomp-held")
+
+
 @pytest.fixture
 def own_redis(tmp_path) -> Iterator[tuple[Service, RedisServer]]:
     (tmp_path / "redis").mkdir()

@@ -23,7 +23,11 @@ durable write (engine.relay.Handed has the argument). The router checks the wiri
 version they were sorted by as the guarded append would, and a handoff that follows an
 inbox append of this process makes the step read the inbox first, so a publisher's own
 commands never overtake each other. What the router did not write because it stopped
-routing (NotWritten) goes to the inbox after all, in order.
+routing (NotWritten) goes to the inbox after all, in order. When it can (`_step_here`: no
+inbox append of this process waits to be read first, the router's thread is not stepping
+and has no handoffs waiting) the step is made right here on the event loop and its commit
+sent on this group's own connection and awaited (runtime.Router.step_here, commit_here;
+engine/relay's package doc, "Deferred commits"): no thread hop on a SEND's way.
 
 The wiring version decides, as runtime.Service.publish_many does, whether the queue
 exists (else `not_found`) and whether it drops what does not fit (a limit, no overflow
@@ -305,11 +309,8 @@ class GroupCommit(Gathered):
         or those not written when the router stopped routing (in order, for the inbox
         append); None when the wiring moved since they were sorted (nothing applied)."""
         handed = [Handed.of(payload) for _, payload in going]
-        future = router.hand(handed, self.version or b"", after_inbox=self.appended)
-        if future is None:
-            return going
         try:
-            moved = await asyncio.wrap_future(future)
+            moved = await self._step_here(router, handed)
         except XumpError as error:
             self._durable([pair for pair, command in zip(going, handed, strict=True)
                            if command.committed])  # fmt: skip
@@ -330,6 +331,27 @@ class GroupCommit(Gathered):
         self.appended = False  # what it appended before was in the inbox the step read
         self._durable(going)
         return []
+
+    async def _step_here(self, router: Router, handed: list[Handed]) -> str | None:
+        """The step that applies `handed`: made on this event loop and its commit sent on
+        this group's own connection when the router can (runtime.Router.step_here: no
+        thread hop on the way), else by the router's thread (Router.hand). MOVED, or None
+        once committed; raises the step's StoreError (see `_hand`)."""
+        step = None
+        if not self.appended:  # else the router reads the inbox first: its thread's work
+            step = router.step_here(handed, self.version or b"")
+        if step is None:
+            future = router.hand(handed, self.version or b"", after_inbox=self.appended)
+            if future is None:
+                raise NotWritten("this process's router does not route now")
+            return await asyncio.wrap_future(future)  # type: ignore[no-any-return]
+        if step == MOVED:
+            return MOVED
+        await router.commit_here(step, self.lean.execute)
+        committed = time.time()
+        for hop, _, mids in step.traces or ():  # bench-only (engine/relay/trace.py)
+            trace_later(self.lean, self.service.store, hop, committed, mids)
+        return None
 
     def _sort(self, batch: list[Pending]) -> list[tuple[list[Pending], bytes]]:
         """The publishes of `batch` that go to the inbox, encoded by the wiring version
