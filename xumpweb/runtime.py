@@ -52,6 +52,7 @@ to `count_with` at start-up.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -736,6 +737,29 @@ class _RelayRouter(RelayRouter):
 
 
 MOVED = "moved"  # a handoff's answer: the wiring moved since its publishes were sorted
+NOT_HERE = "not here"  # Router.apply_here cannot step now: send the commands another way
+
+
+class HereWork:
+    """Commands handed to Router.apply_here: the wiring version their publishes were sorted
+    by (None: no publishes) and the future their caller waits on."""
+
+    __slots__ = ("commands", "future", "version")
+
+    def __init__(self, commands: list[Handed], version: bytes | None, future: Any) -> None:
+        self.commands = commands
+        self.version = version
+        self.future = future
+
+
+def _answer(batch: list[HereWork], result: Any = None, error: BaseException | None = None) -> None:
+    """Settle the futures of `batch` not settled yet (their callers may have gone)."""
+    for work in batch:
+        if not work.future.done():
+            if error is not None:
+                work.future.set_exception(error)
+            else:
+                work.future.set_result(result)
 
 
 class HereStep:
@@ -942,40 +966,89 @@ class Router:
         self._wake_router()
         return handoff.future
 
-    _stepping_here = False  # a step of handoffs made on the event loop awaits its commit
+    # SPEC §11's co-located path on the event loop (engine/relay's package doc, "Deferred
+    # commits"): what waits for the next step made there, and the task making them
+    _here_waiting: list[HereWork] | None = None
+    _here_task: asyncio.Task | None = None
 
-    def step_here(self, commands: list[Handed], version: bytes) -> HereStep | str | None:
-        """SPEC §11's co-located path without a thread hop: apply `commands` (publishes,
-        not calls) on the caller's thread (the event loop) now, in a step whose commits
-        are deferred (RedisStore.defer) for `commit_here` to send on the caller's own
-        connection. The engine's lock stays held until then, so no other step comes
-        between this one and its commit. MOVED when the wiring moved since the commands
-        were sorted; None when this cannot be done now (not routing, the router thread
-        is stepping or has handoffs waiting, a step here in flight, a call among them):
-        `hand` them instead. See the module doc, "The co-located path"."""
+    async def apply_here(self, commands: list[Handed], version: bytes | None) -> HereStep | str:
+        """Apply `commands` in a step made on the caller's event loop and committed on the
+        loop's lean connection to the store (redis_clients.shared_lean, the one outbox
+        readers take and stamp on). Commands handed over while a step waits for its
+        commit go together in the next (batching only when work waits). The step once
+        committed; MOVED when the wiring moved since `version` (None: no publishes among
+        them); NOT_HERE when the router cannot step here now (it does not route, or its
+        thread is stepping or has handoffs waiting): the caller sends them its other way
+        (Router.hand, the inbox). Raises the step's StoreError (see HereStep)."""
+        loop = asyncio.get_running_loop()
+        work = HereWork(commands, version, loop.create_future())
+        if self._here_waiting is None:
+            self._here_waiting = []
+        self._here_waiting.append(work)
+        if self._here_task is None:
+            self._here_task = loop.create_task(self._steps_here())
+        return await work.future  # type: ignore[no-any-return]
+
+    async def _steps_here(self) -> None:
+        """Make steps of what waits (apply_here) until nothing does."""
+        try:
+            while self._here_waiting:
+                batch, self._here_waiting = self._here_waiting, []
+                await self._step_batch_here(batch)
+        finally:
+            self._here_task = None
+
+    async def _step_batch_here(self, batch: list[HereWork]) -> None:
+        try:
+            step = self._step_here(batch)
+        except StoreError as error:
+            _answer(batch, error=error)
+            return
+        if step is None:
+            _answer(batch, result=NOT_HERE)
+            return
+        try:
+            await self._commit_here(step, redis_clients.shared_lean(self.store))
+        except BaseException as error:
+            _answer(batch, error=error if isinstance(error, StoreError) else StoreError(
+                f"the router's step stopped: {error!r}"))  # fmt: skip
+            if not isinstance(error, Exception):
+                raise
+            return
+        _answer(batch, result=step)
+
+    def _step_here(self, batch: list[HereWork]) -> HereStep | None:
+        """The step of `batch`'s commands, its commits deferred (RedisStore.defer) and the
+        engine's lock held for `_commit_here`; its works whose wiring version moved are
+        answered MOVED and left out. None when it cannot be made here now."""
         relay = self.relay
         if (
             relay is None
-            or self._stepping_here
             or self._handoffs
             or _taking_handoffs.get(self.store) is not self
             or relay.store.broken is not None
-            or any(command.get("op") == "call" for command in commands)
         ):
             return None
         lock = relay.engine._lock
         if not lock.acquire(blocking=False):
             return None
+        if self.relay is not relay or relay.store.broken is not None:
+            lock.release()
+            return None
+        version = str(relay.wiring_version).encode()
+        for work in batch:
+            if work.version is not None and work.version != version:
+                if not work.future.done():
+                    work.future.set_result(MOVED)
+                continue
+        commands = [command for work in batch if not work.future.done()
+                    for command in work.commands]  # fmt: skip
+        if not commands:
+            lock.release()
+            return None
+        started = time.perf_counter()
+        relay.store.defer()
         try:
-            if self.relay is not relay or relay.store.broken is not None:
-                lock.release()
-                return None
-            if version != str(relay.wiring_version).encode():
-                lock.release()
-                return MOVED
-            self._stepping_here = True
-            started = time.perf_counter()
-            relay.store.defer()
             try:
                 relay._step([], (), commands)
             finally:
@@ -983,49 +1056,48 @@ class Router:
             traces, relay._traces = relay._traces, None
         except BaseException as error:
             relay.store.deferred_failed(error)  # memory may be ahead of Redis: reload
-            self._stepping_here = False
             lock.release()
             self._wake_router()
             for command in commands:
                 command.committed = False
-            raise error if isinstance(error, StoreError) else StoreError(str(error)) from None
+            if isinstance(error, StoreError):
+                raise
+            raise StoreError(f"the router's step failed: {error!r}") from None
         return HereStep(relay, commands, commits, traces, started)
 
-    async def commit_here(self, step: HereStep, execute: Callable[..., Any]) -> None:
-        """Send `step`'s commits in order with `execute` (an async call of Redis commands
-        on the caller's connection, LeanRedis.execute), then let the engine's lock go.
-        Once it returns, every command of the step is durable (`committed`). A commit that
-        fails (the lease lost, Redis away) leaves `committed` true only on the commands
-        of the commits before it; the router loads the store again before its next
-        write (RedisStore.deferred_failed), and the error is raised."""
+    async def _commit_here(self, step: HereStep, lean: Any) -> None:
+        """Send `step`'s commits in order on `lean` (a LeanRedis), then let the engine's
+        lock go. Once it returns, every command of the step is durable (`committed`). A
+        commit that fails (the lease lost, Redis away) leaves `committed` true only on the
+        commands of the commits before it; the router loads the store again before its
+        next write (RedisStore.deferred_failed), and the error is raised."""
         relay = step.relay
-        failed: BaseException | None = None
-        cancelled: BaseException | None = None
+        failed: StoreError | None = None
+        stopped: BaseException | None = None
         done = 0
         try:
             for command in step.commits:
                 try:
-                    await execute(command)
+                    await lean.execute(command)
                 except redis.exceptions.NoScriptError:  # nothing ran: once more, with its text
-                    await execute(("EVAL", relay.store.apply_source, *command[2:]))
+                    await lean.execute(("EVAL", relay.store.apply_source, *command[2:]))
                 done += 1
         except BaseException as error:  # Redis's refusal, a lost connection, cancelled
             failed = relay.store.deferred_failed(error)
             if not isinstance(error, Exception):
-                cancelled = error
+                stopped = error
             for command in step.commands:
                 if command.part >= done:
                     command.committed = False
         finally:
             if failed is None:
                 relay.steps += 1
-            self._stepping_here = False
             relay.engine._lock.release()
         if failed is not None:
             logger.info("a step's commit on the event loop failed (%s): the router "
                         "loads store %r again", failed, self.store)  # fmt: skip
             self._wake_router()  # it drops the engine and loads the store again
-            raise cancelled or failed
+            raise stopped or failed
         _count_step(len(step.commands), time.perf_counter() - step.started)
         if relay._carried < relay._backlog or relay.engine.holds_for_settlements(HOLDS_LOOK):
             self._wake_router()  # to carry to other shards, or to look for settlements

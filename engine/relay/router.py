@@ -452,6 +452,15 @@ class RelayRouter:
         for command in commands:
             if isinstance(command, _Settled):
                 extra.append(("LTRIM", self._delivery_keys["autoacked"], command.count, -1))
+            elif type(command) is Handed and command.get("op") in ("confirm", "reject"):
+                # a handed settlement's delivery timeout stops in its commit (an appended
+                # one's client takes its tags off the taken set as it appends it)
+                tags = command.get("tags") if command.get("op") == "confirm" else [
+                    command.get("tag")]  # fmt: skip
+                tags = [tag for tag in tags if isinstance(tag, str)] if isinstance(
+                    tags, list) else []  # fmt: skip
+                if tags:
+                    extra.append(("ZREM", self._delivery_keys["taken"], *tags))
         return extra
 
     def _trace(self, hop: str, at: float, mids: list[str]) -> None:

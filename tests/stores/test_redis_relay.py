@@ -847,6 +847,29 @@ def test_a_command_failing_in_a_deferred_step_makes_the_step_not_written(
     assert client.deliveries("app", count=10, wait=0.2) == []
 
 
+def test_a_handed_settlement_stops_its_delivery_timeout_in_its_commit(shared) -> None:
+    """An appended confirm's client takes its tags off the taken set as it appends it; a
+    handed one (the STOMP server's acks, stepped on its event loop) has no such client
+    write: the commit that applies it does it, so the router's expire never returns a
+    settled delivery to its queue."""
+    url, name = shared
+    engine, router, client = app_router(url, name)
+    taken = delivery_keys(name)["taken"]
+    raw = redis.Redis.from_url(url)
+    client.publish("q", Message(body=b"one"))
+    client.publish("q", Message(body=b"two"))
+    router.run_once()
+    one, two = client.deliveries("app", count=10, wait=1)
+    assert raw.zscore(taken, one.tag) is not None  # taken: its timeout runs
+    confirm = Handed({"op": "confirm", "tags": [one.tag]})
+    reject = Handed({"op": "reject", "tag": two.tag, "requeue": False})
+    assert router.run_once(handed=[confirm, reject]) == 2
+    assert confirm.committed and reject.committed
+    assert raw.zrange(taken, 0, -1) == []
+    stats = engine.stats("q")
+    assert (stats["confirmed"], stats["rejected"], stats["outstanding"]) == (1, 1, 0)
+
+
 def test_a_handed_publish_under_a_lost_lease_is_not_written_and_says_so(shared) -> None:
     url, name = shared
     _, router, client = app_router(url, name)

@@ -69,9 +69,9 @@ def delivered_over_http(service: Service, queue: str, body: str) -> None:
         eventually(routed, f"{body!r} routed into {queue}", within=60)
 
 
-def inbox_pushes(service: Service, action: Callable[[], None]) -> list[str]:
-    """The publish commands pushed onto the store's inbox (directly or inside a script)
-    while `action()` ran, as Redis's MONITOR showed them (acks go there either way)."""
+def inbox_pushes(service: Service, action: Callable[[], None], op: str = "publish") -> list[str]:
+    """The `op` commands ("publish", "confirm") pushed onto the store's inbox (directly or
+    inside a script) while `action()` ran, as Redis's MONITOR showed them."""
     url, store = service.env["XUMP_REDIS_URL"], service.env["XUMP_STORE"]
     inbox, marker = f"xump:{{{store}}}:inbox", f"monitor-end-{uuid.uuid4().hex}"
     seen: list[str] = []
@@ -85,7 +85,7 @@ def inbox_pushes(service: Service, action: Callable[[], None]) -> list[str]:
                 if marker in text:
                     return
                 pushed = text.split(" ", 1)[0].upper() in ("RPUSH", "LPUSH")
-                if pushed and inbox in text and '"publish"' in text:
+                if pushed and inbox in text and f'"{op}"' in text:
                     seen.append(text)
 
     watching = threading.Thread(target=watch, daemon=True)
@@ -130,6 +130,13 @@ def test_the_stomp_server_routes_while_it_runs_and_workers_take_over_when_it_goe
         subscriber.ack(handed, receipt="a-handed")
 
     assert inbox_pushes(service, send_and_take) == []  # handed to the router in memory
+    # and so are the acks: stepped on the STOMP server's event loop, as its SENDs are
+    producer.send(f"/queue/{queue}", "acked", receipt="r-acked")
+    producer.receipt("r-acked")
+    acked = subscriber.take(3)[2]
+    assert acked.body == "acked"
+    ack = lambda: subscriber.ack(acked, receipt="a-acked")  # noqa: E731
+    assert inbox_pushes(service, ack, op="confirm") == []
     # an HTTP publish goes through the inbox, which the STOMP server's router reads too
     parked = unique("parked")
     with service.client() as http:

@@ -62,7 +62,7 @@ from xumpweb import redis_clients
 from xumpweb.api.publishing import MAX_BATCH
 from xumpweb.live.lean_redis import evalsha
 from xumpweb.live.tracing import trace_later
-from xumpweb.runtime import MOVED, Router, Service, router_here, service
+from xumpweb.runtime import MOVED, NOT_HERE, HereStep, Router, Service, router_here, service
 
 logger = logging.getLogger("xump.live")
 
@@ -337,17 +337,16 @@ class GroupCommit(Gathered):
         this group's own connection when the router can (runtime.Router.step_here: no
         thread hop on the way), else by the router's thread (Router.hand). MOVED, or None
         once committed; raises the step's StoreError (see `_hand`)."""
-        step = None
+        step: HereStep | str = NOT_HERE
         if not self.appended:  # else the router reads the inbox first: its thread's work
-            step = router.step_here(handed, self.version or b"")
-        if step is None:
+            step = await router.apply_here(handed, self.version or b"")
+        if step == NOT_HERE:
             future = router.hand(handed, self.version or b"", after_inbox=self.appended)
             if future is None:
                 raise NotWritten("this process's router does not route now")
             return await asyncio.wrap_future(future)  # type: ignore[no-any-return]
-        if step == MOVED:
-            return MOVED
-        await router.commit_here(step, self.lean.execute)
+        if isinstance(step, str):
+            return step  # MOVED
         committed = time.time()
         for hop, _, mids in step.traces or ():  # bench-only (engine/relay/trace.py)
             trace_later(self.lean, self.service.store, hop, committed, mids)

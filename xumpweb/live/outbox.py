@@ -157,6 +157,7 @@ import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 
+from engine.errors import NotWritten, StoreError
 from engine.relay import (
     CLAIM_CHECK,
     PRESENCE_EVERY,
@@ -165,6 +166,7 @@ from engine.relay import (
     STAMP,
     TAKE,
     UNTAKE,
+    Handed,
     delivery_from_json,
 )
 from xumpweb import redis_clients
@@ -172,7 +174,7 @@ from xumpweb.live import registry
 from xumpweb.live.frames import encode
 from xumpweb.live.head_view import POP_WAIT, HeadView, join_view, leave_view, retrieved
 from xumpweb.live.lean_redis import LeanRedis, answer, evalsha
-from xumpweb.runtime import Service
+from xumpweb.runtime import NOT_HERE, Router, Service, router_here
 
 logger = logging.getLogger("xump.live")
 
@@ -189,6 +191,12 @@ async def home(found: Service, destination: str) -> Service:
     if not found.sharded:
         return found
     return await sync_to_async(found.shard_for, thread_sensitive=False)(destination)
+
+
+def _seen(future: asyncio.Future) -> None:
+    """Retrieve a reply nobody awaits (a failure is the caller's to ignore)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _tag(item: bytes) -> str | None:
@@ -507,6 +515,11 @@ class OutboxReader:
         commands, self.unsent = self.unsent + commands, []
         if not commands:
             return
+        router = router_here(self.store)
+        if router is not None:  # SPEC §11's co-located path: see `_apply_here`
+            commands = await self._apply_here(router, commands)
+            if not commands:
+                return
         sending: list[tuple] = []
         if self.claimed:  # before their settlement: see the module doc
             sending.append(self._stamp())
@@ -538,6 +551,34 @@ class OutboxReader:
             from xumpweb.router.tasks import route
 
             await sync_to_async(route.delay, thread_sensitive=False)(self.store)
+
+    async def _apply_here(self, router: Router, commands: list[dict[str, Any]]) -> list:
+        """This process routes the store (the STOMP server with XUMP_STOMP_ROUTES): the
+        settlements are applied by a step made here on the event loop, committed on this
+        reader's connection (runtime.Router.apply_here; engine/relay's package doc,
+        "Deferred commits"), whose commit also takes their tags off the taken set; the
+        stamps due go ahead of it on the same connection. The commands left for the
+        inbox: none once committed; all when the router cannot step now or wrote none of
+        them (NotWritten); those whose commit's answer was lost are kept to send again (a
+        settlement applied twice is refused the second time as stale: harmless)."""
+        if self.claimed:  # written before the commit, which goes on the same connection
+            (stamped,) = await self.lean.send(self._stamp())
+            stamped.add_done_callback(_seen)  # a lost stamp: the router's SWEEP makes it
+        handed = [Handed(command) for command in commands]
+        try:
+            outcome = await router.apply_here(handed, None)
+        except NotWritten:
+            return [command for command, made in zip(commands, handed, strict=True)
+                    if not made.committed]  # fmt: skip
+        except StoreError as problem:
+            left = [command for command, made in zip(commands, handed, strict=True)
+                    if not made.committed]  # fmt: skip
+            self.unsent = left + self.unsent
+            logger.warning("a settlement's commit failed: %s; sending it again", problem)
+            if not self.closed and (self.resend_task is None or self.resend_task.done()):
+                self.resend_task = asyncio.create_task(self._resend())
+            return []
+        return commands if outcome == NOT_HERE else []
 
     async def _resend(self) -> None:
         """Send the commands Redis did not take, every RESEND_EVERY seconds until it does."""
