@@ -537,13 +537,18 @@ def percentiles(latencies: list[float]) -> tuple[float, float]:
 
 @contextmanager
 def worker_service(
-    directory: Path, *redis_options: str, shards: int = 1, unix: bool = False
+    directory: Path,
+    *redis_options: str,
+    shards: int = 1,
+    unix: bool = False,
+    web_routes: bool = False,
 ) -> Iterator[tuple[Any, RedisServer]]:
     """The service with routing in a Celery worker, on a redis-server of its own (started
     with `redis_options`), both under `directory`, its queues over `shards` shards
     (XUMP_SHARDS); stopped on leaving the block. `unix`: the service reaches Redis by a
     unix socket (XUMP_REDIS_URL=unix://...; Celery's broker, off the messages' way, stays
-    on TCP, as when docs/live-path.md's figures were measured)."""
+    on TCP, as when docs/live-path.md's figures were measured). `web_routes`:
+    XUMP_WEB_ROUTES=true, the web process routes the store itself while it runs."""
     (directory / "redis").mkdir()
     (directory / "service").mkdir()
     socket_path = directory / "redis" / "redis.sock"
@@ -557,8 +562,9 @@ def worker_service(
     if unix:
         url, broker = f"unix://{socket_path}?db=0", {"XUMP_BROKER_URL": redis_server.url}
     try:
-        service = start_service(url, directory / "service", "worker",
-                                XUMP_SHARDS=str(shards), **broker)  # fmt: skip
+        service = start_service(url, directory / "service", "worker", XUMP_SHARDS=str(shards),
+                                XUMP_WEB_ROUTES="true" if web_routes else "false",
+                                **broker)  # fmt: skip
         service.start_worker()
         yield service, redis_server
     finally:
@@ -568,7 +574,7 @@ def worker_service(
 
 
 def bench_xump(args: argparse.Namespace, directory: Path) -> dict:
-    with worker_service(directory) as (service, redis_server):
+    with worker_service(directory, web_routes=args.web_routes) as (service, redis_server):
         pids = {name: process.pid for name, process in service.processes.items()}
         meter = CpuMeter({**pids, "redis": redis_server.process.pid})
         results: dict = {"cpu": {}}
@@ -828,6 +834,11 @@ def main() -> None:
         help="only the wolfpack end to end run (2.), beside RabbitMQ's unless --only xump",
     )  # fmt: skip
     parser.add_argument("--only", choices=("xump", "rabbitmq"), help="run one side only")
+    parser.add_argument(
+        "--web-routes", action="store_true",
+        help="XUMP_WEB_ROUTES=true: the web process routes the store itself (SPEC 11's "
+        "co-located path) instead of the Celery worker",
+    )  # fmt: skip
     parser.add_argument(
         "--rate", type=float, default=RATE, help="msg/s of the paced latency runs (1000)"
     )

@@ -21,7 +21,9 @@ machine), and hands everything else to Django. XUMP_DIRECT_PUBLISH=0 turns it of
 """
 
 import asyncio
+import atexit
 import os
+import socket
 
 import django
 from asgiref.sync import sync_to_async
@@ -97,6 +99,11 @@ from xumpweb.live.websocket_urls import websocket_urlpatterns  # noqa: E402
 from xumpweb.stompgate.websocket_urls import stomp_urlpatterns  # noqa: E402
 
 runtime.service()  # with XUMP_ROUTING=inline, this starts the router thread now
+if settings.XUMP_WEB_ROUTES:  # route the store here while this process runs (SPEC §11)
+    from xumpweb.router import watch
+
+    watch.start(node=f"web@{socket.gethostname()}", prefer=True)
+    atexit.register(watch.stop)  # the lease goes at once to a worker, not a lease time later
 metrics.serve_separately()  # with XUMP_METRICS_ADDRESS (xumpweb/metrics.py)
 
 application = ProtocolTypeRouter(

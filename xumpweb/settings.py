@@ -45,6 +45,9 @@ XUMP_STOMP_ROUTES    "true": with worker routing and one shard, the STOMP server
                      write (a lone message sooner; less throughput on few cores, see
                      docs/live-path.md); workers take routing over when it stops or dies.
                      Default "false": the workers route
+XUMP_WEB_ROUTES      "true": the same for the web process (uvicorn, one process): its
+                     JSON WebSocket, HTTP and STOMP-over-WebSocket publishes and acks are
+                     routed where they arrive. Default "false"
 XUMP_STOMP_PREFETCH  credit of a STOMP subscription that sends no prefetch-count (default 1000)
 XUMP_STOMP_HEARTBEAT_MS  the heart-beat interval the STOMP server offers and asks, ms
                      (default 10000; 0 for none)
@@ -245,6 +248,9 @@ XUMP_STOMP_PORT = int(_number("XUMP_STOMP_PORT", 61613))
 # §11's co-located path, xumpweb/router/watch.py); workers take over when it is gone. Off by
 # default: on two cores it costs more throughput than it saves latency (docs/live-path.md)
 XUMP_STOMP_ROUTES = _flag("XUMP_STOMP_ROUTES", False)
+# the same for the web process (uvicorn): its JSON WebSocket, HTTP and STOMP-over-WebSocket
+# publishes and acks are routed where they arrive
+XUMP_WEB_ROUTES = _flag("XUMP_WEB_ROUTES", False)
 XUMP_STOMP_HOST = os.environ.get("XUMP_STOMP_HOST", "127.0.0.1")
 XUMP_STOMP_PREFETCH = int(_number("XUMP_STOMP_PREFETCH", 1000))
 XUMP_STOMP_HEARTBEAT_MS = int(_number("XUMP_STOMP_HEARTBEAT_MS", 10_000))

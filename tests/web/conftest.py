@@ -93,14 +93,16 @@ class Service:
         self.processes[name] = process
         return process
 
-    def start_web(self, name: str) -> Service:
+    def start_web(self, name: str, **settings: str) -> Service:
         """Another web process (ASGI server) of this service, on a free port, over the same
-        database, Redis and store; a Service that reaches it, its process under "server"."""
+        database, Redis and store; a Service that reaches it, its process under "server".
+        `settings`: more environment (XUMP_...=value)."""
         log = Path(self.env["XUMP_TEST_DIR"]) / f"{name}.log"
+        env = {**self.env, **settings}
         for _ in range(3):  # a port found free may be taken before the server binds it
             port = free_port()
-            process = _serve(self.env, port, log)
-            other = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", self.env,
+            process = _serve(env, port, log)
+            other = Service(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", env,
                             {"server": process}, self.admin_token)  # fmt: skip
             if _answers(other.url, process):
                 return other
