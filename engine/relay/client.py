@@ -11,6 +11,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import Any
 
 import redis
@@ -62,6 +63,32 @@ class _Waiter:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.lead = False
+
+
+def _at_the_door(message: Message) -> Message:
+    """The door every service publish passes: what cannot be carried to the router, the
+    outboxes and the WebSocket frames is refused here (a XumpError), not there; a body
+    given as text is encoded."""
+    check_envelope(message.address, message.return_address)
+    if message.headers is not EMPTY_HEADERS:
+        check_headers(message.headers)
+        if "priority" in message.headers:
+            check_priority(message.headers["priority"])
+    if message.ttl is not None or message.delay is not None:
+        check_optional_seconds("ttl", message.ttl)
+        check_optional_seconds("delay", message.delay)
+    if type(message.body) is not bytes:
+        message = message._replace(body=check_body(message.body, 1 << 62))
+    return message
+
+
+def _as_read(message: Message, mid: str) -> Message:
+    """`message` with `mid` as the router would read it off the inbox (wire._message_from
+    of its JSON): headers a read-only copy, or the shared empty ones."""
+    headers = message.headers
+    return message._replace(
+        mid=mid, headers=MappingProxyType(dict(headers)) if headers else EMPTY_HEADERS
+    )
 
 
 class RelayClient:
@@ -222,24 +249,21 @@ class RelayClient:
         batch = []
         plain = True
         for message in messages:
-            # the door every service publish passes: what cannot be carried to the
-            # router, the outboxes and the WebSocket frames is refused here, not there
-            check_envelope(message.address, message.return_address)
-            if message.headers is not EMPTY_HEADERS:
-                check_headers(message.headers)
-                if "priority" in message.headers:
-                    check_priority(message.headers["priority"])
-            if message.ttl is not None or message.delay is not None:
-                check_optional_seconds("ttl", message.ttl)
-                check_optional_seconds("delay", message.delay)
-            if type(message.body) is not bytes:
-                message = message._replace(body=check_body(message.body, 1 << 62))
-            data = _message_json(message)
+            data = _message_json(_at_the_door(message))
             data["mid"] = f"{self._mid_prefix}-{next(self._serials)}"
             batch.append(data)
             if data["headers"] and not _plain(data["headers"]):
                 plain = False
         return batch, plain
+
+    def stamped(self, messages: Iterable[Message]) -> list[Message]:
+        """The messages as the router reads them off the inbox, with mids given out here
+        (publish_command's, not encoded): for a caller that hands them to its own router
+        in memory (engine.relay.Handed.publishing)."""
+        prefix, serials = self._mid_prefix, self._serials
+        return [
+            _as_read(_at_the_door(message), f"{prefix}-{next(serials)}") for message in messages
+        ]
 
     def call(self, method: str, timeout: float = 10.0, **arguments: Any) -> Any:
         """Run one of the router's operations after every command sent before it; its

@@ -21,7 +21,7 @@ import redis
 from engine import errors
 from engine.core import Engine
 from engine.errors import GapMoved, NotWritten, StoreError, XumpError
-from engine.message import Delivery
+from engine.message import Delivery, Message
 from engine.relay.scripts import HEAD, PURGE, PUSH, SWEEP
 from engine.relay.trace import TRACE, trace_channel, trace_line
 from engine.relay.wire import (
@@ -80,6 +80,9 @@ class Handed(dict):
 
     committed = False
     part = 0  # with the store's commits deferred: which of them applied it (RedisStore.defer)
+    # a publish's messages as the router would read them off the inbox (`publishing`), or
+    # None: the command's "messages" hold them as the inbox does
+    ready: list[Message] | None = None
 
     @classmethod
     def of(cls, payload: bytes) -> Handed:
@@ -88,6 +91,35 @@ class Handed(dict):
         if not isinstance(command, dict):
             raise errors.InvalidArgument("a handed command must be a JSON object")
         return cls(command)
+
+    @classmethod
+    def publishing(cls, queue: str, messages: list[Message]) -> Handed:
+        """The publish of `messages` (RelayClient.stamped's: checked, mids given out) into
+        `queue`, not encoded: the router applies them as they are, as it would the same
+        command read off the inbox (`inbox_form` is that command)."""
+        command = cls(op="publish", queue=queue)
+        command.ready = messages
+        return command
+
+    def inbox_form(self) -> dict[str, Any]:
+        """The command as the inbox holds it (its messages as JSON objects)."""
+        if self.ready is None:
+            return dict(self)
+        return {**self, "messages": [_message_json(message) for message in self.ready]}
+
+    def payload(self) -> bytes:
+        """The command's JSON, as a client appends it to the inbox."""
+        form = self.inbox_form()
+        plain = all(not data["headers"] or _plain(data["headers"])
+                    for data in form.get("messages", ()))  # fmt: skip
+        return _dumps(form, plain)
+
+
+def _messages_of(command: dict[str, Any]) -> list[Message]:
+    """A publish command's messages (KeyError, TypeError, ValueError when not well formed)."""
+    if type(command) is Handed and command.ready is not None:
+        return command.ready
+    return [_message_from(data) for data in command["messages"]]
 
 
 def _is_reply_key(reply: Any, inbox: str) -> bool:
@@ -102,7 +134,9 @@ def _failure(command: Any, error: BaseException | str) -> str:
     reason = str(error)
     if len(reason) > 500:
         reason = reason[:500] + "..."
-    if not isinstance(command, dict):
+    if type(command) is Handed:
+        command = command.inbox_form()
+    elif not isinstance(command, dict):
         command = {"op": None, "unreadable": True}
     return json.dumps({"command": command, "error": reason, "at": time.time()})
 
@@ -852,7 +886,7 @@ class RelayRouter:
         command is applied alone, as without the merge: what is refused is exactly what
         would have been, command by command."""
         try:
-            messages = [_message_from(data) for command in run for data in command["messages"]]
+            messages = [message for command in run for message in _messages_of(command)]
             distinct = len({message.mid for message in messages}) == len(messages)
         except (KeyError, TypeError, ValueError, AttributeError):
             distinct = False
@@ -879,7 +913,7 @@ class RelayRouter:
             if op == "publish":
                 try:
                     queue = command["queue"]
-                    messages = [_message_from(data) for data in command["messages"]]
+                    messages = _messages_of(command)
                 except (KeyError, TypeError, ValueError, AttributeError) as error:
                     raise errors.InvalidArgument(
                         f"not a well-formed publish command ({type(error).__name__})"

@@ -766,6 +766,44 @@ def test_a_handed_publish_the_router_refuses_is_set_aside_and_counts_as_committe
     assert [d.message.body for d in client.deliveries("app", count=10, wait=1)] == [b"good"]
 
 
+def test_handed_messages_are_applied_as_the_same_publish_read_off_the_inbox(shared) -> None:
+    """Handed.publishing carries a publish's messages as they are (RelayClient.stamped:
+    checked at the door, mids given out): the router applies them as it would their
+    JSON read off the inbox, and their `payload` is that JSON."""
+    url, name = shared
+    _, router, client = app_router(url, name)
+    sent = [
+        Message(body=b"one", headers={"n": 1, "x": 1.5, "s": "text"}, ttl=60.0),
+        Message(body="two \u00e9", address="a.b", return_address="back"),
+    ]
+    stamped = client.stamped(sent)
+    assert len(stamped) == 2 and all(message.mid for message in stamped)
+    handed = Handed.publishing("q", stamped)
+    assert Handed.of(handed.payload()).inbox_form() == handed.inbox_form()
+    assert router.run_once(handed=[handed]) == 1 and handed.committed
+    by_hand = client.deliveries("app", count=10, wait=1)
+    payload, _, _ = client.publish_command("q", sent)
+    assert router.run_once(handed=[Handed.of(payload)]) == 1
+    from_json = client.deliveries("app", count=10, wait=1)
+    assert [d.message.mid for d in by_hand] == [m.mid for m in stamped]
+    for one, other in zip(by_hand, from_json, strict=True):
+        assert one.message._replace(mid=None, seq=None, timestamp=None) == (
+            other.message._replace(mid=None, seq=None, timestamp=None))  # fmt: skip
+
+
+def test_a_handed_publish_of_messages_set_aside_keeps_its_messages(shared) -> None:
+    url, name = shared
+    _, router, client = app_router(url, name)
+    _, _, errors_key = relay_keys(name)
+    handed = Handed.publishing("nowhere", client.stamped([Message(body=b"kept")]))
+    router.run_once(handed=[handed])
+    assert handed.committed
+    [failure] = redis.Redis.from_url(url).lrange(errors_key, 0, -1)
+    command = json.loads(failure)["command"]
+    assert command["queue"] == "nowhere"
+    assert base64.b64decode(command["messages"][0]["body"]) == b"kept"
+
+
 # -- deferred commits: the co-located step on the event loop (RedisStore.defer) -------------
 def _send_deferred(url: str, commits: list[tuple]) -> None:
     """What the event loop's step does with its deferred commits: send them, in order."""
