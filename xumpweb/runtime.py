@@ -970,6 +970,10 @@ class Router:
     # commits"): what waits for the next step made there, and the task making them
     _here_waiting: list[HereWork] | None = None
     _here_task: asyncio.Task | None = None
+    # the router's thread is between two waits (Router.drain): it may want the engine's
+    # lock, and the lock is not fair, so the event loop makes no step meanwhile (those go
+    # to the thread, Router.hand): a loop busy with steps never keeps it out
+    _thread_busy = False
 
     async def apply_here(self, commands: list[Handed], version: bytes | None) -> HereStep | str:
         """Apply `commands` in a step made on the caller's event loop and committed on the
@@ -1024,6 +1028,7 @@ class Router:
         relay = self.relay
         if (
             relay is None
+            or self._thread_busy
             or self._handoffs
             or _taking_handoffs.get(self.store) is not self
             or relay.store.broken is not None
@@ -1162,6 +1167,9 @@ class Router:
             while stop is None or not stop.is_set():
                 if relay.store.broken is not None:  # a commit on the event loop failed
                     raise relay.store.broken
+                # the event loop makes no step of its own until this thread waits again,
+                # so the engine's lock comes to it (see apply_here)
+                self._thread_busy = True
                 handoffs = self._take_handoffs()
                 try:
                     done = relay.run_once(handoffs=handoffs, head=look)
@@ -1209,6 +1217,7 @@ class Router:
                     idle_since = renewed = now  # the step's commit renewed the lease
                     if look or self._handoffs or relay.carried(1):  # more to do: see who
                         # rang, not waiting
+                        self._thread_busy = False
                         rang, arrived, _ = _wait_for_ring(relay, doorbell, 0.0, self._wake[0])
                         look = look or rang
                         if arrived:
@@ -1222,6 +1231,7 @@ class Router:
                 wake = min(next_expiry, next_snapshot, renewed + renew_every, next_tick,
                            idle_since + linger, now + IDLE_LOOK,
                            relay.settle_due or now + IDLE_LOOK)  # fmt: skip
+                self._thread_busy = False
                 rang, arrived, heard = _wait_for_ring(relay, doorbell, wake - now,
                                                       self._wake[0])  # fmt: skip
                 # asked to, or an idle look's time came (nothing rang, nothing handed)
@@ -1234,6 +1244,7 @@ class Router:
                 raise
             raise StoreError(f"the router lost Redis: {problem}") from None
         finally:
+            self._thread_busy = False
             self._stop_taking_handoffs()
             doorbell.close()
         self._snapshot(relay)

@@ -192,6 +192,35 @@ def test_a_killed_stomp_servers_lease_goes_to_a_worker_and_nothing_received_is_l
         service.stop("stomp-killed")
 
 
+def test_the_router_thread_keeps_its_turn_while_the_event_loop_steps_sends(colocated) -> None:
+    """While SENDs keep the routing STOMP server's event loop stepping (each step holds
+    the engine's lock until its commit is answered), its router thread still gets the lock
+    for what only it routes: an HTTP publish, which comes through the inbox."""
+    service = colocated
+    port = service.start_stomp("stomp-busy", **ROUTES)
+    queue, parked = unique("busy"), unique("parked")
+    _, producer = one_message_through(service, port, queue)
+    with service.client() as http:
+        assert http.post("/api/queues", json={"name": parked}).status_code == 201
+    stop = threading.Event()
+
+    def flood() -> None:
+        n = 0
+        while not stop.is_set():
+            producer.connection.send(f"/queue/{queue}", f"f{n}")
+            n += 1
+
+    flooding = threading.Thread(target=flood, daemon=True)
+    flooding.start()
+    try:
+        for n in range(5):
+            delivered_over_http(service, parked, f"through the inbox {n}")
+    finally:
+        stop.set()
+        flooding.join(30)
+        service.stop("stomp-busy")
+
+
 def test_a_stomp_server_held_still_past_its_lease_delivers_each_receipted_send_once(
     colocated,
 ) -> None:
