@@ -637,7 +637,7 @@ class _RelayRouter(RelayRouter):
         if not self.full:
             version = str(self.wiring_version).encode()
             for handoff in handoffs:
-                if handoff.version != version:
+                if handoff.version is not None and handoff.version != version:
                     handoff.future.set_result(MOVED)
                     continue
                 handed.extend(handoff.commands)
@@ -752,6 +752,24 @@ class HereWork:
         self.future = future
 
 
+COMMIT_WAIT = 10.0  # seconds a commit on the event loop waits (the store's socket timeout)
+
+
+async def _commit_on(lean: Any, command: tuple, source: str) -> None:
+    """Send one deferred commit (an EVALSHA of the store's apply script) on `lean` (a
+    LeanRedis) and wait for its answer, at most COMMIT_WAIT (then the connection goes and
+    the commit fails: its answer is lost). A server without the script (restarted,
+    flushed) refuses it before running anything: sent again with the script's text, on
+    the same connection, which stays (the other calls pipelined on it are not failed)."""
+    (future,) = await lean.send(command, timeout=COMMIT_WAIT)
+    reply = await future
+    if isinstance(reply, redis.exceptions.NoScriptError):
+        (future,) = await lean.send(("EVAL", source, *command[2:]), timeout=COMMIT_WAIT)
+        reply = await future
+    if isinstance(reply, redis.RedisError):
+        raise reply
+
+
 def _answer(batch: list[HereWork], result: Any = None, error: BaseException | None = None) -> None:
     """Settle the futures of `batch` not settled yet (their callers may have gone)."""
     for work in batch:
@@ -793,7 +811,7 @@ class Handoff:
 
     __slots__ = ("after_inbox", "commands", "future", "version")
 
-    def __init__(self, commands: list[Handed], version: bytes, after_inbox: bool) -> None:
+    def __init__(self, commands: list[Handed], version: bytes | None, after_inbox: bool) -> None:
         self.commands = commands
         self.version = version
         # its publisher appended to the inbox since its last handoff was committed: the
@@ -955,7 +973,9 @@ class Router:
             except StoreError:
                 self._discard()
 
-    def hand(self, commands: list[Handed], version: bytes, after_inbox: bool) -> Future | None:
+    def hand(
+        self, commands: list[Handed], version: bytes | None, after_inbox: bool
+    ) -> Future | None:
         """Hand this router publishes to apply in its next step (see Handoff), from any
         thread; None when it does not drain now (append them to the inbox instead)."""
         handoff = Handoff(commands, version, after_inbox)
@@ -1001,8 +1021,16 @@ class Router:
                 await self._step_batch_here(batch)
         finally:
             self._here_task = None
+            left, self._here_waiting = self._here_waiting or [], []
+            _answer(left, result=NOT_HERE)  # stopped (cancelled): they go their other way
 
     async def _step_batch_here(self, batch: list[HereWork]) -> None:
+        try:
+            # the connection first: nothing may fail between the step and its commit's send
+            lean = redis_clients.shared_lean(self.store)
+        except (redis.RedisError, StoreError, ValueError):
+            _answer(batch, result=NOT_HERE)
+            return
         try:
             step = self._step_here(batch)
         except StoreError as error:
@@ -1012,7 +1040,7 @@ class Router:
             _answer(batch, result=NOT_HERE)
             return
         try:
-            await self._commit_here(step, redis_clients.shared_lean(self.store))
+            await self._commit_here(step, lean)
         except BaseException as error:
             _answer(batch, error=error if isinstance(error, StoreError) else StoreError(
                 f"the router's step stopped: {error!r}"))  # fmt: skip
@@ -1035,6 +1063,8 @@ class Router:
         ):
             return None
         lock = relay.engine._lock
+        if lock._is_owned():  # type: ignore[attr-defined]  # this thread's step in flight
+            return None
         if not lock.acquire(blocking=False):
             return None
         if self.relay is not relay or relay.store.broken is not None:
@@ -1079,13 +1109,11 @@ class Router:
         relay = step.relay
         failed: StoreError | None = None
         stopped: BaseException | None = None
+        wake = False
         done = 0
         try:
             for command in step.commits:
-                try:
-                    await lean.execute(command)
-                except redis.exceptions.NoScriptError:  # nothing ran: once more, with its text
-                    await lean.execute(("EVAL", relay.store.apply_source, *command[2:]))
+                await _commit_on(lean, command, relay.store.apply_source)
                 done += 1
         except BaseException as error:  # Redis's refusal, a lost connection, cancelled
             failed = relay.store.deferred_failed(error)
@@ -1097,6 +1125,9 @@ class Router:
         finally:
             if failed is None:
                 relay.steps += 1
+                # asked while the lock is still this thread's: never wait for it on the loop
+                wake = relay._carried < relay._backlog or relay.engine.holds_for_settlements(
+                    HOLDS_LOOK)  # fmt: skip
             relay.engine._lock.release()
         if failed is not None:
             logger.info("a step's commit on the event loop failed (%s): the router "
@@ -1104,7 +1135,7 @@ class Router:
             self._wake_router()  # it drops the engine and loads the store again
             raise stopped or failed
         _count_step(len(step.commands), time.perf_counter() - step.started)
-        if relay._carried < relay._backlog or relay.engine.holds_for_settlements(HOLDS_LOOK):
+        if wake:
             self._wake_router()  # to carry to other shards, or to look for settlements
 
     def _wake_router(self) -> None:

@@ -273,6 +273,9 @@ class OutboxReader:
         self.acked = 0  # deliveries settled by an ack, for the consumers page's acks/s
         self.ack_task: asyncio.Task | None = None
         self.unsent: list[dict[str, Any]] = []  # commands Redis did not take: sent again
+        # it appended settlements to the inbox since this process's router last applied
+        # one of its handed ones (see `_apply_here`)
+        self.appended = False
         self.resend_task: asyncio.Task | None = None
         self.taking = False
         self.closed = False
@@ -547,6 +550,7 @@ class OutboxReader:
                 if not self.closed:
                     self.resend_task = asyncio.create_task(self._resend())
             return
+        self.appended = True  # see `_apply_here`
         if self.worker_routing and answers[kick]:
             from xumpweb.router.tasks import route
 
@@ -557,15 +561,29 @@ class OutboxReader:
         settlements are applied by a step made here on the event loop, committed on this
         reader's connection (runtime.Router.apply_here; engine/relay's package doc,
         "Deferred commits"), whose commit also takes their tags off the taken set; the
-        stamps due go ahead of it on the same connection. The commands left for the
-        inbox: none once committed; all when the router cannot step now or wrote none of
-        them (NotWritten); those whose commit's answer was lost are kept to send again (a
-        settlement applied twice is refused the second time as stale: harmless)."""
+        stamps due go ahead of it on the same connection. Settlements reach the router in
+        the consumer's order: after some went to the inbox, the next are handed to the
+        router's thread, which reads the inbox first (Router.hand), until one of those was
+        applied. The commands left for the inbox: none once committed; all when the
+        router cannot take them now or wrote none of them (NotWritten); those whose
+        commit's answer was lost are kept to send again (a settlement applied twice is
+        refused the second time as stale: harmless)."""
         if self.claimed:  # written before the commit, which goes on the same connection
-            (stamped,) = await self.lean.send(self._stamp())
+            try:
+                (stamped,) = await self.lean.send(self._stamp())
+            except redis.RedisError:
+                return commands  # the inbox's way keeps them and sends them again
             stamped.add_done_callback(_seen)  # a lost stamp: the router's SWEEP makes it
         handed = [Handed(command) for command in commands]
         try:
+            if self.appended:  # its settlements in the inbox go first: the router's
+                # thread reads the inbox before it applies these (Router.hand's after_inbox)
+                future = router.hand(handed, None, after_inbox=True)
+                if future is None:
+                    return commands
+                await asyncio.wrap_future(future)
+                self.appended = False
+                return []
             outcome = await router.apply_here(handed, None)
         except NotWritten:
             return [command for command, made in zip(commands, handed, strict=True)
