@@ -579,6 +579,11 @@ class _RelayRouter(RelayRouter):
     settle_due: float | None = None
     settle_later = SETTLE_LATER
     settling: Sequence[bytes] = ()  # the settlements that wait, as the last head read found them
+    # the router's thread wants the engine's lock (set before it takes it for a step, an
+    # expiry, a tick..., cleared when it waits for work again, Router.drain): the lock is
+    # not fair, so the event loop makes no step of its own meanwhile (Router.apply_here:
+    # those go to the thread, Router.hand), and a loop busy with steps never keeps it out
+    thread_busy = False
 
     def _carried_to(self, shard: str) -> None:
         """Ring the router of the shard that was sent commands (a standing one sleeps on
@@ -646,6 +651,7 @@ class _RelayRouter(RelayRouter):
             if settled:
                 self.settle_due = None  # this step applies them
             started = time.perf_counter()
+            self.thread_busy = True  # wants the lock: the event loop steps no more meanwhile
             try:
                 with self.engine._lock:  # keeps other threads' calls out of the step's commit
                     self._step(raw, settled, handed)
@@ -663,6 +669,7 @@ class _RelayRouter(RelayRouter):
             count = len(raw) + len(settled) + len(handed)
             _count_step(count, time.perf_counter() - started)  # per step
         if self._carried < self._backlog or self._forward_seq < 0:
+            self.thread_busy = True
             self.carry()  # to other shards' inboxes (docs/scaling.md)
         return len(raw) + len(settled) + len(handed)
 
@@ -990,10 +997,6 @@ class Router:
     # commits"): what waits for the next step made there, and the task making them
     _here_waiting: list[HereWork] | None = None
     _here_task: asyncio.Task | None = None
-    # the router's thread is between two waits (Router.drain): it may want the engine's
-    # lock, and the lock is not fair, so the event loop makes no step meanwhile (those go
-    # to the thread, Router.hand): a loop busy with steps never keeps it out
-    _thread_busy = False
 
     async def apply_here(self, commands: list[Handed], version: bytes | None) -> HereStep | str:
         """Apply `commands` in a step made on the caller's event loop and committed on the
@@ -1056,7 +1059,7 @@ class Router:
         relay = self.relay
         if (
             relay is None
-            or self._thread_busy
+            or relay.thread_busy
             or self._handoffs
             or _taking_handoffs.get(self.store) is not self
             or relay.store.broken is not None
@@ -1198,9 +1201,6 @@ class Router:
             while stop is None or not stop.is_set():
                 if relay.store.broken is not None:  # a commit on the event loop failed
                     raise relay.store.broken
-                # the event loop makes no step of its own until this thread waits again,
-                # so the engine's lock comes to it (see apply_here)
-                self._thread_busy = True
                 handoffs = self._take_handoffs()
                 try:
                     done = relay.run_once(handoffs=handoffs, head=look)
@@ -1228,13 +1228,16 @@ class Router:
                         relay.wiring_changed = False
                         self._bump_wiring(relay.store.client)
                 if now >= next_expiry:
+                    relay.thread_busy = True  # this thread wants the lock (see apply_here)
                     relay.expire()  # a commit, which renews the lease as well
                     next_expiry = now + expire_every
                     renewed = now
                 if now >= next_tick:
+                    relay.thread_busy = True
                     relay.tick()  # due messages fire, expired ones leave (a commit if any)
                     next_tick = now + TICK_EVERY
                 if now >= next_snapshot:
+                    relay.thread_busy = True
                     self._snapshot(relay)
                     next_snapshot = now + SNAPSHOT_EVERY
                     with relay.engine._lock:
@@ -1248,7 +1251,7 @@ class Router:
                     idle_since = renewed = now  # the step's commit renewed the lease
                     if look or self._handoffs or relay.carried(1):  # more to do: see who
                         # rang, not waiting
-                        self._thread_busy = False
+                        relay.thread_busy = False
                         rang, arrived, _ = _wait_for_ring(relay, doorbell, 0.0, self._wake[0])
                         look = look or rang
                         if arrived:
@@ -1257,12 +1260,13 @@ class Router:
                 if now - idle_since >= linger and not _due_soon(relay.engine):
                     break
                 if now - renewed >= renew_every:
+                    relay.thread_busy = True
                     relay.renew_lease()
                     renewed = now
                 wake = min(next_expiry, next_snapshot, renewed + renew_every, next_tick,
                            idle_since + linger, now + IDLE_LOOK,
                            relay.settle_due or now + IDLE_LOOK)  # fmt: skip
-                self._thread_busy = False
+                relay.thread_busy = False
                 rang, arrived, heard = _wait_for_ring(relay, doorbell, wake - now,
                                                       self._wake[0])  # fmt: skip
                 # asked to, or an idle look's time came (nothing rang, nothing handed)
@@ -1275,7 +1279,7 @@ class Router:
                 raise
             raise StoreError(f"the router lost Redis: {problem}") from None
         finally:
-            self._thread_busy = False
+            relay.thread_busy = False
             self._stop_taking_handoffs()
             doorbell.close()
         self._snapshot(relay)
