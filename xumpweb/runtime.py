@@ -760,6 +760,7 @@ class HereWork:
 
 
 COMMIT_WAIT = 10.0  # seconds a commit on the event loop waits (the store's socket timeout)
+_STEPPING_INLINE = object()  # Router._here_task while a caller makes the step itself
 
 
 async def _commit_on(lean: Any, command: tuple, source: str) -> None:
@@ -996,7 +997,7 @@ class Router:
     # SPEC §11's co-located path on the event loop (engine/relay's package doc, "Deferred
     # commits"): what waits for the next step made there, and the task making them
     _here_waiting: list[HereWork] | None = None
-    _here_task: asyncio.Task | None = None
+    _here_task: asyncio.Task | object | None = None  # or _STEPPING_INLINE
 
     async def apply_here(self, commands: list[Handed], version: bytes | None) -> HereStep | str:
         """Apply `commands` in a step made on the caller's event loop and committed on the
@@ -1011,9 +1012,19 @@ class Router:
         work = HereWork(commands, version, loop.create_future())
         if self._here_waiting is None:
             self._here_waiting = []
-        self._here_waiting.append(work)
         if self._here_task is None:
-            self._here_task = loop.create_task(self._steps_here())
+            # no step on its way: this one is made in the caller's own task (a lone
+            # message then costs no task and no turn of the loop more); what comes
+            # meanwhile waits for the task started after it
+            self._here_task = _STEPPING_INLINE
+            try:
+                await self._step_batch_here([work])
+            finally:
+                self._here_task = None
+                if self._here_waiting:
+                    self._here_task = loop.create_task(self._steps_here())
+            return work.future.result()  # type: ignore[no-any-return]
+        self._here_waiting.append(work)
         return await work.future  # type: ignore[no-any-return]
 
     async def _steps_here(self) -> None:
