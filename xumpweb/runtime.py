@@ -1285,6 +1285,12 @@ class Router:
                 if arrived:
                     next_expiry = 0.0  # a consumer arrived: who is away, now
         except (StoreError, redis.RedisError) as problem:
+            if relay.store.broken is not None:
+                # a commit on the event loop failed: memory goes, and with it the lease,
+                # so a router (this process's watch, or a worker's) starts again at once
+                # from what Redis holds, not a lease time later
+                with contextlib.suppress(StoreError), relay.engine._lock:
+                    relay.store.release_lease()
             self._discard()
             if isinstance(problem, StoreError):
                 raise

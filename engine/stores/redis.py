@@ -135,6 +135,14 @@ end
 return 1
 """
 
+# KEYS: lease key. ARGV: the lease's token. Deletes the lease if it is still that token's.
+_DROP_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
 # KEYS: lease key, fence counter. ARGV: owner name, ttl in ms.
 # Takes the lease when it is free; the token carries a new fencing number.
 _ACQUIRE = """
@@ -697,9 +705,22 @@ class RedisStore(JournaledStore):
 
     def release_lease(self) -> None:
         if self.lease_token:
-            self._commands.append(("DEL", self._key("lease")))
-            self.flush()
+            if self.broken is not None:  # memory is not written: only the lease goes
+                self._drop_lease()
+            else:
+                self._commands.append(("DEL", self._key("lease")))
+                self.flush()
             self.lease_token = self._fence = ""
+
+    def _drop_lease(self) -> None:
+        """Delete the lease if it is still this process's (a store whose commits are refused,
+        `broken`: what memory holds is dropped with it, so another router may start at
+        once from what Redis holds)."""
+        key = self._key("lease")
+        try:
+            node_client(self.client, key).eval(_DROP_LEASE, 1, key, self.lease_token)
+        except redis.RedisError as error:
+            raise StoreError(self._failure("releasing the lease of", error)) from None
 
     # -- loading -------------------------------------------------------------------------
     def load_queue(self, state: JournaledQueueState) -> None:

@@ -857,6 +857,21 @@ def test_a_deferred_commit_refused_for_a_lost_lease_writes_nothing_and_stops_the
     assert client.deliveries("app", count=10, wait=0.2) == []
 
 
+def test_a_store_whose_deferred_commit_failed_lets_its_lease_go(shared) -> None:
+    """Memory ahead of Redis is dropped, and so is the lease: another router starts at
+    once from what Redis holds, not a lease time later (its commits refused meanwhile)."""
+    url, name = shared
+    _, router, client = app_router(url, name)
+    router.store.defer()
+    router.run_once(handed=[Handed.publishing("q", client.stamped([Message(body=b"x")]))])
+    router.store.sent_later()
+    router.store.deferred_failed(redis.ConnectionError("lost on its way"))
+    router.store.release_lease()
+    other = Engine()
+    other.store_create("redis", name, url=url)
+    assert RelayRouter(other, name, name="other", lease_ms=5000).acquire(timeout=0.5)
+
+
 def test_a_command_failing_in_a_deferred_step_makes_the_step_not_written(
     shared, monkeypatch
 ) -> None:
