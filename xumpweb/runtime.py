@@ -789,8 +789,8 @@ def _answer(batch: list[HereWork], result: Any = None, error: BaseException | No
 
 
 class HereStep:
-    """A step made on the event loop (Router.step_here), waiting for its commits to be sent
-    (Router.commit_here): the router, its commands, the deferred commits, the trace lines
+    """A step made on the event loop (Router._step_here), waiting for its commits to be sent
+    (Router._commit_here): the router, its commands, the deferred commits, the trace lines
     it made (bench-only) and when it started."""
 
     __slots__ = ("commands", "commits", "relay", "started", "traces")
@@ -1007,7 +1007,8 @@ class Router:
         committed; MOVED when the wiring moved since `version` (None: no publishes among
         them); NOT_HERE when the router cannot step here now (it does not route, or its
         thread is stepping or has handoffs waiting): the caller sends them its other way
-        (Router.hand, the inbox). Raises the step's StoreError (see HereStep)."""
+        (Router.hand, the inbox). Raises the step's StoreError: the commands whose
+        `committed` is true were written (engine.relay.Handed)."""
         loop = asyncio.get_running_loop()
         work = HereWork(commands, version, loop.create_future())
         if self._here_waiting is None:
@@ -1086,10 +1087,8 @@ class Router:
             return None
         version = str(relay.wiring_version).encode()
         for work in batch:
-            if work.version is not None and work.version != version:
-                if not work.future.done():
-                    work.future.set_result(MOVED)
-                continue
+            if work.version is not None and work.version != version and not work.future.done():
+                work.future.set_result(MOVED)
         commands = [command for work in batch if not work.future.done()
                     for command in work.commands]  # fmt: skip
         if not commands:

@@ -101,27 +101,28 @@ may or may not have happened) fails them to their publishers, as a lost answer t
 append would. A handed command the router refuses is set aside in the errors list like an
 inbox command, so a handed publish means what an appended one means.
 
-Deferred commits: the step on the publisher's own thread. The handed step above runs on
-the router's thread, so each SEND crosses threads twice (hand over, answer back) and both
-threads contend for the interpreter lock. The process may instead make the step itself,
-on the thread that read the publishes (the STOMP server's event loop), and send the
-step's commit on its own connection: `RedisStore.defer` makes the store record each
-commit's EVALSHA instead of sending it, `sent_later` hands them over, and the caller sends
-them in order and awaits the answers (xumpweb/runtime.py's Router.step_here and
-commit_here). Why this keeps the promises: the engine's lock is held from the step's
-start until its commits' answers came back, so no other step (the router thread's) is
-made on top of a state Redis does not have yet, and Redis sees the commits in the order
-the engine made them; the commits are fenced as any other (a lost lease writes nothing:
-LeaseLost); the publishes are answered, and the deliveries claimed, only after the
-answer, so after the fsync. When a deferred commit fails, memory holds what Redis may
-not: the store then refuses every later commit (`broken`, NotWritten, nothing written)
-until its owner drops the engine and loads the store again, as after any failed commit;
-each handed command's `committed` (and `part`: which deferred commit applied it) says
-which publishes were written, so a refused one goes to the inbox, in order, and one whose
-answer was lost is failed to its publisher. A step that would roll back (a command failing
-with a defect rather than a refusal) would load the engine from a store that lacks the
-deferred commits: it stops instead (NotWritten), nothing of it is sent, and its commands go
-to the inbox, where the router's own steps apply or set them aside one by one.
+Deferred commits: the step on the publisher's own thread. The handed step above runs on the
+router's thread, so each SEND crosses threads twice (hand over, answer back) and both
+threads contend for the interpreter lock. The process may instead make the step itself, on
+the thread that read the publishes (the STOMP server's event loop), and send the step's
+commit on its own connection: `RedisStore.defer` makes the store record each commit's
+EVALSHA instead of sending it, `sent_later` hands them over, and the caller sends them in
+order and awaits the answers (xumpweb/runtime.py's Router.apply_here). Why this keeps the
+promises: the engine's lock is held from the step's start until its commits' answers came
+back, so no other step (the router thread's) is made on top of a state Redis does not have
+yet, and Redis sees the commits in the order the engine made them; the commits are fenced
+as any other (a lost lease writes nothing: LeaseLost); the publishes are answered, and the
+deliveries claimed, only after the answer, so after the fsync. When a deferred commit
+fails, memory holds what Redis may not: the store then refuses every later commit
+(`broken`, NotWritten, nothing written) until its owner drops the engine, and with it the
+lease (RedisStore.release_lease deletes it if still its own), so a router loads the store
+again at once; each handed command's `committed` (and `part`:
+which deferred commit applied it) says which publishes were written, so a refused one goes
+to the inbox, in order, and one whose answer was lost is failed to its publisher. A step
+that would roll back (a command failing with a defect rather than a refusal) would load the
+engine from a store that lacks the deferred commits: it stops instead (NotWritten), nothing
+of it is sent, and its commands go to the inbox, where the router's own steps apply or set
+them aside one by one.
 
 Rings that carry the commands (SPEC §11: no wait on a lone message's path). Every append to
 an inbox runs one script (scripts.PUSH): it appends the commands, adds their number to the

@@ -26,7 +26,7 @@ commands never overtake each other. What the router did not write because it sto
 routing (NotWritten) goes to the inbox after all, in order. When it can (`_step_here`: no
 inbox append of this process waits to be read first, the router's thread is not stepping
 and has no handoffs waiting) the step is made right here on the event loop and its commit
-sent on this group's own connection and awaited (runtime.Router.step_here, commit_here;
+sent on the loop's connection and awaited (runtime.Router.apply_here;
 engine/relay's package doc, "Deferred commits"): no thread hop on a SEND's way.
 
 The wiring version decides, as runtime.Service.publish_many does, whether the queue
@@ -339,7 +339,7 @@ class GroupCommit(Gathered):
 
     async def _step_here(self, router: Router, handed: list[Handed]) -> str | None:
         """The step that applies `handed`: made on this event loop and its commit sent on
-        this group's own connection when the router can (runtime.Router.step_here: no
+        the loop's connection when the router can (runtime.Router.apply_here: no
         thread hop on the way), else by the router's thread (Router.hand). MOVED, or None
         once committed; raises the step's StoreError (see `_hand`)."""
         step: HereStep | str = NOT_HERE
