@@ -285,3 +285,36 @@ def test_a_send_redis_never_made_durable_gets_no_receipt_and_sends_no_message(
     producer.receipt("r1")
     subscriber.take(2)
     assert [m.body for m in subscriber.messages] == ["warm", "held"]
+
+
+def test_redis_killed_while_the_stomp_server_routes_loses_nothing_it_receipted(
+    own_redis,
+) -> None:
+    """kill -9 of Redis (AOF, fsync always) while the routing STOMP server steps SENDs on
+    its event loop, then Redis started again from its AOF: every SEND it gave a RECEIPT for
+    is delivered, once (a commit whose answer was lost is failed to its publisher, never
+    told durable), and routing goes on (the router, its commit failed, loads the store
+    again)."""
+    service, redis_server = own_redis
+    port = service.start_stomp("stomp-redis-killed", **ROUTES)
+    eventually(lambda: stomp_routes(service), "the STOMP server taking the lease", within=60)
+    queue = unique("rk")
+    producer = _stomp_client(service, port, None)
+    producer.subscribe(f"/queue/{queue}")  # makes the mailbox; nobody takes from it here
+    producer.connection.unsubscribe("1")
+    for n in range(200):
+        producer.connection.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
+        if n == 100:
+            redis_server.kill()  # SENDs on their way meet it
+    receipted = {f"m{n}" for n in range(200) if f"r{n}" in producer.receipts}
+    redis_server.start()  # the same port and AOF
+    eventually(lambda: stomp_routes(service), "the STOMP server routing again", within=90)
+    consumer = eventually(lambda: _stomp_client(service, port, None, quiet=True),
+                          "a STOMP connection after the restart", within=60)  # fmt: skip
+    consumer.subscribe(f"/queue/{queue}", ack="auto")
+    consumer.take(len(receipted))
+    time.sleep(0.5)  # a duplicate would come right behind
+    bodies = [frame.body for frame in consumer.messages]
+    assert len(bodies) == len(set(bodies))
+    assert receipted <= set(bodies)
+    service.stop("stomp-redis-killed")
