@@ -161,6 +161,26 @@ def test_the_stomp_server_routes_while_it_runs_and_workers_take_over_when_it_goe
         service.stop("stomp-colocated")
 
 
+def unconsumed_queue(service: Service, port: int, prefix: str) -> tuple[str, object]:
+    """A queue whose mailbox exists and that nobody takes from, and a producer connected to
+    the STOMP server on `port`."""
+    queue = unique(prefix)
+    producer = _stomp_client(service, port, None)
+    producer.subscribe(f"/queue/{queue}")  # makes the mailbox; nobody takes from it here
+    producer.connection.unsubscribe("1")
+    return queue, producer
+
+
+def assert_received_once(consumer, queue: str, receipted: set[str]) -> None:
+    """`consumer` subscribes to `queue` (ack:auto): every receipted body comes, none twice."""
+    consumer.subscribe(f"/queue/{queue}", ack="auto")
+    consumer.take(len(receipted))
+    time.sleep(0.5)  # a duplicate would come right behind
+    bodies = [frame.body for frame in consumer.messages]
+    assert len(bodies) == len(set(bodies))
+    assert receipted <= set(bodies)
+
+
 def test_a_killed_stomp_servers_lease_goes_to_a_worker_and_nothing_received_is_lost(
     colocated,
 ) -> None:
@@ -169,10 +189,7 @@ def test_a_killed_stomp_servers_lease_goes_to_a_worker_and_nothing_received_is_l
     service = colocated
     port = service.start_stomp("stomp-killed", **ROUTES)
     eventually(lambda: stomp_routes(service), "the STOMP server taking the lease", within=60)
-    queue = unique("co")
-    producer = _stomp_client(service, port, None)
-    producer.subscribe(f"/queue/{queue}")  # makes the mailbox; nobody takes from it here
-    producer.connection.unsubscribe("1")
+    queue, producer = unconsumed_queue(service, port, "co")
     for n in range(50):
         producer.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
     producer.receipt("r49")
@@ -181,13 +198,7 @@ def test_a_killed_stomp_servers_lease_goes_to_a_worker_and_nothing_received_is_l
     eventually(lambda: worker_routes(service), "a worker taking the lease over", within=60)
     port = service.start_stomp("stomp-killed", port=port, **ROUTES)
     try:
-        consumer = _stomp_client(service, port, None)
-        consumer.subscribe(f"/queue/{queue}", ack="auto")
-        consumer.take(len(receipted))
-        time.sleep(0.5)  # a duplicate would come right behind
-        bodies = [frame.body for frame in consumer.messages]
-        assert len(bodies) == len(set(bodies))
-        assert receipted <= set(bodies)
+        assert_received_once(_stomp_client(service, port, None), queue, receipted)
     finally:
         service.stop("stomp-killed")
 
@@ -298,10 +309,7 @@ def test_redis_killed_while_the_stomp_server_routes_loses_nothing_it_receipted(
     service, redis_server = own_redis
     port = service.start_stomp("stomp-redis-killed", **ROUTES)
     eventually(lambda: stomp_routes(service), "the STOMP server taking the lease", within=60)
-    queue = unique("rk")
-    producer = _stomp_client(service, port, None)
-    producer.subscribe(f"/queue/{queue}")  # makes the mailbox; nobody takes from it here
-    producer.connection.unsubscribe("1")
+    queue, producer = unconsumed_queue(service, port, "rk")
     for n in range(200):
         producer.connection.send(f"/queue/{queue}", f"m{n}", receipt=f"r{n}")
         if n == 100:
@@ -311,10 +319,5 @@ def test_redis_killed_while_the_stomp_server_routes_loses_nothing_it_receipted(
     eventually(lambda: stomp_routes(service), "the STOMP server routing again", within=90)
     consumer = eventually(lambda: _stomp_client(service, port, None, quiet=True),
                           "a STOMP connection after the restart", within=60)  # fmt: skip
-    consumer.subscribe(f"/queue/{queue}", ack="auto")
-    consumer.take(len(receipted))
-    time.sleep(0.5)  # a duplicate would come right behind
-    bodies = [frame.body for frame in consumer.messages]
-    assert len(bodies) == len(set(bodies))
-    assert receipted <= set(bodies)
+    assert_received_once(consumer, queue, receipted)
     service.stop("stomp-redis-killed")
