@@ -140,3 +140,32 @@ def test_trace_reads_journal_chunks_of_either_form(service) -> None:
         ("publish", False),
     ]
     assert steps[0]["tag"] is None and steps[0]["target"] == queue
+
+
+def test_a_trace_finds_a_message_behind_many_later_routing_steps(service) -> None:
+    """A router writes one journal chunk a routing step, so a message's steps soon lie
+    behind thousands of small chunks (a lone message at a time is a step each): a trace
+    reads the list back by size, not by a count of chunks, and still finds them before
+    the archive export takes them (every XUMP_ARCHIVE_INTERVAL, 5 minutes by default)."""
+    import orjson
+    import redis
+
+    from xumpweb.analytics.journal import journal_key
+
+    with service.client() as client:
+        queue = make_queue(client)
+        mid = client.post(f"/api/queues/{queue}/publish", json={"body": "x"}).json()["mid"]
+        assert wait_for(lambda: client.get(f"/api/messages/{mid}/trace").status_code == 200)
+        store = redis.Redis.from_url(service.env["XUMP_REDIS_URL"])
+        elsewhere = unique()  # 2,000 later steps, one event each, of other messages
+
+        def chunk(n: int) -> bytes:  # a routing step's chunk of one event
+            event = [time.time(), ["publish", elsewhere, None, None], f"other-{n}", n, ""]
+            return orjson.dumps({"epoch": "later", "first": n, "width": 5, "fields": event})
+
+        later = [chunk(n) for n in range(1, 2001)]
+        store.rpush(journal_key(service.env["XUMP_STORE"]), *later)
+        store.close()
+        answer = client.get(f"/api/messages/{mid}/trace")
+    assert answer.status_code == 200, answer.text
+    assert [step["kind"] for step in answer.json()["steps"]] == ["publish"]

@@ -24,19 +24,21 @@ from engine.lineage import check_mid, step_of
 from xumpweb.analytics.journal import chunk_events, journal_key
 from xumpweb.runtime import Service
 
-READ = 100  # journal chunks (up to 100,000 events) per Redis read
-# the newest chunks a trace reads (up to 500,000 events): a journal the archive has not
-# emptied for long can hold millions, and one trace must not pull them all out of Redis
-MOST_CHUNKS = 500
+READ = 100  # journal chunks per Redis read (a chunk is one routing step's events)
+# the newest part of the journal list a trace reads, in bytes (about 500,000 events): a
+# journal the archive has not emptied for long can hold millions, and one trace must not
+# pull them all out of Redis. Bounded in bytes, not chunks: a router writes a chunk a step,
+# and a step may hold one event as well as thousands
+MOST_BYTES = 64 * 1024 * 1024
 
 
 def trace(
-    service: Service, mid: str, archive: Path | None, most: int = MOST_CHUNKS
+    service: Service, mid: str, archive: Path | None, most: int = MOST_BYTES
 ) -> list[dict[str, Any]]:
     """Every recorded step of message `mid`, oldest first, each with `epoch` and `position`
     and the `source` it was read from ("journal" or "archive"). [] when none is known.
-    Reads the newest `most` chunks of the journal list (steps older than those and not yet
-    archived are left out)."""
+    Reads the journal list from its newest chunk back, `most` bytes of it on each shard
+    (steps older than those and not yet archived are left out)."""
     check_mid(mid)
     found: dict[tuple[str, int], tuple[tuple, str]] = {}
     if archive is not None and archive.is_dir():
@@ -46,10 +48,11 @@ def trace(
     for shard in service.shards.values():  # a message's steps on every shard it crossed
         client = shard.redis
         key = journal_key(shard.store)
-        start = -most
-        while start < 0:
-            items = client.lrange(key, start, min(start + READ, 0) - 1)
+        end, read = -1, 0  # newest first, READ chunks a round trip
+        while read < most:
+            items = client.lrange(key, end - READ + 1, end)
             for item in items:
+                read += len(item)
                 if needle not in item:
                     continue  # most chunks: no JSON parse at all
                 chunk = orjson.loads(item)
@@ -57,7 +60,9 @@ def trace(
                 for offset, event in enumerate(chunk_events(chunk)):
                     if event[2] == mid:
                         found[(epoch, first + offset)] = (event, "journal")
-            start += READ
+            if len(items) < READ:
+                break  # the list's oldest chunk was read
+            end -= READ
     first_time: dict[str, float] = {}
     for (epoch, _), (event, _) in found.items():
         first_time[epoch] = min(first_time.get(epoch, event[0]), event[0])
