@@ -26,8 +26,9 @@ run: venv
 
 # redis-server, Java 17 and Chromium installed with apt when missing (scripts/ensure_test_tools.sh);
 # the tests run in TEST_WORKERS processes (pytest-xdist: each its own servers, see
-# tests/conftest.py), and the slowest 25 are listed after every run
-TEST_WORKERS ?= 3
+# tests/conftest.py; four keep this 2-core machine busier than three: the servers' waits
+# leave it idle otherwise), and the slowest 25 are listed after every run
+TEST_WORKERS ?= 4
 test: venv
 	@bash scripts/ensure_test_tools.sh
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
