@@ -3,6 +3,10 @@ manage on '*'; console users' own tokens are covered in test_roles.py."""
 
 from __future__ import annotations
 
+import json
+
+import httpx
+
 from tests.web.conftest import unique
 
 
@@ -61,3 +65,36 @@ def test_changes_are_audited_under_the_token_name(service) -> None:
         "print(e.who)",
     )  # fmt: skip
     assert done.stdout.strip().splitlines()[-1] == "token:tests"
+
+
+def test_a_token_narrowed_in_a_transaction_is_looked_up_again_once_committed(service) -> None:
+    """The admin's forms and a definitions import change tokens inside a transaction: the
+    tokens' version moved at the save, before the commit, so a publish between the two read
+    the old row and was remembered under the new version; after the commit the token kept
+    its old rights (HTTP for a minute, an open WebSocket for good). The version moves again
+    at the commit."""
+    queue = unique("narrowed")
+    with service.client() as client:
+        assert client.post("/api/queues", json={"name": queue}).status_code == 201
+        issued = client.post("/api/tokens", json={"name": unique("t"),
+                                                  "rights": {queue: ["publish"]}}).json()  # fmt: skip
+    url = f"{service.url}/api/queues/{queue}/publish"
+    headers = {"Authorization": f"Bearer {issued['secret']}"}
+    # its first use is written to the token's row: not while the transaction below holds
+    # SQLite's write lock
+    assert httpx.post(url, json={"body": "before"}, headers=headers).status_code == 202
+    code = f"""
+import json, httpx
+from django.db import transaction
+from xumpweb.wiring.models import ApiToken
+token = ApiToken.objects.get(pk={issued["token"]["id"]})
+with transaction.atomic():
+    token.rights = {{"somewhere-else": ["publish"]}}
+    token.save()
+    during = httpx.post({url!r}, json={{"body": "during"}}, headers={headers!r}).status_code
+after = httpx.post({url!r}, json={{"body": "after"}}, headers={headers!r}).status_code
+print(json.dumps([during, after]))
+"""
+    during, after = json.loads(service.shell(code).splitlines()[-1])
+    assert during == 202  # not committed yet: the old rights still hold
+    assert after == 403

@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 import redis
+from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja.errors import AuthenticationError
@@ -120,6 +121,17 @@ def forget_tokens(created: bool = False, **_: Any) -> None:
     token changes no answer already given.)"""
     if created:
         return
+    _tokens_changed()
+    # a change made in a transaction (the admin's forms, a definitions import) is read by
+    # other processes only once committed: one that looks the token up between this bump
+    # and the commit reads the old row and remembers it under the new version, so the
+    # version moves again once the change is committed (an open WebSocket checks again)
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(_tokens_changed)
+
+
+def _tokens_changed() -> None:
+    """Move the tokens' version: every process looks tokens up again."""
     _remembered.clear()
     try:
         _redis().incr(tokens_version_key())
