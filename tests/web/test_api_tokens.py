@@ -76,8 +76,8 @@ def test_a_token_narrowed_in_a_transaction_is_looked_up_again_once_committed(ser
     queue = unique("narrowed")
     with service.client() as client:
         assert client.post("/api/queues", json={"name": queue}).status_code == 201
-        issued = client.post("/api/tokens", json={"name": unique("t"),
-                                                  "rights": {queue: ["publish"]}}).json()  # fmt: skip
+        rights = {queue: ["publish"]}
+        issued = client.post("/api/tokens", json={"name": unique("t"), "rights": rights}).json()
     url = f"{service.url}/api/queues/{queue}/publish"
     headers = {"Authorization": f"Bearer {issued['secret']}"}
     # its first use is written to the token's row: not while the transaction below holds

@@ -25,15 +25,20 @@ SAME_HEADERS = (
     "x-content-type-options",
     "referrer-policy",
     "cross-origin-opener-policy",
+    "content-security-policy",
+    "strict-transport-security",  # the requests say they came over HTTPS (a proxy's header)
 )
 MID = re.compile(r'"r[0-9a-f]+-\d+"')
+# both servers as behind a proxy that ends TLS: a request with X-Forwarded-Proto: https is
+# secure, and its answer carries Strict-Transport-Security
+BEHIND_TLS = {"XUMP_HTTPS": "1", "XUMP_PROXY_SSL_HEADER": "1"}
 
 
 @pytest.fixture(scope="module")
 def through_django(redis_server, tmp_path_factory):
     running = start_service(
         redis_server.url, tmp_path_factory.mktemp("django-publish"), "inline",
-        XUMP_DIRECT_PUBLISH="0", XUMP_MAX_BODY="1000",
+        XUMP_DIRECT_PUBLISH="0", XUMP_MAX_BODY="1000", **BEHIND_TLS,
     )  # fmt: skip
     yield running
     running.close()
@@ -43,7 +48,7 @@ def through_django(redis_server, tmp_path_factory):
 def direct(redis_server, tmp_path_factory):
     running = start_service(
         redis_server.url, tmp_path_factory.mktemp("direct-publish"), "inline",
-        XUMP_MAX_BODY="1000",
+        XUMP_MAX_BODY="1000", **BEHIND_TLS,
     )  # fmt: skip
     yield running
     running.close()
@@ -109,7 +114,7 @@ def test_every_answer_is_the_same_down_both_paths(direct, through_django) -> Non
             answers[name] = httpx.post(
                 service.url + path, content=body,
                 headers={"Authorization": f"Bearer {tokens[name][who]}",
-                         "Content-Type": "application/json"},
+                         "Content-Type": "application/json", "X-Forwarded-Proto": "https"},
             )  # fmt: skip
         mine, theirs = answers["direct"], answers["django"]
         assert mine.status_code == theirs.status_code, what
@@ -231,3 +236,69 @@ def test_a_traced_http_publish_gathers_each_hops_stamp_and_an_untraced_one_none(
     # a busy event loop it may take up the delivery first, so learn follows recv, not
     # the inbox stamp
     assert stamps["recv"] <= stamps["learn"] <= lines["write"] <= time.time()
+
+
+def raw_post(service, head: str, body: bytes = b"") -> int:
+    """The status of a POST sent as it is written (`head`: the request line's path and the
+    header lines), on a connection of its own."""
+    import socket
+
+    host, port = service.url.rsplit("/", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(f"POST {head}\r\n\r\n".encode() + body)
+        answer = connection.recv(65536)
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_a_header_sent_twice_is_answered_as_django_answers_it(direct, through_django) -> None:
+    """Django joins a header sent twice; the direct path took the last one, so a second
+    Host got past the allowed hosts and a second Authorization chose the token."""
+    queue = unique("twice")
+    tokens = {"direct": setup(direct, queue), "django": setup(through_django, queue)}
+    body = b'{"body": "x"}'
+    for what, lines in (
+        ("two Hosts, a bad one first", ["Host: evil.example", "Host: 127.0.0.1"]),
+        ("two Authorizations, a bad one first", ["Host: 127.0.0.1", "Authorization: Bearer x"]),
+    ):
+        statuses = {}
+        for name, service in (("direct", direct), ("django", through_django)):
+            token = f"Authorization: Bearer {tokens[name]['admin']}"
+            head = "\r\n".join([f"/api/queues/{queue}/publish HTTP/1.1", *lines, token,
+                                 f"Content-Length: {len(body)}", "Connection: close"])  # fmt: skip
+            statuses[name] = raw_post(service, head, body)
+        assert statuses["direct"] == statuses["django"] != 202, (what, statuses)
+
+
+def test_a_body_is_read_only_for_a_token_it_knows(direct) -> None:
+    """The direct path read a body (up to 64 MB) into memory before it looked at the token,
+    so anybody could make the server hold it: with a token it does not know, the request
+    goes to Django, which spools a big body to a file."""
+    pid = direct.processes["server"].pid
+
+    def resident() -> int:
+        status = Path(f"/proc/{pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+)", status)[1]) * 1024
+
+    import socket
+
+    size, chunk = 40 * 1024 * 1024, b"x" * (1024 * 1024)
+    host, port = direct.url.rsplit("/", 1)[1].split(":")
+    before = resident()
+    held = []
+    try:
+        for _ in range(4):
+            connection = socket.create_connection((host, int(port)), timeout=30)
+            held.append(connection)
+            connection.sendall(
+                b"POST /api/queues/anything/publish HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Authorization: Bearer not-a-token\r\n"
+                + f"Content-Length: {size}\r\n\r\n".encode()
+            )
+            for _ in range(size // len(chunk) - 1):  # the last MB never comes
+                connection.sendall(chunk)
+        # sent: all but what the sockets' buffers hold (a few MB) was read by the server
+        grown = resident() - before
+    finally:
+        for connection in held:
+            connection.close()
+    assert grown < 64 * 1024 * 1024, f"the server grew by {grown >> 20} MB"

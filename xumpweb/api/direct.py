@@ -12,19 +12,23 @@ DATA_UPLOAD_MAX_MEMORY_SIZE.
 Theory of operation. The token is found as auth.find_token finds it (one GET of the tokens'
 version; what a presented token stood for is remembered until any token changes), on the
 loop when it is remembered and in a thread when the database must be asked (and once a
-minute for its last use). The body is read with the views' functions (publishing.
-read_messages; a big one in a thread, so the loop's WebSockets are not held up), and the
-messages go to the process's group commit (live/group_commit.py), as a /ws/publish/ frame's do:
-the publishes of every request that arrive while an append is on its way go together in the
-next, one round trip and one fsync for all, and the 202 is answered once the append came
-back, durable (a queue that drops what does not fit: once the router answered, as
+minute for its last use), before the body is read: a request whose token is not known goes
+to Django unread (Django spools a big body to a file), so nobody without a token makes this
+process hold a body of up to 64 MB in memory. The body is read with the views' functions
+(publishing.read_messages; a big one in a thread, so the loop's WebSockets are not held up),
+and the messages go to the process's group commit (live/group_commit.py), as a /ws/publish/
+frame's do: the publishes of every request that arrive while an append is on its way go
+together in the next, one round trip and one fsync for all, and the 202 is answered once the
+append came back, durable (a queue that drops what does not fit: once the router answered, as
 publish_applied). A request with the bench-only trace header gets its `recv` stamp here
 (engine/relay/trace.py), and the group commit's `inbox` line.
 
 The answers are the views' (messages.py): status, JSON body and headers. Whatever this does
-not serve itself goes to Django unchanged (the body it read is handed on): any other
-request, a token it does not know (Django answers the 401), a bad Host, a chunked or
-oversized body, the console's session-authenticated publishes. tests/web/
+not serve itself goes to Django unchanged (the body it read, if any, is handed on): any
+other request, a token it does not know (Django answers the 401), a bad Host, one of the
+headers it reads sent twice (Django joins them), a chunked or oversized body, the console's
+session-authenticated publishes. Its answers carry the headers Django's middleware adds
+(Strict-Transport-Security on a secure request included). tests/web/
 test_direct_publish.py sends the same requests down both paths and compares the answers.
 """
 
@@ -54,18 +58,23 @@ from xumpweb.api.errors import (
 )
 from xumpweb.api.publishing import answer, read_messages
 from xumpweb.live.group_commit import Pending, group_commit, router_answer
+from xumpweb.security import POLICY
 from xumpweb.wiring.models import ApiToken
 
 logger = logging.getLogger("xump.api")
 
 ENDPOINT = re.compile(r"/api/queues/(?P<queue>.+)/(?P<kind>publish|publish-batch)")
-# what SecurityMiddleware and XFrameOptionsMiddleware add to Django's answers
+# what SecurityMiddleware, XFrameOptionsMiddleware and our ContentSecurityPolicyMiddleware
+# add to Django's answers (and Strict-Transport-Security on a secure request, `_hsts`)
 SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
+    (b"content-security-policy", POLICY.encode()),
 ]
+# the headers this path reads; a request with one of them twice goes to Django
+WANTED_HEADERS = (b"host", b"authorization", b"content-length", b"x-forwarded-proto")
 ACCEPTED_TYPE = b"application/json; charset=utf-8"  # django-ninja's, for the 202
 ERROR_TYPE = b"application/json"  # JsonResponse's, for the errors
 # bodies up to this size are read on the event loop (a single publish: tens of µs); a
@@ -89,7 +98,14 @@ class DirectPublish:
         wanted = _wanted(scope)
         if wanted is None:
             return await self.django(scope, receive, send)
-        kind, queue, presented, length = wanted
+        kind, queue, presented, length, secure = wanted
+        try:  # the token first: nobody without one gets a body of up to 64 MB read
+            token = await self._token(presented)
+        except Exception:  # e.g. the database away: Django answers as it does
+            logger.exception("API request POST %s: the token was not looked up", scope["path"])
+            token = None
+        if token is None:  # an unknown token: Django answers (its 401), reading the body
+            return await self.django(scope, receive, send)
         body = bytearray()
         while True:
             event = await receive()
@@ -100,26 +116,21 @@ class DirectPublish:
                 break
         if len(body) != length:  # not what the header said: Django decides
             return await self.django(scope, _replay(bytes(body), receive), send)
-        answered = await self._serve(kind, queue, presented, bytes(body))
-        if answered is None:
-            return await self.django(scope, _replay(bytes(body), receive), send)
-        status, content_type, content, extra = answered
+        status, content_type, content, extra = await self._serve(kind, queue, token, bytes(body))
         headers = [
             (b"content-type", content_type),
             (b"content-length", str(len(content)).encode()),
             *extra,
             *SECURITY_HEADERS,
         ]
+        if secure and settings.SECURE_HSTS_SECONDS:
+            headers.append((b"strict-transport-security", _hsts()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
-    async def _serve(self, kind: str, queue: str, presented: str, body: bytes) -> Answer | None:
-        """(status, content type, content, more headers), or None for Django to answer (an
-        unknown token)."""
+    async def _serve(self, kind: str, queue: str, token: ApiToken, body: bytes) -> Answer:
+        """(status, content type, content, more headers)."""
         try:
-            token = await self._token(presented)
-            if token is None:
-                return None
             principal = access.known_principal(token)
             if principal is None or auth.due_for_use_mark(token):
                 principal = await _look_closer(token)
@@ -210,21 +221,21 @@ async def _look_closer(token: ApiToken) -> access.Principal:
     return await _in_thread(closer)
 
 
-def _wanted(scope: Scope) -> tuple[str, str, str, int] | None:
-    """(endpoint kind, queue, token, body length) when this path serves the request."""
+def _wanted(scope: Scope) -> tuple[str, str, str, int, bool] | None:
+    """(endpoint kind, queue, token, body length, whether the request came over HTTPS)
+    when this path serves the request."""
     if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
         return None
     found = ENDPOINT.fullmatch(scope["path"])
     if found is None:
         return None
-    host = authorization = length = None
+    seen: dict[bytes, bytes] = {}
     for name, value in scope["headers"]:
-        if name == b"host":
-            host = value
-        elif name == b"authorization":
-            authorization = value
-        elif name == b"content-length":
-            length = value
+        if name in WANTED_HEADERS:
+            if name in seen:  # twice: Django joins them, and decides
+                return None
+            seen[name] = value
+    host, authorization, length = (seen.get(name) for name in WANTED_HEADERS[:3])
     if host is None or authorization is None or length is None:
         return None
     try:
@@ -240,7 +251,28 @@ def _wanted(scope: Scope) -> tuple[str, str, str, int] | None:
         return None
     if not 0 <= size <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
         return None
-    return found["kind"], found["queue"], presented, size
+    return found["kind"], found["queue"], presented, size, _secure(scope, seen)
+
+
+def _secure(scope: Scope, seen: dict[bytes, bytes]) -> bool:
+    """Whether Django would call the request secure (HttpRequest.is_secure): over HTTPS,
+    or, behind a proxy that ends TLS, with its header (XUMP_PROXY_SSL_HEADER)."""
+    proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if proxy is not None:
+        forwarded = seen.get(b"x-forwarded-proto")
+        if forwarded is not None:
+            return forwarded.decode("latin-1").split(",")[0].strip() == proxy[1]
+    return scope.get("scheme") == "https"
+
+
+def _hsts() -> bytes:
+    """SecurityMiddleware's Strict-Transport-Security value."""
+    value = f"max-age={settings.SECURE_HSTS_SECONDS}"
+    if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS:
+        value += "; includeSubDomains"
+    if settings.SECURE_HSTS_PRELOAD:
+        value += "; preload"
+    return value.encode()
 
 
 def _error(response: Any) -> Answer:
