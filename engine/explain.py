@@ -218,6 +218,8 @@ class _Walk:
             "meets": False,
             "reason": None,
         }
+        if spec.target_from is not None:
+            v["target_from"] = spec.target_from  # the message names the target (visible_to)
         if not spec.enabled:
             v["reason"] = "disabled"
             return v
@@ -529,3 +531,72 @@ def _held_until_settled(sel: SelectorRuntime, queue: str, shard: str, acked: boo
 def _target_missing(sel: SelectorRuntime) -> bool:
     """Whether a taker cannot take only because its fixed target queue does not exist."""
     return sel.replay_next is None and not sel.held and not sel.ready
+
+
+HIDDEN = "a queue you may not read"
+
+
+def visible_to(said: dict[str, Any], may_read: Callable[[str], bool]) -> dict[str, Any]:
+    """An explanation as a caller who may read only the queues `may_read` allows sees it
+    (the service's API and console; a trace is cut the same way). Where the walk enters a
+    queue the caller may not read, that step says only how the message got there and that
+    it goes on into a queue it may not read; the steps reached through it are left out,
+    and so are their ends (one end says the message goes on out of sight). So nothing of
+    such a queue shows: no depth, selectors, verdicts, outcome, dead-letter queue or what
+    it routes to. A target the message names (`target_from`) that the caller may not read
+    is not named either, and whether such a queue exists is not told: a name that finds no
+    queue reads as one found and out of sight (its dead letter is left out too)."""
+    shown: set[str] = set()
+    failing: set[str] = set()  # shown queues where a hidden name found no queue
+    steps: list[dict[str, Any]] = []
+    out_of_sight = False
+    for step in said["steps"]:
+        came = step.get("from")
+        if came is not None and (
+            came.get("queue") not in shown
+            or (came.get("queue") in failing and came.get("reason") in NAMED_FAILURES)
+        ):
+            continue  # reached through a queue the caller does not see
+        if not may_read(step["queue"]):
+            steps.append({"queue": None, "hidden": True, "arrives_by": step.get("arrives_by"),
+                          "from": came, "said": f"goes on into {HIDDEN}"})  # fmt: skip
+            out_of_sight = True
+            continue
+        shown.add(step["queue"])
+        verdicts, step = step.get("selectors", ()), {**step, "selectors": []}
+        unnamed: set[str] = set()  # targets named by the message, out of sight
+        as_found: list[dict[str, Any]] = []  # steps a name that found no queue reads as
+        for verdict in verdicts:
+            failure = verdict.get("target_failure") or {}
+            named = verdict.get("target") or failure.get("target")
+            if verdict.get("target_from") is not None and named and not may_read(named):
+                verdict = {k: v for k, v in verdict.items()
+                           if k not in ("target", "target_failure")}  # fmt: skip
+                verdict.update(target=None, target_hidden=HIDDEN)
+                out_of_sight = True
+                unnamed.add(named)
+                if failure:
+                    failing.add(step["queue"])
+                    if verdict.get("action") in ("copy", "move", "bounce"):
+                        came = {"queue": step["queue"], "selector": verdict.get("selector")}
+                        as_found.append({"queue": None, "hidden": True,
+                                         "arrives_by": verdict.get("action"), "from": came,
+                                         "said": f"goes on into {HIDDEN}"})  # fmt: skip
+            step["selectors"].append(verdict)
+        outcome = step.get("outcome") or {}
+        if unnamed and (
+            outcome.get("to") in unnamed
+            or (step["queue"] in failing and outcome.get("reason") in NAMED_FAILURES)
+        ):
+            step["outcome"] = {"kind": "out_of_sight", "said": f"goes on into {HIDDEN}"}
+        steps.append(step)
+        steps.extend(as_found)
+    ends = [end for end in said["ends"] if end.get("queue") in shown and not (
+        end.get("queue") in failing and end.get("reason") in NAMED_FAILURES)]  # fmt: skip
+    if out_of_sight:
+        ends.append({"queue": None, "outcome": "out_of_sight", "said": f"goes on into {HIDDEN}"})
+    return {**said, "steps": steps, "ends": ends}
+
+
+# the dead-letter reasons of a target the message named and no queue answered to
+NAMED_FAILURES = ("no-such-queue", "no-target")

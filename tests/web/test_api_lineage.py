@@ -169,3 +169,58 @@ def test_a_trace_finds_a_message_behind_many_later_routing_steps(service) -> Non
         answer = client.get(f"/api/messages/{mid}/trace")
     assert answer.status_code == 200, answer.text
     assert [step["kind"] for step in answer.json()["steps"]] == ["publish"]
+
+
+def test_explain_shows_nothing_of_queues_the_caller_may_not_read(service) -> None:
+    """A reader of A whose message would move on into a queue it may not read learned that
+    queue's depth, selectors (a filter's text and value, a destination), verdicts and
+    dead-letter queue: the walk is cut where it enters it."""
+    with service.client() as client:
+        letters = make_queue(client)
+        secret = make_queue(client, dead_letter=letters)
+        queue = make_queue(client)
+        made = client.post(f"/api/queues/{queue}/selectors", json={
+            "when": "always", "action": "move", "target": secret, "enabled": True})  # fmt: skip
+        assert made.status_code == 201, made.text
+        made = client.post(f"/api/queues/{secret}/selectors", json={
+            "when": "filter", "filter": "password = 'hunter2'", "action": "deliver",
+            "target": "ceo-inbox", "enabled": True})  # fmt: skip
+        assert made.status_code == 201, made.text
+        whole = client.post(f"/api/queues/{queue}/explain", json={"headers": {"password": "x"}})
+        assert [step["queue"] for step in whole.json()["steps"]] == [queue, secret, letters]
+    reader = issue(service, {queue: ["read"], letters: ["read"]})
+    with service.client(reader) as stranger:
+        said = stranger.post(f"/api/queues/{queue}/explain", json={"headers": {"password": "x"}})
+    assert said.status_code == 200, said.text
+    steps = said.json()["steps"]
+    assert [step["queue"] for step in steps] == [queue, None]
+    assert steps[0]["selectors"][0]["target"] == secret  # A's own selector, readable there
+    beyond = str([steps[1:], said.json()["ends"]])
+    assert secret not in beyond and "hunter2" not in said.text and "ceo-inbox" not in said.text
+    assert letters not in said.text  # readable, but reached through the secret queue
+    assert steps[1]["hidden"] and steps[1]["from"] == {"queue": queue, "selector": 1}
+    assert said.json()["ends"] == [
+        {"queue": None, "outcome": "out_of_sight", "said": "goes on into a queue you may not read"}
+    ]
+
+
+def test_explain_does_not_tell_whether_a_named_queue_the_caller_may_not_read_exists(
+    service,
+) -> None:
+    """A selector whose target the message names (target_from): a reader of its queue could
+    name any queue and see whether it exists and how it is wired."""
+    with service.client() as client:
+        queue, hidden = make_queue(client), make_queue(client)
+        named = {"when": "always", "action": "move", "target_from": "header:to", "enabled": True}
+        made = client.post(f"/api/queues/{queue}/selectors", json=named)
+        assert made.status_code == 201, made.text
+    reader = issue(service, {queue: ["read"]})
+    answers = []
+    with service.client(reader) as stranger:
+        for name in (hidden, f"{hidden}-none"):
+            said = stranger.post(f"/api/queues/{queue}/explain", json={"headers": {"to": name}})
+            assert said.status_code == 200, said.text
+            assert name not in said.text
+            answers.append(said.json())
+    assert answers[0] == answers[1]
+    assert answers[0]["steps"][0]["selectors"][0]["target_hidden"]

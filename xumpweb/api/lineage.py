@@ -2,7 +2,9 @@
 
 `POST /api/queues/{queue}/explain` takes a message as publish does and answers the engine's
 explanation (engine/explain.py): every selector met, its verdict and why, and where the
-message would end. Nothing is published; the caller needs `read` on the queue.
+message would end. Nothing is published; the caller needs `read` on the queue, and sees
+nothing of the queues it may not read (engine.explain.visible_to: the walk is cut where it
+enters one).
 
 `GET /api/messages/{mid}/trace` answers the message's steps, oldest first, from the live
 journal and the Parquet archive (xumpweb/analytics/lineage.py). Only steps at queues the
@@ -17,6 +19,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja import Router
 
+from engine.explain import visible_to
 from xumpweb import access
 from xumpweb.analytics.lineage import trace as trace_of
 from xumpweb.api.auth import allowed, need
@@ -55,7 +58,14 @@ def explain(request: HttpRequest, queue: str):
         "ttl": message.ttl,
         "delay": message.delay,  # `not_before` is one by now (publishing._lifetime)
     }
-    return call("explain", queue=queue, message=envelope)
+    readable: dict[str, bool] = {}
+
+    def may_read(name: str) -> bool:
+        if name not in readable:
+            readable[name] = allowed(request, "read", name)
+        return readable[name]
+
+    return visible_to(call("explain", queue=queue, message=envelope), may_read)
 
 
 @router.get("/messages/{mid}/trace", response={200: dict, **ERRORS}, summary="Trace a message")

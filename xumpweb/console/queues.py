@@ -15,9 +15,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from engine.errors import InvalidSelector, XumpError
+from engine.explain import visible_to
 from engine.filters import compile_filter
 from engine.message import Message
-from xumpweb import shards
+from xumpweb import access, shards
 from xumpweb.access import requires
 from xumpweb.console.common import (
     CallFailed,
@@ -294,8 +295,10 @@ def explain(request: HttpRequest, name: str) -> HttpResponse:
             "headers": data["headers"],
             "return_address": data["return_address"] or None,
         }
+        reader = access.for_request(request)
         try:
-            context["said"] = call("explain", queue=name, message=envelope)
+            said = call("explain", queue=name, message=envelope)
+            context["said"] = visible_to(said, lambda queue: access.may(reader, "read", queue))
         except CallFailed as error:
             context["error"] = str(error)
     return render(request, "console/partials/explain.html", context)
