@@ -121,3 +121,129 @@ def test_an_outage_is_logged_once_not_at_every_look(redis_server, tmp_path) -> N
     warnings = [text for level, text in seen["said"] if level == "WARNING"]
     assert len(warnings) == 1 and "tokens' version" in warnings[0], seen["said"]
     assert any("again" in text for level, text in seen["said"] if level == "INFO")
+
+
+AWAY_AT_FIRST = """
+import asyncio, json
+import django
+django.setup()
+import redis
+from xumpweb import redis_clients
+from xumpweb.live import security
+
+security.WATCH_EVERY = 0.01
+
+
+class Flaky:
+    # Redis away at the watcher's first three looks; then the version 1, and 2 from the
+    # 20th read on (a token revoked)
+    def __init__(self):
+        self.reads = 0
+
+    async def get(self, key):
+        self.reads += 1
+        if self.reads <= 3:
+            raise redis.ConnectionError("Connection refused")
+        return b"1" if self.reads < 20 else b"2"
+
+    async def aclose(self):
+        pass
+
+
+flaky = Flaky()
+redis_clients.general = lambda **options: flaky
+
+
+class Connection:
+    def __init__(self):
+        self.rechecks = 0
+
+    async def recheck(self):
+        self.rechecks += 1
+
+
+async def run():
+    connection = Connection()
+    security.watch(connection)
+    for _ in range(2000):
+        if flaky.reads > 25 or (security._watcher is not None and security._watcher.done()):
+            break
+        await asyncio.sleep(0.01)
+    security.unwatch(connection)
+    return connection.rechecks
+
+
+print(json.dumps({"rechecks": asyncio.run(run())}))
+"""
+
+
+def test_a_watcher_whose_first_look_finds_redis_away_goes_on_looking(
+    redis_server, tmp_path
+) -> None:
+    """The first read of the tokens' version was outside the watcher's handling of Redis
+    errors: with Redis away when the first connection of a process was watched (its token
+    read from the database), the watcher died and no revocation closed it."""
+    seen = django_script(redis_server.url, tmp_path, AWAY_AT_FIRST)
+    assert seen["rechecks"] == 2  # at the first version read, and when it moved
+
+
+EXIT_RACE = """
+import asyncio, json
+import django
+django.setup()
+from xumpweb import redis_clients
+from xumpweb.live import security
+
+security.WATCH_EVERY = 0.01
+version = [b"1"]
+closing = asyncio.Event()
+
+
+class Slow:
+    # a client whose close takes a while: the watcher leaving is still running meanwhile
+    async def get(self, key):
+        return version[0]
+
+    async def aclose(self):
+        closing.set()
+        await asyncio.sleep(0.2)
+
+
+redis_clients.general = lambda **options: Slow()
+
+
+class Connection:
+    def __init__(self):
+        self.rechecks = 0
+
+    async def recheck(self):
+        self.rechecks += 1
+
+
+async def run():
+    first, second = Connection(), Connection()
+    security.watch(first)
+    security.unwatch(first)  # the watcher leaves at its next look
+    await closing.wait()
+    security.watch(second)  # while the leaving watcher closes its client
+    version[0] = b"2"  # a token revoked
+    for _ in range(400):
+        if second.rechecks:
+            break
+        await asyncio.sleep(0.01)
+    security.unwatch(second)
+    return second.rechecks
+
+
+print(json.dumps({"rechecks": asyncio.run(run())}))
+"""
+
+
+def test_a_connection_watched_while_the_last_watcher_leaves_is_watched(
+    redis_server, tmp_path
+) -> None:
+    """`watch` starts a watcher unless one runs; one that was leaving (nothing watched) but
+    still closing its client counted as running, so the connection watched then was never
+    checked again."""
+    seen = django_script(redis_server.url, tmp_path, EXIT_RACE)
+    assert seen["rechecks"] >= 1  # the new watcher checks it at its first look

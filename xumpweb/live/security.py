@@ -122,16 +122,16 @@ def unwatch(connection: Watched) -> None:
 
 
 async def _watch_versions() -> None:
+    global _watcher
     client = redis_clients.general(socket_timeout=5)
     try:
-        seen = await client.get(auth.tokens_version_key())
-        # the connections watched so far were checked before this first look: a token
-        # revoked in between moved the version this look already sees, so they are checked
-        # once more now (a revoked token's connection stayed open for good otherwise)
-        await _recheck_all()
+        # nothing read yet: the first version read checks every connection once more (they
+        # were checked before it: a token revoked in between moved the version this look
+        # already sees; a revoked token's connection stayed open for good otherwise), and
+        # so does the first read after Redis did not answer the first looks
+        seen: object = NOT_READ
         away = False  # Redis did not answer the last look: said once an outage
-        while _watched:
-            await asyncio.sleep(WATCH_EVERY)
+        while True:
             try:
                 now = await client.get(auth.tokens_version_key())
             except redis.RedisError as problem:
@@ -139,15 +139,25 @@ async def _watch_versions() -> None:
                     logger.warning("cannot read the tokens' version: %s; looking again "
                                    "every %g s", problem, WATCH_EVERY)  # fmt: skip
                 away = True
-                continue
-            if away:
-                logger.info("the tokens' version can be read again")
-                away = False
-            if now != seen:
-                seen = now
-                await _recheck_all()
+            else:
+                if away:
+                    logger.info("the tokens' version can be read again")
+                    away = False
+                if now != seen:
+                    seen = now
+                    await _recheck_all()
+            if not _watched:
+                # a connection watched from now on starts a watcher of its own (this one
+                # still closes its client: `watch` must not take it for a running one)
+                if _watcher is asyncio.current_task():
+                    _watcher = None
+                return
+            await asyncio.sleep(WATCH_EVERY)
     finally:
         await client.aclose()
+
+
+NOT_READ = object()  # _watch_versions has not read the tokens' version yet
 
 
 async def _recheck_all() -> None:
