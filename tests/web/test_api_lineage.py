@@ -224,3 +224,35 @@ def test_explain_does_not_tell_whether_a_named_queue_the_caller_may_not_read_exi
             answers.append(said.json())
     assert answers[0] == answers[1]
     assert answers[0]["steps"][0]["selectors"][0]["target_hidden"]
+
+
+def test_a_trace_over_two_routers_journals_interleaves_them_by_time(service) -> None:
+    """The routers of two shards each keep a journal (an epoch of their own): a message that
+    goes to the other shard and comes back has events in both, interleaved. They were
+    listed one epoch after the other; each epoch stays in its own (recording) order, which
+    the times of its events may not follow exactly."""
+    import orjson
+    import redis
+
+    from xumpweb.analytics.journal import journal_key
+
+    mid = unique("crossing")
+    here, there = unique(), unique()
+
+    def chunk(epoch: str, first: int, events: list[tuple[float, str, str]]) -> bytes:
+        fields = []
+        for at, kind, queue in events:
+            fields += [at, [kind, queue, 1, None], mid, "copy" if kind == "route" else None, None]
+        return orjson.dumps({"epoch": epoch, "first": first, "width": 5, "fields": fields})
+
+    store = redis.Redis.from_url(service.env["XUMP_REDIS_URL"])
+    store.rpush(journal_key(service.env["XUMP_STORE"]),
+                chunk("left", 1, [(10.0, "route", here), (11.0, "route", here)]),
+                chunk("right", 1, [(12.0, "route", there), (11.995, "delete", there)]),
+                chunk("left", 3, [(14.0, "delete", here)]))  # fmt: skip
+    store.close()
+    with service.client() as client:
+        answer = client.get(f"/api/messages/{mid}/trace")
+    assert answer.status_code == 200, answer.text
+    order = [(step["epoch"], step["position"]) for step in answer.json()["steps"]]
+    assert order == [("left", 1), ("left", 2), ("right", 1), ("right", 2), ("left", 3)]

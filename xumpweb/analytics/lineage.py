@@ -8,12 +8,15 @@ list): both are read and each event is kept once, by its (epoch, position).
 
 Events of one journal epoch (one router's engine) are in recording order by position, which
 is the order things happened (their times come from two clocks: a call's start and each
-delivery's moment). Epochs (routers one after another) are ordered by their first event's
-time.
+delivery's moment, so times alone may disagree with it). Epochs, routers one after another
+or the routers of shards side by side (a message that crosses shards and comes back has
+events in each, interleaved), are merged by time, each kept in its own order.
 """
 
 from __future__ import annotations
 
+import heapq
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +69,12 @@ def trace(
             if len(items) < READ:
                 break  # the list's oldest chunk was read
             end -= READ
-    first_time: dict[str, float] = {}
-    for (epoch, _), (event, _) in found.items():
-        first_time[epoch] = min(first_time.get(epoch, event[0]), event[0])
+    # each epoch's events in position order, the epochs merged by time (see the module doc)
+    epochs: dict[str, list[tuple[float, str, int, tuple, str]]] = {}
+    for (epoch, position), (event, source) in sorted(found.items()):
+        epochs.setdefault(epoch, []).append((event[0], epoch, position, event, source))
     steps = []
-    for (epoch, position), (event, source) in sorted(
-        found.items(), key=lambda item: (first_time[item[0][0]], item[0][0], item[0][1])
-    ):
+    for _, epoch, position, event, source in heapq.merge(*epochs.values(), key=itemgetter(0)):
         step = step_of(event)
         step.update({"epoch": epoch, "position": position, "source": source})
         steps.append(step)
