@@ -132,16 +132,16 @@ class Messaging(Rules):
                 qrt = self._engine_dead_letter_queue()
                 unknown = queue
             limit = qrt.limit
-            if (
-                limit is not None
-                and not qrt.routing_table.overflows
-                and qrt.dead_letter is None
-                and qrt.state.depth() + len(checked) > limit
-            ):
-                raise QueueFull(
-                    f"queue {qrt.name!r} has room for {limit - qrt.state.depth()} "
-                    f"of the {len(checked)} messages (limit {limit}); none published"
-                )
+            if limit is not None and qrt.dead_letter is None:
+                beyond = qrt.state.depth() + len(checked) - limit  # arriving at a full queue
+                taken = _overflow_room(qrt)  # how many of them its OVERFLOW selectors take
+                if beyond > 0 and taken is not None and beyond > taken:
+                    raise QueueFull(
+                        f"queue {qrt.name!r} has room for {limit - qrt.state.depth()} "
+                        f"of the {len(checked)} messages (limit {limit})"
+                        + (f" and its overflow selectors take {taken}" if taken else "")
+                        + "; none published"
+                    )
             return self._run(self._publish_many, qrt, checked, unknown)
 
     def _publish_many(
@@ -467,3 +467,21 @@ class Messaging(Rules):
                 "selector or queue was deleted)"
             )
         return qrt, sel, tag  # type: ignore[return-value]
+
+
+def _overflow_room(qrt: QueueRuntime) -> int | None:
+    """How many messages arriving at full queue `qrt` its OVERFLOW selectors take now
+    (rule 7): None for any number (only copies, a DELETE, or a taker without a credit
+    limit), else the credit of those that can take. What they do not take is dropped
+    when the queue has no dead-letter queue, which a publish refuses (QueueFull)."""
+    copies, takers = qrt.routing_table.overflow()
+    if copies and not takers:
+        return None
+    room = 0
+    for sel in takers:
+        if sel.replay_next is not None or not sel.ready:
+            continue
+        if sel.action == "delete" or sel.state.credit < 0:
+            return None
+        room += sel.state.credit
+    return room

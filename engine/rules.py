@@ -587,8 +587,8 @@ class Rules:
                 return entry if taker.action != "delete" else None
         if qrt.dead_letter is None and direct:
             raise QueueFull(
-                f"queue {qrt.name!r} is full (limit {qrt.limit}) and has no "
-                "overflow selector or dead-letter queue"
+                f"queue {qrt.name!r} is full (limit {qrt.limit}), no overflow selector can "
+                "take the message and it has no dead-letter queue"
             )
         self._dead_letter(qrt, Entry(0, message, origin), "overflow")
         return None

@@ -353,8 +353,10 @@ class Service:
         return sum(int(value or 0) for value in found)
 
     def drops_when_full(self, version: int) -> frozenset[str]:
-        """Queues with a limit and neither an overflow selector nor a dead-letter queue, as
-        the wiring of `version` has them."""
+        """Queues with a limit and no dead-letter queue, as the wiring of `version` has them:
+        a publish into one is refused (QueueFull) when what does not fit is more than its
+        overflow selectors take, which depends on their credit, known to the router only
+        (rule 7), so its publisher waits for the router's answer."""
         return self._drops_when_full(version, None)
 
     def drops_when_full_here(self, version: int) -> frozenset[str]:
@@ -365,16 +367,14 @@ class Service:
     def _drops_when_full(self, version: int, store: str | None) -> frozenset[str]:
         cached = self._dropping if store is None else self._dropping_here
         if version != cached[0]:
-            from xumpweb.wiring.models import Queue, Selector
+            from xumpweb.wiring.models import Queue
 
-            overflowing = set(Selector.objects.filter(when="overflow", enabled=True)
-                              .values_list("queue__name", flat=True))  # fmt: skip
             limited = Queue.objects.filter(limit__isnull=False)
             if store is not None:
                 limited = limited.filter(store__name=store)
             names = {name for name, dead_letter in limited.values_list("name", "dead_letter")
                      if not dead_letter}  # fmt: skip
-            cached = (version, frozenset(names - overflowing))
+            cached = (version, frozenset(names))
             if store is None:
                 self._dropping = cached
             else:

@@ -110,6 +110,25 @@ def test_full_queue_raises_queue_full_then_overflow_selector_takes_over(engine):
     assert engine.queue_fetch("small").depth == 2  # overflow selectors do not route
 
 
+def test_a_batch_into_a_full_queue_is_refused_when_its_overflow_selectors_cannot_take_it(engine):
+    """Rule 7 as `publish` has it, for `publish_many` (the service's publishes): a message
+    arriving at a full queue that no overflow selector can take (no credit left) and that
+    has no dead-letter queue is refused, the batch whole; the batch path dropped it."""
+    engine.queue_create("full", limit=1)
+    engine.queue_create("spill")
+    engine.selector_create("full").when_overflow().do_move("spill").set_credit(1).enable()
+    engine.publish("full", Message(body=b"waits"))
+    with pytest.raises(QueueFull, match="overflow selectors take 1"):
+        engine.publish_many("full", [Message(body=b"2"), Message(body=b"3")])
+    assert [m.body for m in engine.peek("spill")] == [] and engine.queue_fetch("full").depth == 1
+    engine.publish_many("full", [Message(body=b"2")])  # the credit it has: taken
+    assert [m.body for m in engine.peek("spill")] == [b"2"]
+    with pytest.raises(QueueFull):
+        engine.publish_many("full", [Message(body=b"3")])
+    assert [m.body for m in engine.peek("spill")] == [b"2"]
+    assert engine.queue_fetch("full").depth == 1
+
+
 def test_bounce_sends_to_return_address_and_keeps_original_address(engine):
     engine.queue_create("in")
     engine.queue_create("back")

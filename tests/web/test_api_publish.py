@@ -162,6 +162,26 @@ def test_a_202_into_a_queue_that_drops_when_full_means_published(service) -> Non
     assert stats["dropped"] == 0
 
 
+def test_a_publish_its_overflow_selector_cannot_take_is_refused_not_dropped(service) -> None:
+    """A full queue without a dead-letter queue whose overflow selector has no credit left:
+    a publish answered 202 was dropped (rule 7 says QueueFull for a publish, as the engine's
+    `publish` raises it). The answer waits for the router and is a 409."""
+    with service.client() as client:
+        queue, spill = make_queue(client, limit=1), make_queue(client)
+        overflow = {"when": "overflow", "action": "move", "target": spill, "credit": 1,
+                    "enabled": True}  # fmt: skip
+        assert client.post(f"/api/queues/{queue}/selectors", json=overflow).status_code == 201
+        first = client.post(f"/api/queues/{queue}/publish", json={"body": "waits"})
+        spilled = client.post(f"/api/queues/{queue}/publish", json={"body": "spills"})
+        refused = client.post(f"/api/queues/{queue}/publish", json={"body": "refused"})
+        assert (first.status_code, spilled.status_code) == (202, 202)
+        assert refused.status_code == 409 and refused.json()["error"] == "queue_full"
+        stats = client.get(f"/api/queues/{queue}/stats").json()
+        assert stats["dropped"] == 0 and stats["published"] == 2
+        waiting = client.get(f"/api/queues/{spill}/waiting").json()["messages"]
+        assert [m["body"] for m in waiting] == ["spills"]
+
+
 def test_queue_names_with_colons_and_slashes_work(service) -> None:
     with service.client() as client:
         for name in (unique("jobs") + ":w1", unique("eu") + "/orders"):
