@@ -548,7 +548,11 @@ class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
         held.extend(entry for entry, _ in state.scheduled())
         self._stores[qrt.spec.store].drop_queue(qrt.name)
         self._catalog.delete_queue(qrt.name)
+        journal = qrt.journal
+        site = ("drop", qrt.name, None, None)
         for entry in held:
+            if journal is not None:  # what it held ends here (a trace says so)
+                journal((self._clock, site, entry.message.mid, "queue deleted", None))
             self._settle(entry.origin)
 
     def _queue(self, name: object) -> QueueRuntime:
@@ -653,10 +657,16 @@ class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
                     del self._targeted_by[sel.target]
 
     # == purge ===============================================================================
-    def purge(self, queue: str, seqs: list[int] | None = None) -> list[Delivery]:
+    def purge(
+        self, queue: str, seqs: list[int] | None = None, *, reason: str = "purged"
+    ) -> list[Delivery]:
         """Remove unprocessed messages from `queue` (all, or those with the given seqs) and
         count them as dropped; messages moved here are settled upstream, which may route
-        and deliver there. NotFound, changing nothing, when a seq is not waiting."""
+        and deliver there. NotFound, changing nothing, when a seq is not waiting. Each
+        leaves a `drop` event with `reason` (PURGE_REASONS: "purged", or "deleted" and
+        "moved" by an operator's message operation) in the journal."""
+        if reason not in PURGE_REASONS:
+            raise InvalidArgument(f"reason must be one of {', '.join(PURGE_REASONS)}")
         if seqs is not None:
             if not isinstance(seqs, list | tuple):
                 raise InvalidArgument(f"seqs must be a list of numbers, not {seqs!r}")
@@ -677,17 +687,25 @@ class Engine(Messaging, Absence, Forwarding, Queries, Explaining, Lineage):
                         + ", ".join(str(seq) for seq in missing[:5])
                     )
                 chosen = [by_seq_number[seq] for seq in dict.fromkeys(seqs)]
-            return self._run(self._purge, qrt, chosen, seqs is None)
+            return self._run(self._purge, qrt, chosen, seqs is None, reason)
 
-    def _purge(self, qrt: QueueRuntime, entries: list, everything: bool) -> None:
+    def _purge(self, qrt: QueueRuntime, entries: list, everything: bool, reason: str) -> None:
         state = qrt.state
+        journal = qrt.journal
+        site = ("drop", qrt.name, None, None)
         for entry in entries:
             if everything:
                 state.pop_head()  # the entries are the queue's, in order: no search
             else:
                 state.remove(entry.seq)
             qrt.counters["dropped"] += 1
+            if journal is not None:
+                journal((self._clock, site, entry.message.mid, reason, None))
             self._settle(entry.origin)
+
+
+# the reasons a purge gives its messages' `drop` events (lineage.py says them)
+PURGE_REASONS = ("purged", "deleted", "moved")
 
 
 class _SelectorHost:

@@ -101,6 +101,19 @@ def _said(step: dict[str, Any]) -> str:
     if kind == "dead_letter":
         return f"dead-lettered from {queue!r} into {target!r} ({detail})"
     if kind == "drop":
+        if detail in TAKEN_OUT:
+            return f"taken out of {queue!r} ({TAKEN_OUT[detail]})"
         why = "expired" if detail == "expired" else detail
         return f"dropped at {queue!r} ({why}; no dead-letter queue)"
     return f"{kind} at {queue!r}"
+
+
+# a `drop` event's detail when a person or a program took the message out (no dead-letter
+# queue would have had it): what the trace says
+TAKEN_OUT = {
+    "cancelled": "its delayed publish was cancelled",
+    "purged": "purged",
+    "deleted": "deleted by a message operation",
+    "moved": "moved out by a message operation; it goes on where it was published next",
+    "queue deleted": "the queue was deleted",
+}

@@ -166,15 +166,15 @@ def operate(
         ]  # fmt: skip
         deliveries: list[Delivery] = []
         if action == "delete":
-            deliveries.extend(engine.purge(queue, taken))  # type: ignore[arg-type]
+            deliveries.extend(engine.purge(queue, taken, reason="deleted"))  # type: ignore[arg-type]
         elif action == "copy":
             deliveries.extend(engine.publish_many(target, copies, keep_mids=True))  # type: ignore[arg-type]
         elif action == "reroute" and target == queue:
             # out first: they free their own room, so a queue at its limit takes them back
-            deliveries.extend(engine.purge(queue, taken))  # type: ignore[arg-type]
+            deliveries.extend(engine.purge(queue, taken, reason="moved"))  # type: ignore[arg-type]
             deliveries.extend(engine.publish_many(queue, copies, keep_mids=True))
         else:  # move, or reroute elsewhere: a full target refuses before anything changed
             deliveries.extend(engine.publish_many(target, copies, keep_mids=True))  # type: ignore[arg-type]
-            deliveries.extend(engine.purge(queue, taken))  # type: ignore[arg-type]
+            deliveries.extend(engine.purge(queue, taken, reason="moved"))  # type: ignore[arg-type]
     done = Outcome(action, queue, target, len(chosen), chosen[:SAMPLE], len(chosen), False)
     return done, deliveries

@@ -216,3 +216,33 @@ def test_events_recorded_before_delivery_tags_read_with_none(jeng: Engine, tmp_p
 
 
 EVENT_NAMES = ("time", "kind", "mid", "queue", "selector", "target", "detail", "address")
+
+
+def test_messages_taken_out_by_a_person_end_their_trace_saying_so(jeng: Engine) -> None:
+    """Purged, deleted or moved by a message operation, or held by a queue deleted: the
+    trace ended at "published", as if the message still waited."""
+    from engine.message_ops import operate
+
+    for name in ("held", "elsewhere", "doomed"):
+        jeng.queue_create(name)
+    jeng.publish_many("held", [Message(body=str(n)) for n in range(4)])
+    mids = [m.mid for m in jeng.peek("held", 4)]
+    operate(jeng, "held", "delete", mids=[mids[0]])
+    operate(jeng, "held", "move", mids=[mids[1]], target="elsewhere")
+    jeng.purge("held", [jeng.peek("held", 2)[0].seq])
+    jeng.publish("doomed", Message())
+    doomed = jeng.peek("doomed", 1)[0].mid
+    jeng.queue_delete("doomed")
+
+    def said(mid: str) -> list[tuple]:
+        return [(s["kind"], s["queue"], s["detail"]) for s in jeng.trace(mid)]
+
+    assert said(mids[0]) == [("publish", "held", None), ("drop", "held", "deleted")]
+    assert said(mids[1]) == [("publish", "held", None), ("publish", "elsewhere", None),
+                             ("drop", "held", "moved")]  # fmt: skip
+    assert said(mids[2]) == [("publish", "held", None), ("drop", "held", "purged")]
+    assert said(mids[3]) == [("publish", "held", None)]  # still waits
+    assert said(doomed) == [("publish", "doomed", None), ("drop", "doomed", "queue deleted")]
+    assert jeng.trace(doomed)[-1]["said"] == "taken out of 'doomed' (the queue was deleted)"
+    with pytest.raises(InvalidArgument):
+        jeng.purge("held", reason="because")

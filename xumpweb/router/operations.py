@@ -413,7 +413,7 @@ def dead_letter_send(
     deliveries: list[Delivery] = []
     for destination, messages in plan.items():
         deliveries.extend(engine.publish_many(destination, messages, keep_mids=True))
-    deliveries.extend(engine.purge(queue, list(dict.fromkeys(seqs))))
+    deliveries.extend(engine.purge(queue, list(dict.fromkeys(seqs)), reason="moved"))
     counts = {destination: len(messages) for destination, messages in plan.items()}
     return {"sent": sum(counts.values()), "to": counts}, deliveries
 
