@@ -138,6 +138,17 @@ class _Walk:
         step["full"] = full
         verdicts = [self.verdict(qrt, sel, message, full) for sel in _in_order(qrt)]
         step["selectors"] = verdicts
+        if step["ahead"] and not full and qrt.spec.priorities == 1:
+            # messages wait there (for credit, a target queue, a selector): rules.py appends
+            # an arrival behind them, routed after them, in order (rule 4); the verdicts say
+            # what would become of it at the head (with priorities, one may go ahead)
+            step["outcome"] = {
+                "kind": "waits",
+                "reason": f"{step['ahead']} message(s) wait ahead of it (rule 4): it is routed "
+                "after them, in order; the verdicts are for when it is at the head",
+            }
+            self.end(qrt.name, "waits behind others")
+            return
         matched = [v for v in verdicts if v["meets"]]
         plain = [v for v in matched if v["when"] not in ("default", "overflow")]
         if full:

@@ -303,3 +303,19 @@ def test_a_delayed_message_is_explained_as_routed_when_it_falls_due() -> None:
     assert eng.stats("q")["scheduled"] == 1
     [delivered] = eng.tick(now=time.time() + 61)
     assert delivered.destination == "app" and eng.stats("dlq")["depth"] == 0
+
+
+def test_a_message_behind_waiting_ones_waits_in_order(eng) -> None:
+    """Rule 4: a head waiting for credit keeps what arrives after it waiting, whatever the
+    newcomer matches; explain said the newcomer would be deleted."""
+    eng.queue_create("q")
+    eng.queue_create("t")
+    eng.selector_create("q").when_match("eq", "a").do_move("t").set_credit(0).enable()
+    eng.selector_create("q").when_match("eq", "b").do_delete().enable()
+    eng.publish("q", Message(address="a"))
+    said = eng.explain("q", Message(address="b"))
+    step = said["steps"][0]
+    assert step["ahead"] == 1 and step["outcome"]["kind"] == "waits"
+    assert said["ends"] == [{"queue": "q", "outcome": "waits behind others"}]
+    eng.publish("q", Message(address="b"))  # and so it does
+    assert [m.address for m in eng.peek("q", 5)] == ["a", "b"]
