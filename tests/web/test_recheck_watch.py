@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from tests.web.conftest import django_script
 
-FIRST_LOOK = """
-import asyncio, json
+# what every script starts with: Django set up, and a connection that counts its rechecks
+PREAMBLE = """
+import asyncio, json, logging
 import django
 django.setup()
+import redis
+from xumpweb import redis_clients
 from xumpweb.live import security
 
 
@@ -28,19 +31,57 @@ class Connection:
         self.rechecks += 1
 
 
+class Versions:
+    # the tokens' version as the watcher reads it: answer(n) for its nth read (raised when
+    # it is an exception: Redis away)
+    def __init__(self, answer):
+        self.answer, self.reads = answer, 0
+
+    async def get(self, key):
+        self.reads += 1
+        found = self.answer(self.reads)
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    async def aclose(self):
+        pass
+
+
+async def watched_while(connection, going, every=0.01):
+    # `connection` watched while going() holds (20 s at most)
+    security.WATCH_EVERY = every
+    security.watch(connection)
+    for _ in range(int(20 / every)):
+        if not going():
+            break
+        await asyncio.sleep(every)
+    security.unwatch(connection)
+
+
+async def rechecked(connection, every=0.05):
+    # until the connection is checked again (20 s at most)
+    for _ in range(int(20 / every)):
+        if connection.rechecks:
+            return
+        await asyncio.sleep(every)
+"""
+
+FIRST_LOOK = (
+    PREAMBLE
+    + """
+
 async def run():
     connection = Connection()
     security.watch(connection)  # checked before this (at its connect), the version unchanged
-    for _ in range(400):
-        if connection.rechecks:
-            break
-        await asyncio.sleep(0.05)
+    await rechecked(connection)
     security.unwatch(connection)
     return connection.rechecks
 
 
 print(json.dumps({"rechecks": asyncio.run(run())}))
 """
+)
 
 
 def test_the_watcher_checks_the_connections_once_more_at_its_first_look(
@@ -51,15 +92,9 @@ def test_the_watcher_checks_the_connections_once_more_at_its_first_look(
     assert seen["rechecks"] >= 1
 
 
-AWAY_ONCE = """
-import asyncio, json, logging
-import django
-django.setup()
-import redis
-from xumpweb import redis_clients
-from xumpweb.live import security
-
-security.WATCH_EVERY = 0.01
+AWAY_ONCE = (
+    PREAMBLE
+    + """
 said = []
 
 
@@ -72,44 +107,21 @@ logging.getLogger("xump.live").addHandler(Said())
 logging.getLogger("xump.live").setLevel(logging.INFO)
 
 
-class Flaky:
-    # the tokens' version read: answers, fails 50 times (Redis away), answers again
-    def __init__(self):
-        self.reads = 0
-
-    async def get(self, key):
-        self.reads += 1
-        if 2 <= self.reads <= 51:
-            raise redis.ConnectionError("Connection refused")
-        return b"1"
-
-    async def aclose(self):
-        pass
-
-
-flaky = Flaky()
+AWAY = redis.ConnectionError("Connection refused")
+# answers, fails 50 times (Redis away), answers again
+flaky = Versions(lambda n: AWAY if 2 <= n <= 51 else b"1")
 redis_clients.general = lambda **options: flaky
 
 
-class Connection:
-    async def recheck(self):
-        pass
-
-
 async def run():
-    connection = Connection()
-    security.watch(connection)
-    for _ in range(2000):
-        if flaky.reads > 60:
-            break
-        await asyncio.sleep(0.01)
-    security.unwatch(connection)
+    await watched_while(Connection(), lambda: flaky.reads <= 60)
     await asyncio.sleep(0.05)
 
 
 asyncio.run(run())
 print(json.dumps({"said": said, "reads": flaky.reads}))
 """
+)
 
 
 def test_an_outage_is_logged_once_not_at_every_look(redis_server, tmp_path) -> None:
@@ -123,58 +135,28 @@ def test_an_outage_is_logged_once_not_at_every_look(redis_server, tmp_path) -> N
     assert any("again" in text for level, text in seen["said"] if level == "INFO")
 
 
-AWAY_AT_FIRST = """
-import asyncio, json
-import django
-django.setup()
-import redis
-from xumpweb import redis_clients
-from xumpweb.live import security
-
-security.WATCH_EVERY = 0.01
+AWAY_AT_FIRST = (
+    PREAMBLE
+    + """
 
 
-class Flaky:
-    # Redis away at the watcher's first three looks; then the version 1, and 2 from the
-    # 20th read on (a token revoked)
-    def __init__(self):
-        self.reads = 0
-
-    async def get(self, key):
-        self.reads += 1
-        if self.reads <= 3:
-            raise redis.ConnectionError("Connection refused")
-        return b"1" if self.reads < 20 else b"2"
-
-    async def aclose(self):
-        pass
-
-
-flaky = Flaky()
+AWAY = redis.ConnectionError("Connection refused")
+# Redis away at the watcher's first three looks; then the version 1, and 2 from the 20th
+# read on (a token revoked)
+flaky = Versions(lambda n: AWAY if n <= 3 else b"1" if n < 20 else b"2")
 redis_clients.general = lambda **options: flaky
-
-
-class Connection:
-    def __init__(self):
-        self.rechecks = 0
-
-    async def recheck(self):
-        self.rechecks += 1
 
 
 async def run():
     connection = Connection()
-    security.watch(connection)
-    for _ in range(2000):
-        if flaky.reads > 25 or (security._watcher is not None and security._watcher.done()):
-            break
-        await asyncio.sleep(0.01)
-    security.unwatch(connection)
+    watcher_died = lambda: security._watcher is not None and security._watcher.done()
+    await watched_while(connection, lambda: flaky.reads <= 25 and not watcher_died())
     return connection.rechecks
 
 
 print(json.dumps({"rechecks": asyncio.run(run())}))
 """
+)
 
 
 def test_a_watcher_whose_first_look_finds_redis_away_goes_on_looking(
@@ -187,13 +169,9 @@ def test_a_watcher_whose_first_look_finds_redis_away_goes_on_looking(
     assert seen["rechecks"] == 2  # at the first version read, and when it moved
 
 
-EXIT_RACE = """
-import asyncio, json
-import django
-django.setup()
-from xumpweb import redis_clients
-from xumpweb.live import security
-
+EXIT_RACE = (
+    PREAMBLE
+    + """
 security.WATCH_EVERY = 0.01
 version = [b"1"]
 closing = asyncio.Event()
@@ -212,14 +190,6 @@ class Slow:
 redis_clients.general = lambda **options: Slow()
 
 
-class Connection:
-    def __init__(self):
-        self.rechecks = 0
-
-    async def recheck(self):
-        self.rechecks += 1
-
-
 async def run():
     first, second = Connection(), Connection()
     security.watch(first)
@@ -227,16 +197,14 @@ async def run():
     await closing.wait()
     security.watch(second)  # while the leaving watcher closes its client
     version[0] = b"2"  # a token revoked
-    for _ in range(400):
-        if second.rechecks:
-            break
-        await asyncio.sleep(0.01)
+    await rechecked(second, every=0.01)
     security.unwatch(second)
     return second.rechecks
 
 
 print(json.dumps({"rechecks": asyncio.run(run())}))
 """
+)
 
 
 def test_a_connection_watched_while_the_last_watcher_leaves_is_watched(
