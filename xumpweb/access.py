@@ -235,6 +235,37 @@ def refuse(principal: Principal, action: str, queue: str | None = None) -> Permi
     return PermissionDenied(f"Your role ({principal.role}) may not {action}{on}.")
 
 
+SENDING_ACTIONS = ("copy", "move", "bounce", "deliver")  # a selector's that send messages on
+
+
+def cannot_send(
+    principal: Principal, settings: dict[str, Any], before: dict[str, Any] | None = None
+) -> str | None:
+    """What a selector's or a queue's `settings` (as its create or update takes them) would
+    send messages into that `principal` may not publish to, as the end of a sentence "this
+    caller may not ..."; None when nothing. A COPY, MOVE or BOUNCE puts messages into its
+    target queue, a DELIVER hands them to its destination's consumers and a dead-letter
+    queue gets what the queue cannot route: each needs `publish` there, as sending a message
+    there by hand does (else a grant on `jobs*` would reach every queue through a selector).
+    A target the message names (`target_from`) may be any queue: that needs publish on
+    every queue ('*'). Only what changes from `before` (the selector or queue as it is) is
+    checked: an operator may still edit a selector an administrator pointed elsewhere."""
+    before = before or {}
+    action = settings.get("action", before.get("action"))
+    named = settings.get("target_from")
+    new_name = named and action in SENDING_ACTIONS and named != before.get("target_from")
+    if new_name and not may(principal, "publish", "*"):
+        return "send to the queue each message names (target_from needs publish on '*')"
+    target = settings.get("target")
+    changed = target != before.get("target") or action != before.get("action")
+    if target and action in SENDING_ACTIONS and changed and not may(principal, "publish", target):
+        return f"send messages to {target!r} (it needs publish there)"
+    dead = settings.get("dead_letter")
+    if dead and dead != before.get("dead_letter") and not may(principal, "publish", dead):
+        return f"dead-letter into {dead!r} (it needs publish there)"
+    return None
+
+
 def check(request: HttpRequest, action: str, queue: str | None = None) -> Principal:
     """The request's principal, or PermissionDenied (a 403 page) unless it may `action`."""
     principal = for_request(request)

@@ -597,3 +597,39 @@ def test_a_user_whose_role_is_taken_away_loses_their_websockets(world) -> None:
                 socket.recv(timeout=10)
         assert socket.close_code == 4403
     session.close()
+
+
+def test_a_grant_is_a_fence_selectors_and_dead_letters_do_not_cross(world) -> None:
+    """The operator manages jobs* only, and may not publish into orders: a selector of a jobs
+    queue that copies, moves or delivers there, or takes its target from the message, or
+    a dead-letter queue there, put messages into orders all the same; and the dead-letter
+    page acted on any queue's message whose x-original-queue header (its publisher's to
+    write) named a jobs queue. Each is refused now, and nothing changes."""
+    operator, queue = log_in(world.service, f"operator-{U}"), own("fence")  # (a session of
+    # its own: the matrix above logs the shared one out)
+    assert world.admin.post("/api/queues", json={"name": queue}).status_code == 201
+    for settings in ({"action": "copy", "target": ORDERS}, {"action": "deliver", "target": ORDERS},
+                     {"action": "move", "target_from": "header:to"}):  # fmt: skip
+        page = operator.post(f"/queues/{queue}/selectors/new/", data=selector_form(**settings))
+        assert page.status_code == 200 and "You may not" in page.text, settings
+        with world.service.client(world.broad) as program:  # the operator's own token
+            made = program.post(f"/api/queues/{queue}/selectors",
+                                json={"when": "always", "enabled": True, **settings})  # fmt: skip
+            assert made.status_code == 403 and made.json()["error"] == "forbidden", made.text
+    assert world.admin.get(f"/api/queues/{queue}/selectors").json()["selectors"] == []
+    operator.post(f"/queues/{queue}/settings/", data={"history": "7", "dead_letter": ORDERS})
+    with world.service.client(world.broad) as program:
+        changed = program.patch(f"/api/queues/{queue}", json={"dead_letter": ORDERS})
+        made = program.post("/api/queues", json={"name": own("fence2"), "dead_letter": ORDERS})
+    assert changed.status_code == 403 and made.status_code == 403
+    assert world.admin.get(f"/api/queues/{queue}").json()["dead_letter"] is None
+    # a message out of the grant whose publisher says it came from a jobs queue
+    elsewhere = f"other-fence-{U}"
+    assert world.admin.post("/api/queues", json={"name": elsewhere}).status_code == 201
+    forged = {"body": "mine", "headers": {"x-original-queue": JOBS, "x-reason": "rejected"}}
+    assert world.admin.post(f"/api/queues/{elsewhere}/publish", json=forged).status_code == 202
+    acted = operator.post("/dead-letters/act/", data={"action": "delete",
+                                                      "letter": f"{elsewhere}|1"})  # fmt: skip
+    assert acted.status_code == 403
+    assert world.admin.get(f"/api/queues/{elsewhere}").json()["depth"] == 1
+    operator.close()

@@ -210,6 +210,16 @@ def need(request: HttpRequest, queue: str, *rights: str) -> None:
         raise refusal(queue, rights)
 
 
+def need_to_send(
+    request: HttpRequest, settings: dict[str, Any], before: dict[str, Any] | None = None
+) -> None:
+    """403 unless the caller may publish where a selector's or queue's `settings` send
+    messages (access.cannot_send: targets, a dead-letter queue)."""
+    blocked = access.cannot_send(access.for_request(request), settings, before)
+    if blocked is not None:
+        raise ApiError(403, "forbidden", f"this caller may not {blocked}")
+
+
 def refusal(queue: str, rights: tuple[str, ...]) -> ApiError:
     """The 403 for a caller without any of `rights` on `queue`."""
     wanted = " or ".join(rights)

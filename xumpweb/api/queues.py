@@ -8,7 +8,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from xumpweb.api.auth import allowed, need, wiring_version
+from xumpweb.api.auth import allowed, need, need_to_send, wiring_version
 from xumpweb.api.common import call, record
 from xumpweb.api.errors import ApiError
 from xumpweb.api.schemas import ErrorOut, QueueCreate, QueueUpdate
@@ -52,6 +52,7 @@ def queue_create(request: HttpRequest, payload: QueueCreate):
     when the name is taken by a queue with other settings."""
     need(request, payload.name, "manage")
     settings_ = payload.dict()
+    need_to_send(request, settings_)
     # with shards, a queue named no store is placed (SPEC §10); else the one store
     settings_["store"] = settings_["store"] or (
         None if settings.XUMP_SHARDS > 1 else settings.XUMP_STORE
@@ -118,6 +119,7 @@ def queue_update(request: HttpRequest, queue: str, payload: QueueUpdate):
         raise ApiError(400, "invalid_argument", "give at least one setting to change")
     before = call("queue_get", name=queue)
     before.pop("selectors", None)
+    need_to_send(request, changes, before)
     after = call("queue_update", name=queue, **changes)
     record(request, "queue.update", queue, before, after)
     return after

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Router
 
 from engine.filters import compile_filter
-from xumpweb.api.auth import need
+from xumpweb.api.auth import need, need_to_send
 from xumpweb.api.common import call, record
 from xumpweb.api.errors import ApiError
 from xumpweb.api.schemas import CreditIn, ErrorOut, SelectorCreate, SelectorUpdate
@@ -36,6 +36,7 @@ def selector_create(request: HttpRequest, queue: str, payload: SelectorCreate):
     need(request, queue, "manage")
     settings = payload.dict(exclude_unset=True)
     _check_filter(settings)
+    need_to_send(request, settings)
     created = call("selector_create", queue=queue, **settings)
     record(request, "selector.create", f"{queue}#{created['id']}", None, created)
     return 201, created
@@ -67,7 +68,9 @@ def selector_update(request: HttpRequest, queue: str, id: int, payload: Selector
         raise ApiError(400, "invalid_argument", "give at least one setting to change")
     _check_filter(changes)
     before = call("selector_get", queue=queue, id=id)
-    after = call("selector_update", queue=queue, id=id, **_completed(changes, before))
+    changes = _completed(changes, before)
+    need_to_send(request, changes, before)
+    after = call("selector_update", queue=queue, id=id, **changes)
     record(request, "selector.update", f"{queue}#{id}", before, after)
     return after
 

@@ -207,13 +207,17 @@ def queue_create(request: HttpRequest) -> HttpResponse:
         settings = form.engine_settings()
         name = settings.pop("name")
         access.check(request, "manage-queue", name)
-        try:
-            answer = call("queue_create", name=name, **settings)
-        except CallFailed as error:
-            form.add_error(None, str(error))
+        blocked = access.cannot_send(access.for_request(request), settings)
+        if blocked is not None:
+            form.add_error(None, f"You may not {blocked}.")
         else:
-            audit(request, "queue.create", name, None, answer.get("queue"))
-            return redirect("console:queue", name=name)
+            try:
+                answer = call("queue_create", name=name, **settings)
+            except CallFailed as error:
+                form.add_error(None, str(error))
+            else:
+                audit(request, "queue.create", name, None, answer.get("queue"))
+                return redirect("console:queue", name=name)
     context = _listing(request)
     context.update(health=health(), form=form)
     return render(request, "console/dashboard.html", context, status=400)

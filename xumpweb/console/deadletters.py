@@ -162,9 +162,12 @@ def allowed_letters(
 ) -> str | None:
     """What the caller may not do to the chosen dead letters, or None. A dead letter may be
     handled by whoever may `deadletter` its dead-letter queue or the queue it came from
-    (`x-original-queue`); sending it on also needs publish on where it goes (the target,
-    or the queue it came from)."""
+    (`x-original-queue`, which the engine writes when it dead-letters a message); sending it
+    on also needs publish on where it goes (the target, or the queue it came from). Only a
+    message with `x-reason` in a dead-letter queue is a dead letter: any other message's
+    `x-original-queue` is whatever its publisher wrote, and gives no right."""
     reader = access.for_request(request)
+    letter_queues = dead_letter_queues()
     for queue, seqs in chosen.items():
         try:
             waiting = {m["seq"]: m for m in call("peek", queue=queue, count=SHOWN)}
@@ -173,6 +176,8 @@ def allowed_letters(
         for seq in seqs:
             headers = (waiting.get(seq) or {}).get("headers") or {}
             source = str(headers.get("x-original-queue") or "")
+            if queue not in letter_queues or "x-reason" not in headers:
+                source = ""  # not a dead letter: only the rights on its own queue count
             if not (access.may(reader, "deadletter", queue)
                     or (source and access.may(reader, "deadletter", source))):  # fmt: skip
                 return f"handle the dead letters of {queue!r}"

@@ -240,7 +240,12 @@ def history(request: HttpRequest, name: str) -> HttpResponse:
 def queue_settings(request: HttpRequest, name: str) -> HttpResponse:
     before = fetch_queue(name)
     form = QueueSettingsForm(request.POST)
+    blocked = None
     if form.is_valid():
+        blocked = access.cannot_send(access.for_request(request), form.engine_settings(), before)
+    if blocked is not None:
+        messages.error(request, f"Settings not saved: you may not {blocked}.")
+    elif form.is_valid():
         try:
             after = call("queue_update", name=name, **form.engine_settings())
         except CallFailed as error:

@@ -38,6 +38,7 @@ from engine.filters import compile_filter
 from engine.matching import check_pattern
 from engine.message import Message
 from engine.selectors import checked_matches
+from xumpweb import access
 from xumpweb.access import check, requires
 from xumpweb.console.common import CallFailed, audit, call, shown, to_message
 from xumpweb.console.forms import SelectorForm
@@ -89,6 +90,10 @@ def _saved(
     `selector` with it; audited and told once saved. False when the form or the engine
     refuses it (the form then carries the error)."""
     if not form.is_valid():
+        return False
+    blocked = access.cannot_send(access.for_request(request), form.engine_settings(), selector)
+    if blocked is not None:
+        form.add_error(None, f"You may not {blocked}.")
         return False
     try:
         if selector is None:
