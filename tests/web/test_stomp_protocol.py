@@ -416,6 +416,26 @@ def test_a_commit_with_a_forbidden_send_carries_out_none_of_its_frames(service, 
         assert again.body == b"held" and again.headers["redelivered"] == "true"
 
 
+def test_a_commit_with_a_send_to_a_missing_queue_carries_out_none_of_its_frames(
+    service, xump, opener
+):
+    """A caller that may not make queues (no manage) commits SENDs to a queue that exists
+    and to one that does not: the COMMIT was refused after the first SEND was published."""
+    allowed, missing = unique(), unique("missing")
+    xump.call("queue_create", name=allowed)
+    token = issue_token(service, {"*": ["publish"]})
+    with opener(token) as client:
+        client.send(
+            frame("BEGIN", transaction="t")
+            + frame("SEND", b"1", destination=f"/queue/{allowed}", transaction="t")
+            + frame("SEND", b"2", destination=f"/queue/{missing}", transaction="t")
+            + frame("COMMIT", transaction="t", receipt="c")
+        )
+        error = refused(client, "", "c")
+        assert missing in error.body.decode()
+    assert published(xump, allowed) == 0
+
+
 def test_a_subscribe_without_the_consume_right_is_forbidden(service, xump, opener):
     queue, destination = unique(), unique("d")
     xump.deliver(queue, destination)

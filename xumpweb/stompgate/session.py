@@ -73,7 +73,13 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from engine.errors import InvalidSelector, MessageTooLarge, StoreError, XumpError
+from engine.errors import (
+    InvalidSelector,
+    MessageTooLarge,
+    NotFound,
+    StoreError,
+    XumpError,
+)
 from engine.filters import compile_filter
 from engine.message import _EMPTY_HEADERS as EMPTY_HEADERS
 from engine.message import Delivery, Message
@@ -442,7 +448,7 @@ class StompSession:
                 continue  # frames after a refused one, parsed in the same batch: not done
             if kind is Commit:  # all or nothing: refused before any of its frames is done
                 size, receipt = action.size, action.receipt  # type: ignore[union-attr]
-                problem = self._commit_problem(actions[index + 1 : index + 1 + size])
+                problem = await self._commit_problem(actions[index + 1 : index + 1 + size])
                 if problem is not None:
                     self._answer(self._refusal(self.connection.fail(
                         _error_message(problem), str(problem), receipt)))  # fmt: skip
@@ -756,14 +762,38 @@ class StompSession:
             raise Forbidden(f"this caller may not publish on queue {queue!r}")
         return queue, self._message(action)
 
-    def _commit_problem(self, actions: list[Action]) -> XumpError | None:
-        """What refuses one of a COMMIT's SENDs, if anything does."""
+    async def _commit_problem(self, actions: list[Action]) -> XumpError | None:
+        """What refuses one of a COMMIT's SENDs, if anything does: a right, a body, or a
+        destination that is not there and that this caller may not make (a /queue/ it may
+        not manage, an exchange that does not exist), which would refuse that SEND after
+        the ones before it were published."""
+        names: frozenset[str] | None = None
         for action in actions:
-            if type(action) is Publish:
+            if type(action) is not Publish:
+                continue
+            try:
+                queue, _ = self._checked(action)  # type: ignore[arg-type]
+            except XumpError as error:
+                return error
+            exchange = action.exchange  # type: ignore[union-attr]
+            plain = action.queue is not None and exchange is None  # type: ignore[union-attr]
+            if (plain and (queue in self.mailboxes or mailboxes.is_private(queue))) or (
+                exchange is not None and exchange in self.exchanges
+            ):
+                continue
+            if not plain and exchange is None:
+                continue  # the topic router: made when missing
+            if names is None:
                 try:
-                    self._checked(action)
-                except XumpError as error:
-                    return error
+                    names = await sync_to_async(self.service.queue_names, thread_sensitive=False)()
+                except (StoreError, redis.RedisError) as problem:
+                    return StoreError(f"cannot check the transaction's queues: {problem}")
+            if exchange is not None:
+                why = exchanges.missing(exchange, names)
+                if why is not None:
+                    return NotFound(why)
+            elif queue not in names and not self._may("manage", queue):
+                return NotFound(f"queue {queue!r} does not exist")
         return None
 
     def _message(self, action: Publish) -> Message:
