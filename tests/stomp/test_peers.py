@@ -9,6 +9,7 @@ import pytest
 from tests.stomp.conftest import delivery, error_of, frame, server_frames
 from xumpweb.stomp.connection import (
     Publish,
+    StompConfig,
     StompConnection,
     Subscribe,
     TempQueue,
@@ -147,3 +148,19 @@ def test_header_values_written_as_decimal_numbers_become_numbers() -> None:
     send, _ = conn.deliver("s", delivery("t", headers=publish.headers))
     (message,) = server_frames([send])  # the same text comes out
     assert {k: message.headers[k] for k in headers} == headers
+
+
+def test_temp_queues_count_against_the_subscription_limit() -> None:
+    """Each reply-to:/temp-queue/<new name> made a queue, a reader and a Redis connection
+    with no limit: one SEND batch of a thousand made hundreds, and the server ran out of
+    Redis connections. They count as subscriptions do, and past the limit the frame is
+    refused."""
+    conn = StompConnection(StompConfig(max_subscriptions=3))
+    conn.receive_data(frame("CONNECT", accept_version="1.2", passcode="t"))
+    conn.accept(principal="me", session="s-1")
+    conn.receive_data(frame("SUBSCRIBE", id="s", destination="/queue/q"))
+    made, _ = conn.receive_data(frame("SEND", destination="/queue/s", reply_to="/temp-queue/a"))
+    assert isinstance(made, TempQueue)
+    error = error_of(conn.receive_data(
+        frame("SEND", destination="/queue/s", reply_to="/temp-queue/b")))  # fmt: skip
+    assert error.headers["message"] == "too many temporary queues"

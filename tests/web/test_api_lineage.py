@@ -193,7 +193,7 @@ def test_explain_shows_nothing_of_queues_the_caller_may_not_read(service) -> Non
         said = stranger.post(f"/api/queues/{queue}/explain", json={"headers": {"password": "x"}})
     assert said.status_code == 200, said.text
     steps = said.json()["steps"]
-    assert [step["queue"] for step in steps] == [queue, None]
+    assert [step["queue"] for step in steps] == [queue, None], (whole.json(), said.json())
     assert steps[0]["selectors"][0]["target"] == secret  # A's own selector, readable there
     beyond = str([steps[1:], said.json()["ends"]])
     assert secret not in beyond and "hunter2" not in said.text and "ceo-inbox" not in said.text

@@ -722,6 +722,13 @@ class StompConnection:
         queue = self._temp.get(name)
         if queue is not None:
             return queue
+        # each is a queue and, for a reply-to, a reader: they count as subscriptions do
+        if len(self._temp) + len(self._subscriptions) >= self.config.max_subscriptions:
+            raise ProtocolError(
+                "too many temporary queues",
+                f"a connection may hold {self.config.max_subscriptions} subscriptions and "
+                "temporary queues together",
+            )
         queue = _checked("temp queue", f"stomp:{self.session}:temp:{name}")
         reader_id = None
         if reader and written not in self._subscriptions:
