@@ -370,13 +370,16 @@ def durable_client(service, stomp_port) -> Iterator[Callable[..., Client | None]
     the server refused the CONNECT; all are disconnected at the end of the test."""
     made: list[Client] = []
 
-    def make(over: str, client_id: str, auto_ack: bool = False) -> Client | None:
+    def make(
+        over: str, client_id: str, auto_ack: bool = False, token: str | None = None
+    ) -> Client | None:
         client = Client(stomp_connection(service, stomp_port, over), auto_ack)
         made.append(client)
         try:
             client.connection.connect(
-                "tests", service.admin_token, headers={"client-id": client_id}, wait=True
-            )
+                "tests", token or service.admin_token, headers={"client-id": client_id},
+                wait=True,
+            )  # fmt: skip
         except stomp.exception.StompException:
             return None
         return None if client.errors else client

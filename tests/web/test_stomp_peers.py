@@ -366,6 +366,32 @@ def test_a_durable_subscription_keeps_what_is_published_while_away_rabbitmq_dial
     assert durable[0] not in queue_names(http)
 
 
+def test_a_durable_subscription_is_its_logins_alone(http, connect, durable_client, transport):
+    """Another login that takes the same client-id while the subscriber is away could
+    remove the durable subscription (UNSUBSCRIBE durable) or read what it kept (the same
+    subscription id): its queue was named by the client-id alone."""
+    topic, client_id = unique("news"), unique("app")
+    first = durable_client(transport, client_id)
+    first.subscribe(f"/topic/{topic}", sid="news", ack="client-individual", **RABBIT)
+    first.disconnect()
+    producer = connect(transport)
+    producer.send(f"/topic/{topic}", "kept", receipt="r")
+    producer.receipt("r")
+    (queue,) = [n for n in queue_names(http) if n.startswith("stomp-durable:") and client_id in n]
+    stranger = issue_token(http, {"*": ["consume", "publish"]})
+    other = eventually(lambda: durable_client(transport, client_id, token=stranger),
+                       "the client-id to be free")  # fmt: skip
+    other.connection.unsubscribe("news", headers={"durable": "true", "receipt": "gone"})
+    other.receipt("gone")
+    other.subscribe(f"/topic/{topic}", sid="news", ack="client-individual", **RABBIT)
+    other.disconnect()
+    assert queue in queue_names(http)
+    back = eventually(lambda: durable_client(transport, client_id, auto_ack=True),
+                      "the client-id to be free")  # fmt: skip
+    back.subscribe(f"/topic/{topic}", sid="news", ack="client-individual", **RABBIT)
+    assert bodies(back.take(1)) == ["kept"]
+
+
 def test_a_durable_subscription_activemq_dialect(http, connect, durable_client, transport):
     topic, client_id = unique("news"), unique("app")
     named = {"activemq.subscriptionName": "mine"}

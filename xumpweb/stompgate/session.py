@@ -846,7 +846,8 @@ class StompSession:
         if action.kind in ("topic", "exchange"):
             await self._earlier_sends_stored()
             if action.durable is not None:
-                destination = topics.durable_name(self.client_id or self.who, action.durable)
+                owner = topics.durable_owner(self.who, self.client_id)
+                destination = topics.durable_name(owner, action.durable)
             else:
                 self.topic_serial += 1
                 destination = topics.queue_name(self.id, self.topic_serial)
@@ -920,7 +921,8 @@ class StompSession:
         if sub is not None:
             await sub.stop()
         if action.durable is not None:  # UNSUBSCRIBE durable:true: the queue goes too
-            queue = topics.durable_name(self.client_id or self.who, action.durable)
+            owner = topics.durable_owner(self.who, self.client_id)
+            queue = topics.durable_name(owner, action.durable)
             try:
                 if sub is not None:
                     await topics.close_topic(self.service, queue, sub.router)

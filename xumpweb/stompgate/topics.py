@@ -23,6 +23,7 @@ present (relay presence keys) at two sweeps in a row.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from asgiref.sync import sync_to_async
@@ -90,9 +91,18 @@ async def open_topic(
 
 
 def durable_name(owner: str, name: str) -> str:
-    """The queue of the durable subscription `name` of `owner` (the connection's
-    client-id, else who connected): found again by both on the subscriber's return."""
+    """The queue of the durable subscription `name` of `owner` (durable_owner): found again
+    by both on the subscriber's return."""
     return f"{DURABLE_PREFIX}{owner}:{name}"
+
+
+def durable_owner(who: str, client_id: str | None) -> str:
+    """Whose durable subscriptions a connection finds again: its client-id within its login
+    (`who`, shortened to a digest), or its login alone. A client-id is anybody's to claim
+    while it is free, so another login that takes it finds none of them, and can neither
+    read nor remove them."""
+    login = hashlib.sha256(who.encode()).hexdigest()[:12]
+    return f"{login}:{client_id}" if client_id else login
 
 
 async def close_topic(found: Service, queue: str, source: str | None = None) -> None:
