@@ -555,14 +555,15 @@ HIDDEN = "a queue you may not read"
 
 def visible_to(said: dict[str, Any], may_read: Callable[[str], bool]) -> dict[str, Any]:
     """An explanation as a caller who may read only the queues `may_read` allows sees it
-    (the service's API and console; a trace is cut the same way). Where the walk enters a
-    queue the caller may not read, that step says only how the message got there and that
-    it goes on into a queue it may not read; the steps reached through it are left out,
-    and so are their ends (one end says the message goes on out of sight). So nothing of
-    such a queue shows: no depth, selectors, verdicts, outcome, dead-letter queue or what
-    it routes to. A target the message names (`target_from`) that the caller may not read
-    is not named either, and whether such a queue exists is not told: a name that finds no
-    queue reads as one found and out of sight (its dead letter is left out too)."""
+    (the service's API and console; a trace shows only the steps at queues it may read).
+    Where the walk enters a queue the caller may not read, that step says only how the
+    message got there and that it goes on into a queue it may not read; the steps reached
+    through it are left out, and so are their ends (one end says the message goes on out
+    of sight). So nothing of such a queue shows: no depth, selectors, verdicts, outcome,
+    dead-letter queue or what it routes to. A target the message names (`target_from`)
+    that the caller may not read is not named either, and whether such a queue exists is
+    not told: a name that finds no queue reads as one found and out of sight (its dead
+    letter is left out too)."""
     shown: set[str] = set()
     failing: set[str] = set()  # shown queues where a hidden name found no queue
     steps: list[dict[str, Any]] = []

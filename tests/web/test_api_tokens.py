@@ -98,3 +98,23 @@ print(json.dumps([during, after]))
     during, after = json.loads(service.shell(code).splitlines()[-1])
     assert during == 202  # not committed yet: the old rights still hold
     assert after == 403
+
+
+def test_the_console_and_the_api_refuse_the_same_rights(service, console) -> None:
+    """The API refused a rights key over 200 characters; the console's token form took it,
+    and ten thousand lines of them. One rule for both: 1 to 200 characters, 1,000 keys."""
+    from tests.web.conftest import console_form
+
+    many = {f"{unique('k')}-{n}": ["read"] for n in range(1001)}
+    cases = [({"q" * 201: ["read"]}, "queue name or glob of 1 to 200"), (many, "at most 1000")]
+    with service.client() as client:
+        for rights, said in cases:
+            made = client.post("/api/tokens", json={"name": unique("t"), "rights": rights})
+            assert made.status_code == 400 and said in made.json()["detail"], made.text
+            lines = "\n".join(f"{pattern}: read" for pattern in rights)
+            name = unique("t")
+            _, fields = console_form(console, "/tokens/", name=name, rights=lines)
+            answer = console.post("/tokens/", data=fields)
+            assert answer.status_code == 200 and said in answer.text, answer.text[:300]
+            listed = client.get("/api/tokens").json()["tokens"]
+            assert name not in [token["name"] for token in listed]

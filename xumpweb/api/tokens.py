@@ -59,9 +59,9 @@ def token_create(request: HttpRequest, payload: TokenIn):
     """The answer's `secret` is shown this once; only its hash is kept. The rights must be
     ones the caller holds (403 otherwise)."""
     principal = _manager(request)
-    for pattern in payload.rights:
-        if not pattern or len(pattern) > 200:
-            raise ApiError(400, "invalid_argument", "a rights key is a queue name or glob")
+    problem = ApiToken.patterns_problem(payload.rights)
+    if problem is not None:
+        raise ApiError(400, "invalid_argument", problem)
     rights = {pattern: sorted(set(granted)) for pattern, granted in payload.rights.items()}
     problem = access.may_grant(principal, rights)
     if problem is not None:

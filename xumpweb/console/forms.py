@@ -309,4 +309,7 @@ class TokenForm(Form):
             rights[pattern] += [g for g in names if g not in rights[pattern]]
         if not rights:
             raise forms.ValidationError("give the token at least one right")
+        problem = ApiToken.patterns_problem(rights)
+        if problem is not None:
+            raise forms.ValidationError(problem)
         return rights

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import secrets
+from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import models
@@ -178,6 +179,8 @@ class ApiToken(models.Model):
     (on "*": reading /metrics, xumpweb/access.py)."""
 
     RIGHTS = ("read", "publish", "consume", "manage", "metrics")
+    LONGEST_PATTERN = 200  # characters of a queue name or glob, as queue names have
+    MOST_PATTERNS = 1000  # queue names or globs a token's rights name
 
     name = models.CharField(max_length=200)
     prefix = models.CharField(max_length=12, unique=True, editable=False)
@@ -195,6 +198,19 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}...)"
+
+    @classmethod
+    def patterns_problem(cls, patterns: Iterable[str]) -> str | None:
+        """Why a token's rights may not name `patterns` (the API's and the console's one
+        rule), or None."""
+        patterns = list(patterns)
+        if len(patterns) > cls.MOST_PATTERNS:
+            return f"a token's rights name at most {cls.MOST_PATTERNS} queues or globs"
+        for pattern in patterns:
+            if not pattern or len(pattern) > cls.LONGEST_PATTERN:
+                return (f"a rights key is a queue name or glob of 1 to {cls.LONGEST_PATTERN} "
+                        "characters")  # fmt: skip
+        return None
 
     @classmethod
     def issue(cls, name: str, rights: dict[str, list[str]], user=None) -> tuple[ApiToken, str]:
