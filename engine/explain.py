@@ -122,6 +122,7 @@ class _Walk:
         if len(self.steps) >= MAX_STEPS:
             step["outcome"] = {"kind": "not followed", "reason": f"over {MAX_STEPS} queues"}
             self.steps.append(step)
+            self.end(qrt.name, "not followed", reason=f"over {MAX_STEPS} queues")  # not nowhere
             return
         self.steps.append(step)
         self.visited.add(qrt.name)

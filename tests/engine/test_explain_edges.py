@@ -284,6 +284,10 @@ def test_a_chain_longer_than_explain_follows_ends_with_room_left_on_the_stack() 
         sys.setrecursionlimit(limit)
     assert len(said["steps"]) == MAX_STEPS + 1
     assert said["steps"][-1]["outcome"]["kind"] == "not followed"
+    # where the walk stopped is an end (the console said "Would end: nowhere")
+    stopped = {"queue": said["steps"][-1]["queue"], "outcome": "not followed",
+               "reason": f"over {MAX_STEPS} queues"}  # fmt: skip
+    assert stopped in said["ends"]
 
 
 def test_a_delayed_message_is_explained_as_routed_when_it_falls_due() -> None:
